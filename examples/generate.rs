@@ -1,0 +1,162 @@
+//! Generate text (or token ids) from a `.mllm` model.
+//!
+//! ```text
+//! cargo run --release --example generate -- --model m.mllm --prompt-ids 1,17,200 \
+//!     --max-tokens 20 --print-ids --dump-logits prompt_logits.npy
+//! ```
+//!
+//! `--dump-logits PATH` writes the logits of every prompt position as a
+//! little-endian float32 `.npy` of shape `[n_prompt, vocab]`; `--print-ids`
+//! prints the generated ids as one line `ids: a,b,c`. Both are stable
+//! interfaces for parity checks.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use mllm::core::npy::write_npy_f32;
+use mllm::core::{Error, Result};
+use mllm::models::tokenizer::TextStream;
+use mllm::models::{generate, GenerateOptions, LoadOptions, Model, SamplingParams};
+
+#[derive(Parser, Debug)]
+#[command(about = "Generate a continuation of a prompt with a .mllm model")]
+struct Args {
+    /// The .mllm model file.
+    #[arg(long)]
+    model: PathBuf,
+    /// Prompt text (needs a tokenizer in the model file).
+    #[arg(
+        long,
+        conflicts_with = "prompt_ids",
+        required_unless_present = "prompt_ids"
+    )]
+    prompt: Option<String>,
+    /// Prompt as raw token ids, comma-separated (e.g. 1,17,200).
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<u32>>,
+    /// Most new tokens to generate.
+    #[arg(long, default_value_t = 32)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 means greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Keep only the k most likely tokens (0: off).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Drop tokens below this fraction of the top probability (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Penalty for tokens already in the prompt or output (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Do not stop at end-of-sequence tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Print the generated ids as one line `ids: a,b,c`.
+    #[arg(long)]
+    print_ids: bool,
+    /// Write the logits of every prompt position to this .npy file.
+    #[arg(long)]
+    dump_logits: Option<PathBuf>,
+    /// CPU threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+}
+
+fn run(args: Args) -> Result<()> {
+    let opts = LoadOptions {
+        threads: args.threads,
+        ..Default::default()
+    };
+    let mut model = Model::load(&args.model, &opts)?;
+    let prompt = match (&args.prompt, &args.prompt_ids) {
+        (_, Some(ids)) => ids.clone(),
+        (Some(text), None) => model.require_tokenizer()?.encode(text, true)?,
+        (None, None) => return Err(Error::InvalidInput("give --prompt or --prompt-ids".into())),
+    };
+    let gen_opts = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: SamplingParams {
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            repetition_penalty: args.repeat_penalty,
+            seed: args.seed,
+        },
+        eos_ids: if args.ignore_eos {
+            Vec::new()
+        } else {
+            model.eos_ids()
+        },
+        keep_prompt_logits: args.dump_logits.is_some(),
+    };
+    let started = Instant::now();
+    let mut first_token_at = None;
+    let tokenizer = if args.print_ids {
+        None
+    } else {
+        model.tokenizer()
+    };
+    let mut stream = tokenizer.as_deref().map(TextStream::new);
+    let mut stdout = std::io::stdout();
+    let mut on_token = |id: u32| -> Result<bool> {
+        first_token_at.get_or_insert_with(Instant::now);
+        if let Some(s) = stream.as_mut() {
+            let piece = s.push(id)?;
+            print!("{piece}");
+            let _ = stdout.flush();
+        }
+        Ok(true)
+    };
+    let out = generate(&mut model, &prompt, &gen_opts, &mut on_token)?;
+    let done = Instant::now();
+    if stream.is_some() {
+        println!();
+    }
+    if args.print_ids {
+        let ids: Vec<String> = out.tokens.iter().map(u32::to_string).collect();
+        println!("ids: {}", ids.join(","));
+    }
+    if let (Some(path), Some(logits)) = (&args.dump_logits, &out.prompt_logits) {
+        write_npy_f32(path, logits.shape().dims(), logits.data())?;
+        eprintln!(
+            "wrote prompt logits {} to {}",
+            logits.shape(),
+            path.display()
+        );
+    }
+    let first = first_token_at.unwrap_or(done);
+    let prefill_s = (first - started).as_secs_f64();
+    let decode_s = (done - first).as_secs_f64();
+    let decoded = out.tokens.len().saturating_sub(1);
+    eprintln!(
+        "prompt {} tokens in {:.3}s ({:.1} tok/s), generated {} tokens ({:.1} tok/s), stop: {:?}",
+        prompt.len(),
+        prefill_s,
+        prompt.len() as f64 / prefill_s.max(1e-9),
+        out.tokens.len(),
+        decoded as f64 / decode_s.max(1e-9),
+        out.stop
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Data types with the codes of mllm's `.mllm` container.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{Error, Result};
+
+/// The element type of a tensor.
+///
+/// The discriminants are the dtype codes stored in `.mllm` files (mllm v1
+/// codes 0..=30, and mllm v2's BF16 = 128 and U8 = 129). Quantized types use
+/// ggml's block layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum DType {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q8_0 = 8,
+    Q8_1 = 9,
+    Q4K = 12,
+    Q6K = 14,
+    Q8K = 15,
+    I8 = 16,
+    I16 = 17,
+    I32 = 18,
+    Q3K = 23,
+    Q2K = 24,
+    BF16 = 128,
+    U8 = 129,
+}
+
+impl DType {
+    /// Every dtype mllm-rs knows, in code order.
+    pub const ALL: [DType; 16] = [
+        DType::F32,
+        DType::F16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q8_0,
+        DType::Q8_1,
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q8K,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::Q3K,
+        DType::Q2K,
+        DType::BF16,
+        DType::U8,
+    ];
+
+    /// The code stored in a `.mllm` index entry.
+    pub fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// The dtype for a stored code, or `None` for an unknown code.
+    pub fn from_code(code: i32) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.code() == code)
+    }
+
+    /// Number of elements in one block (1 for plain types).
+    pub fn block_len(self) -> usize {
+        match self {
+            DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q8_1 => 32,
+            DType::Q4K | DType::Q6K | DType::Q8K | DType::Q3K | DType::Q2K => 256,
+            _ => 1,
+        }
+    }
+
+    /// Bytes in one block (ggml's layouts for quantized types).
+    pub fn block_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 => 2,
+            DType::I8 | DType::U8 => 1,
+            DType::Q4_0 => 18,
+            DType::Q4_1 => 20,
+            DType::Q8_0 => 34,
+            DType::Q8_1 => 36,
+            DType::Q4K => 144,
+            DType::Q6K => 210,
+            DType::Q8K => 292,
+            DType::Q3K => 110,
+            DType::Q2K => 84,
+        }
+    }
+
+    /// Bytes needed for `numel` elements, or an error when `numel` is not a
+    /// whole number of blocks.
+    pub fn bytes_for(self, numel: usize) -> Result<usize> {
+        let block = self.block_len();
+        if numel % block != 0 {
+            return Err(Error::UnsupportedDType(format!(
+                "{self}: {numel} elements are not a multiple of the block size {block}"
+            )));
+        }
+        Ok(numel / block * self.block_bytes())
+    }
+
+    /// The lowercase name used on command lines and in metadata.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Q4_0 => "q4_0",
+            DType::Q4_1 => "q4_1",
+            DType::Q8_0 => "q8_0",
+            DType::Q8_1 => "q8_1",
+            DType::Q4K => "q4_k",
+            DType::Q6K => "q6_k",
+            DType::Q8K => "q8_k",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::Q3K => "q3_k",
+            DType::Q2K => "q2_k",
+            DType::BF16 => "bf16",
+            DType::U8 => "u8",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<DType> {
+        let lower = s.to_ascii_lowercase();
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == lower)
+            .ok_or_else(|| Error::InvalidInput(format!("unknown dtype name '{s}'")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_match_mllm() {
+        assert_eq!(DType::F32.code(), 0);
+        assert_eq!(DType::Q4_1.code(), 3);
+        assert_eq!(DType::Q8_0.code(), 8);
+        assert_eq!(DType::Q6K.code(), 14);
+        assert_eq!(DType::Q2K.code(), 24);
+        assert_eq!(DType::BF16.code(), 128);
+        assert_eq!(DType::U8.code(), 129);
+        assert_eq!(DType::from_code(4), None);
+        for d in DType::ALL {
+            assert_eq!(DType::from_code(d.code()), Some(d));
+            assert_eq!(d.name().parse::<DType>().unwrap(), d);
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(DType::F16.bytes_for(10).unwrap(), 20);
+        assert_eq!(DType::Q4_0.bytes_for(64).unwrap(), 36);
+        assert!(DType::Q4_0.bytes_for(33).is_err());
+    }
+}

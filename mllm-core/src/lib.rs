@@ -1,0 +1,31 @@
+//! mllm-core: the pieces every other mllm-rs crate builds on.
+//!
+//! - [`DType`], [`Shape`] and [`Tensor`]: data types with mllm's codes, shapes, host tensors.
+//! - [`file`]: the `.mllm` weight file (validated zero-copy reader, atomic aligned writer).
+//! - [`graph`]: the [`Module`] / [`Layer`] / [`Op`] model and the traced [`Graph`].
+//! - [`executor`]: plans buffers by liveness and runs a graph step by step on a [`Backend`].
+
+pub mod backend;
+pub mod dtype;
+pub mod error;
+pub mod executor;
+pub mod file;
+pub mod graph;
+pub mod layers;
+pub mod npy;
+pub mod op;
+pub mod shape;
+pub mod step;
+pub mod tensor;
+pub mod weights;
+
+pub use backend::Backend;
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use executor::Executor;
+pub use graph::{Graph, Module, Value};
+pub use layers::Layer;
+pub use op::{Op, OpDesc};
+pub use shape::Shape;
+pub use step::{LogitsMode, SeqChunk, StepInput};
+pub use tensor::Tensor;

@@ -1,0 +1,229 @@
+//! Op descriptions (typed parameters) and the `Op` trait that backends implement.
+
+use std::any::Any;
+
+use crate::step::StepLayout;
+use crate::tensor::TensorRef;
+use crate::weights::WeightSource;
+use crate::{Result, Shape};
+
+/// A linear layer: `y = x W^T + b`, with `W` stored `[out_features, in_features]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinearParams {
+    pub in_features: usize,
+    pub out_features: usize,
+    /// Name of the weight tensor.
+    pub weight: String,
+    /// Name of the bias tensor, if any.
+    pub bias: Option<String>,
+}
+
+/// A token-embedding lookup in a `[vocab, dim]` table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmbeddingParams {
+    pub vocab: usize,
+    pub dim: usize,
+    /// Name of the table tensor.
+    pub weight: String,
+}
+
+/// RMSNorm or LayerNorm over the last dimension.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NormParams {
+    pub dim: usize,
+    pub eps: f32,
+    /// Name of the scale tensor `[dim]`.
+    pub weight: String,
+    /// Name of the shift tensor `[dim]` (LayerNorm only).
+    pub bias: Option<String>,
+    /// Scale by `1 + weight` instead of `weight` (Gemma's RMSNorm).
+    pub unit_offset: bool,
+}
+
+/// Llama 3 frequency scaling of rotary embeddings (`rope_type: llama3`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Llama3RopeScaling {
+    pub factor: f32,
+    pub low_freq_factor: f32,
+    pub high_freq_factor: f32,
+    pub original_max_position_embeddings: f32,
+}
+
+/// Rotary position embeddings applied to `[tokens, heads * head_dim]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeParams {
+    pub n_heads: usize,
+    pub head_dim: usize,
+    /// How many leading dims of each head rotate (partial rotary when < head_dim).
+    pub rotary_dim: usize,
+    pub theta: f32,
+    pub llama3: Option<Llama3RopeScaling>,
+    /// Rotate adjacent pairs (GLM) instead of HF's rotate_half halves.
+    pub interleaved: bool,
+}
+
+/// Elementwise activation functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `x * sigmoid(x)`.
+    Silu,
+    /// GELU with the tanh approximation (`gelu_new`, `gelu_pytorch_tanh`).
+    GeluTanh,
+    /// Exact GELU with erf.
+    Gelu,
+    /// `max(x, 0)`.
+    Relu,
+}
+
+/// A per-layer KV cache for `kv_heads * head_dim` keys and values per token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvCacheParams {
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Positions reserved at a time when a sequence grows.
+    pub chunk: usize,
+}
+
+/// Causal attention of new queries over a KV cache.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttentionParams {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplier of `q . k` (usually `1/sqrt(head_dim)`).
+    pub scale: f32,
+    /// Each query sees itself and the `w - 1` previous tokens.
+    pub sliding_window: Option<usize>,
+}
+
+/// What a graph node computes, with typed parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpDesc {
+    Embedding(EmbeddingParams),
+    Linear(LinearParams),
+    RmsNorm(NormParams),
+    LayerNorm(NormParams),
+    Rope(RopeParams),
+    Activation(Activation),
+    /// `silu(gate) * up`, inputs `(gate, up)`.
+    SwiGlu,
+    /// Elementwise sum of two same-shaped inputs.
+    Add,
+    /// Elementwise product of two same-shaped inputs.
+    Mul,
+    /// Softmax over the last dimension.
+    Softmax,
+    /// Appends `(k, v)` to the per-sequence cache; its output is the cache state.
+    KvCache(KvCacheParams),
+    /// Attention of `q` over the cache state produced by a `KvCache` node.
+    Attention(AttentionParams),
+    /// Keeps the rows that get logits (see [`crate::LogitsMode`]).
+    SelectLogitsRows,
+}
+
+/// The kinds of values flowing along graph edges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueKind {
+    /// The step's token ids (the graph input).
+    Tokens,
+    /// An f32 activation `[tokens, features]` in the executor's arena.
+    Activation,
+    /// State owned by the op that produced it (the KV cache).
+    State,
+}
+
+impl OpDesc {
+    /// Short lowercase op name, for node names and messages.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            OpDesc::Embedding(_) => "embedding",
+            OpDesc::Linear(_) => "linear",
+            OpDesc::RmsNorm(_) => "rms_norm",
+            OpDesc::LayerNorm(_) => "layer_norm",
+            OpDesc::Rope(_) => "rope",
+            OpDesc::Activation(_) => "activation",
+            OpDesc::SwiGlu => "swiglu",
+            OpDesc::Add => "add",
+            OpDesc::Mul => "mul",
+            OpDesc::Softmax => "softmax",
+            OpDesc::KvCache(_) => "kv_cache",
+            OpDesc::Attention(_) => "attention",
+            OpDesc::SelectLogitsRows => "select_logits_rows",
+        }
+    }
+
+    /// The kinds of inputs the op takes, in order.
+    pub fn input_kinds(&self) -> &'static [ValueKind] {
+        use ValueKind::*;
+        match self {
+            OpDesc::Embedding(_) => &[Tokens],
+            OpDesc::SwiGlu | OpDesc::Add | OpDesc::Mul | OpDesc::KvCache(_) => {
+                &[Activation, Activation]
+            }
+            OpDesc::Attention(_) => &[Activation, State],
+            _ => &[Activation],
+        }
+    }
+
+    /// The kind of the op's output.
+    pub fn output_kind(&self) -> ValueKind {
+        match self {
+            OpDesc::KvCache(_) => ValueKind::State,
+            _ => ValueKind::Activation,
+        }
+    }
+}
+
+/// One input of an executing op.
+#[derive(Clone, Copy)]
+pub enum OpInput<'a> {
+    /// The step's token ids.
+    Tokens(&'a [u32]),
+    /// An activation.
+    Tensor(TensorRef<'a>),
+    /// State of an earlier op (downcast to the backend's concrete type).
+    State(&'a dyn Any),
+}
+
+impl<'a> OpInput<'a> {
+    /// The activation, or an error naming `op` when this input is not one.
+    pub fn tensor(&self, op: &str) -> Result<TensorRef<'a>> {
+        match self {
+            OpInput::Tensor(t) => Ok(*t),
+            _ => Err(crate::Error::shape(op, "expected an activation input")),
+        }
+    }
+}
+
+/// An op instance on some backend, with mllm's three phases.
+///
+/// - `load` runs once, binding weights (zero-copy where possible);
+/// - `reshape` runs when the step's shapes change and returns the output
+///   shape for the given input shapes;
+/// - `execute` computes into the output buffer the executor planned.
+pub trait Op: Send {
+    /// Binds weights. Ops without weights keep the default.
+    fn load(&mut self, _weights: &dyn WeightSource) -> Result<()> {
+        Ok(())
+    }
+
+    /// The output shape for these input shapes (`Tokens` inputs have shape
+    /// `[n_tokens]`, `State` inputs an empty shape), or a shape error.
+    fn reshape(&mut self, inputs: &[&Shape], step: &StepLayout) -> Result<Shape>;
+
+    /// Computes the output (`output` is empty for `State`-producing ops).
+    fn execute(
+        &mut self,
+        inputs: &[OpInput<'_>],
+        output: &mut [f32],
+        step: &StepLayout,
+    ) -> Result<()>;
+
+    /// State this op exposes to later ops (the KV cache).
+    fn state(&self) -> Option<&dyn Any> {
+        None
+    }
+
+    /// Forgets everything stored for the sequence in `slot`.
+    fn reset_slot(&mut self, _slot: usize) {}
+}

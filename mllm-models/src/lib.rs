@@ -1,0 +1,25 @@
+//! mllm-models: architectures as trees of Modules, the architecture registry,
+//! model loading, tokenization and generation.
+
+pub mod config;
+pub mod generation;
+pub mod llama;
+pub mod model;
+pub mod registry;
+pub mod sampling;
+pub mod tokenizer;
+
+pub use generation::{generate, generate_batch, GenerateOptions, Generation, StopReason};
+pub use model::{LoadOptions, Model};
+pub use sampling::{Sampler, SamplingParams};
+pub use tokenizer::Tokenizer;
+
+use mllm_core::Module;
+
+/// A causal language model: a Module from token ids to logits.
+pub trait CausalLm: Module + Send {
+    /// Rows of the output logits.
+    fn vocab_size(&self) -> usize;
+    /// Longest sequence the model supports (prompt plus generated tokens).
+    fn max_context(&self) -> usize;
+}

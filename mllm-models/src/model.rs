@@ -1,0 +1,158 @@
+//! Loading a `.mllm` file into a runnable model.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use mllm_core::file::MllmFile;
+use mllm_core::Error;
+use mllm_core::{Executor, Graph, Result, StepInput, Tensor};
+use mllm_ops::cpu::CpuBackend;
+use serde_json::Value;
+
+use crate::config::HfConfig;
+use crate::registry;
+use crate::tokenizer::Tokenizer;
+
+/// How to load a model.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Worker threads for the CPU backend (0: one per core).
+    pub threads: usize,
+    /// Cap on the context (defaults to the model's `max_position_embeddings`).
+    pub max_context: Option<usize>,
+    /// `config.json` for files without embedded metadata (plain mllm v1 files).
+    pub config: Option<Value>,
+    /// `tokenizer.json` text for files without an embedded tokenizer.
+    pub tokenizer_json: Option<String>,
+}
+
+/// A loaded model, ready to run steps.
+pub struct Model {
+    architecture: String,
+    config: Value,
+    generation_config: Option<Value>,
+    executor: Executor,
+    vocab_size: usize,
+    tokenizer: Option<Arc<Tokenizer>>,
+    chat_template: Option<String>,
+}
+
+impl Model {
+    /// Opens a `.mllm` file, builds its architecture's graph and loads the weights.
+    pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self> {
+        let file = MllmFile::open(path)?;
+        let meta = file.metadata();
+        let config = match (&opts.config, meta) {
+            (Some(c), _) => c.clone(),
+            (None, Some(m)) => m.config.clone(),
+            (None, None) => {
+                return Err(Error::Config(format!(
+                    "{} has no embedded metadata: pass the model's config.json",
+                    file.path().display()
+                )))
+            }
+        };
+        let architecture = match meta {
+            Some(m) if opts.config.is_none() => m.architecture.clone(),
+            _ => HfConfig::new(&config)?.architecture()?.to_string(),
+        };
+        let arch = registry::find(&architecture)?;
+        let model = (arch.build)(&config)?;
+        let vocab_size = model.vocab_size();
+        let mut max_context = model.max_context();
+        if let Some(cap) = opts.max_context {
+            max_context = max_context.min(cap);
+        }
+        let graph = Graph::trace(model.as_ref())?;
+        let backend = CpuBackend::new(opts.threads)?;
+        let executor = Executor::new(graph, &backend, &file, max_context)?;
+        let tokenizer_json = match &opts.tokenizer_json {
+            Some(t) => Some(t.as_str()),
+            None => file.tokenizer_json()?,
+        };
+        let tokenizer = tokenizer_json
+            .map(Tokenizer::from_json)
+            .transpose()?
+            .map(Arc::new);
+        Ok(Model {
+            architecture,
+            generation_config: meta.and_then(|m| m.generation_config.clone()),
+            config,
+            executor,
+            vocab_size,
+            tokenizer,
+            chat_template: file.chat_template()?.map(str::to_string),
+        })
+    }
+
+    /// The Hugging Face architecture name.
+    pub fn architecture(&self) -> &str {
+        &self.architecture
+    }
+
+    /// The model's `config.json`.
+    pub fn config(&self) -> &Value {
+        &self.config
+    }
+
+    /// Size of the vocabulary (columns of the logits).
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Longest sequence a slot can hold.
+    pub fn max_context(&self) -> usize {
+        self.executor.max_context()
+    }
+
+    /// The tokenizer, when the file embeds one or one was given (shared, so
+    /// it can be used while the model runs).
+    pub fn tokenizer(&self) -> Option<Arc<Tokenizer>> {
+        self.tokenizer.clone()
+    }
+
+    /// The tokenizer, or an error saying the file has none.
+    pub fn require_tokenizer(&self) -> Result<Arc<Tokenizer>> {
+        self.tokenizer.clone().ok_or_else(|| {
+            Error::Tokenizer("this model file embeds no tokenizer; pass token ids instead".into())
+        })
+    }
+
+    /// The chat template, when the file embeds one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    /// End-of-sequence ids: from `generation_config.json`, else `config.json`.
+    pub fn eos_ids(&self) -> Vec<u32> {
+        let from = |v: &Value| {
+            HfConfig::new(v)
+                .and_then(|c| c.token_ids("eos_token_id"))
+                .unwrap_or_default()
+        };
+        match self.generation_config.as_ref().map(from) {
+            Some(ids) if !ids.is_empty() => ids,
+            _ => from(&self.config),
+        }
+    }
+
+    /// Runs one step (see [`Executor::step`]).
+    pub fn step(&mut self, input: &StepInput) -> Result<Tensor> {
+        self.executor.step(input)
+    }
+
+    /// Tokens the sequence in `slot` holds.
+    pub fn slot_len(&self, slot: usize) -> usize {
+        self.executor.slot_len(slot)
+    }
+
+    /// Forgets the sequence in `slot`.
+    pub fn reset_slot(&mut self, slot: usize) {
+        self.executor.reset_slot(slot)
+    }
+
+    /// The executor (for inspection: reshape counts, arena size).
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+}

@@ -1,0 +1,279 @@
+//! Causal scaled-dot-product attention of one sequence over its KV cache.
+
+use rayon::prelude::*;
+use rayon::ThreadPool;
+
+use super::matmul::{axpy, dot};
+use super::softmax::softmax_in_place;
+use super::PAR_THRESHOLD;
+
+/// Head layout and masking parameters of [`attention`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnShape {
+    /// Number of query heads.
+    pub n_heads: usize,
+    /// Number of key/value heads (divides `n_heads`; fewer for GQA/MQA).
+    pub n_kv_heads: usize,
+    /// Dimension of every head.
+    pub head_dim: usize,
+    /// Multiplier of `q·k`, usually `1 / sqrt(head_dim)`.
+    pub scale: f32,
+    /// With `Some(w)`, a query at position `p` sees only keys at positions
+    /// `p - w < j <= p` (itself and the `w - 1` previous tokens, as
+    /// transformers' sliding-window attention).
+    pub sliding_window: Option<usize>,
+}
+
+/// Causal attention for the `n_q` query tokens at absolute positions
+/// `past..past + n_q` of one sequence.
+///
+/// * `q` is `[n_q, n_heads * head_dim]`;
+/// * `k` and `v` are `[kv_len, n_kv_heads * head_dim]` with
+///   `kv_len >= past + n_q`: the whole cache, where rows `0..past + n_q` are
+///   valid (rows beyond are ignored);
+/// * `out` is `[n_q, n_heads * head_dim]`.
+///
+/// Query `i` (position `p = past + i`) of head `h` attends to the keys of
+/// kv head `h / (n_heads / n_kv_heads)` at positions `j <= p` (and `j > p - w`
+/// with a sliding window `w`): `out = softmax(scale · q·kᵀ) · v`, in f32 with
+/// max subtraction. Runs in `pool`, split over (query, head) pairs, unless
+/// the work is tiny.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    n_q: usize,
+    past: usize,
+    k: &[f32],
+    v: &[f32],
+    shape: &AttnShape,
+    out: &mut [f32],
+    pool: &ThreadPool,
+) {
+    let AttnShape {
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        scale,
+        sliding_window,
+    } = *shape;
+    let q_stride = n_heads * head_dim;
+    let kv_stride = n_kv_heads * head_dim;
+    debug_assert!(
+        n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+        "n_kv_heads must divide n_heads"
+    );
+    debug_assert_eq!(
+        q.len(),
+        n_q * q_stride,
+        "q must be [n_q, n_heads * head_dim]"
+    );
+    debug_assert_eq!(
+        out.len(),
+        n_q * q_stride,
+        "out must be [n_q, n_heads * head_dim]"
+    );
+    debug_assert!(
+        k.len() >= (past + n_q) * kv_stride,
+        "k must hold past + n_q rows"
+    );
+    debug_assert!(
+        v.len() >= (past + n_q) * kv_stride,
+        "v must hold past + n_q rows"
+    );
+    debug_assert!(
+        sliding_window != Some(0),
+        "a sliding window must be at least 1"
+    );
+    if n_q == 0 || n_heads == 0 || head_dim == 0 || n_kv_heads == 0 {
+        return;
+    }
+    let group = (n_heads / n_kv_heads).max(1);
+    let window = sliding_window.map(|w| w.max(1));
+    // First visible key position for the query at position `p`.
+    let first_key = move |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
+
+    let task = |scores: &mut Vec<f32>, (idx, o): (usize, &mut [f32])| {
+        let i = idx / n_heads;
+        let h = idx % n_heads;
+        let kvh = (h / group).min(n_kv_heads - 1);
+        let p = past + i;
+        let lo = first_key(p);
+        let qrow = &q[i * q_stride + h * head_dim..][..head_dim];
+        scores.clear();
+        scores.extend((lo..=p).map(|j| {
+            let krow = &k[j * kv_stride + kvh * head_dim..][..head_dim];
+            dot(qrow, krow) * scale
+        }));
+        softmax_in_place(scores);
+        o.fill(0.0);
+        for (&w, j) in scores.iter().zip(lo..=p) {
+            let vrow = &v[j * kv_stride + kvh * head_dim..][..head_dim];
+            axpy(w, vrow, o);
+        }
+    };
+
+    // Work estimate: two multiply-adds per (query, head, visible key, dim).
+    let visible: usize = (0..n_q).map(|i| past + i + 1 - first_key(past + i)).sum();
+    let work = visible
+        .saturating_mul(n_heads)
+        .saturating_mul(head_dim)
+        .saturating_mul(2);
+    if pool.current_num_threads() > 1 && work >= PAR_THRESHOLD {
+        pool.install(|| {
+            out.par_chunks_mut(head_dim)
+                .enumerate()
+                .for_each_init(Vec::new, task)
+        });
+    } else {
+        let mut scores = Vec::new();
+        for item in out.chunks_mut(head_dim).enumerate() {
+            task(&mut scores, item);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kernels::test_util::{assert_close, pool1, pool2, Rng};
+
+    /// Naive f64 reference over the whole prefix.
+    fn reference(
+        q: &[f32],
+        n_q: usize,
+        past: usize,
+        k: &[f32],
+        v: &[f32],
+        s: &AttnShape,
+    ) -> Vec<f64> {
+        let (hd, nh, nkv) = (s.head_dim, s.n_heads, s.n_kv_heads);
+        let mut out = vec![0.0f64; n_q * nh * hd];
+        for i in 0..n_q {
+            let p = past + i;
+            for h in 0..nh {
+                let kvh = h / (nh / nkv);
+                let keys: Vec<usize> = (0..=p)
+                    .filter(|&j| s.sliding_window.is_none_or(|w| j + w > p))
+                    .collect();
+                let scores: Vec<f64> = keys
+                    .iter()
+                    .map(|&j| {
+                        (0..hd)
+                            .map(|d| {
+                                q[i * nh * hd + h * hd + d] as f64
+                                    * k[j * nkv * hd + kvh * hd + d] as f64
+                            })
+                            .sum::<f64>()
+                            * s.scale as f64
+                    })
+                    .collect();
+                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|&x| (x - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for d in 0..hd {
+                    out[i * nh * hd + h * hd + d] = keys
+                        .iter()
+                        .zip(&e)
+                        .map(|(&j, &w)| w / z * v[j * nkv * hd + kvh * hd + d] as f64)
+                        .sum();
+                }
+            }
+        }
+        out
+    }
+
+    // Tolerance for all tests here: |got - want| <= 1e-5 + 1e-5 |want|.
+    const ATOL: f64 = 1e-5;
+    const RTOL: f64 = 1e-5;
+
+    #[test]
+    fn attention_matches_reference() {
+        let mut rng = Rng::new(61);
+        let pools = [pool1(), pool2()];
+        // (n_heads, n_kv_heads, head_dim): MHA, GQA, MQA, odd head dims.
+        let heads = [(2, 2, 8), (4, 2, 7), (6, 3, 33), (3, 1, 16), (8, 1, 64)];
+        // (n_q, past): prefill, decode, chunked prefill.
+        let steps = [(1, 0), (5, 0), (1, 9), (3, 4), (17, 20), (40, 0)];
+        for pool in &pools {
+            for &(n_heads, n_kv_heads, head_dim) in &heads {
+                for &(n_q, past) in &steps {
+                    for window in [None, Some(1), Some(3), Some(16), Some(1000)] {
+                        let s = AttnShape {
+                            n_heads,
+                            n_kv_heads,
+                            head_dim,
+                            scale: 1.0 / (head_dim as f32).sqrt(),
+                            sliding_window: window,
+                        };
+                        // Cache with 2 spare (garbage) rows beyond past + n_q.
+                        let kv_len = past + n_q + 2;
+                        let q = rng.vec(n_q * n_heads * head_dim, 2.0);
+                        let k = rng.vec(kv_len * n_kv_heads * head_dim, 2.0);
+                        let v = rng.vec(kv_len * n_kv_heads * head_dim, 1.0);
+                        let mut out = vec![f32::NAN; q.len()];
+                        attention(&q, n_q, past, &k, &v, &s, &mut out, pool);
+                        let want = reference(&q, n_q, past, &k, &v, &s);
+                        assert_close(&out, &want, ATOL, RTOL);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn incremental_equals_full_sequence() {
+        let mut rng = Rng::new(62);
+        let pool = pool2();
+        for window in [None, Some(5)] {
+            let s = AttnShape {
+                n_heads: 6,
+                n_kv_heads: 2,
+                head_dim: 20,
+                scale: 0.3,
+                sliding_window: window,
+            };
+            let seq = 23;
+            let width = s.n_heads * s.head_dim;
+            let q = rng.vec(seq * width, 2.0);
+            let k = rng.vec(seq * s.n_kv_heads * s.head_dim, 2.0);
+            let v = rng.vec(seq * s.n_kv_heads * s.head_dim, 1.0);
+            let mut full = vec![0.0f32; seq * width];
+            attention(&q, seq, 0, &k, &v, &s, &mut full, &pool);
+            // Chunked prefill (7 + 9) then decode one token at a time.
+            let mut chunks = vec![(0, 7), (7, 9)];
+            chunks.extend((16..seq).map(|p| (p, 1)));
+            for (past, n_q) in chunks {
+                let mut part = vec![f32::NAN; n_q * width];
+                let qs = &q[past * width..(past + n_q) * width];
+                attention(qs, n_q, past, &k, &v, &s, &mut part, &pool);
+                let want: Vec<f64> = full[past * width..(past + n_q) * width]
+                    .iter()
+                    .map(|&x| x as f64)
+                    .collect();
+                // Same arithmetic per (query, head): |diff| <= 1e-6.
+                assert_close(&part, &want, 1e-6, 0.0);
+            }
+        }
+    }
+
+    #[test]
+    fn large_parallel_matches_reference() {
+        let mut rng = Rng::new(63);
+        let pool = pool2();
+        let s = AttnShape {
+            n_heads: 8,
+            n_kv_heads: 2,
+            head_dim: 64,
+            scale: 0.125,
+            sliding_window: Some(50),
+        };
+        let (n_q, past) = (30, 70);
+        let kv_len = past + n_q;
+        let q = rng.vec(n_q * 8 * 64, 2.0);
+        let k = rng.vec(kv_len * 2 * 64, 2.0);
+        let v = rng.vec(kv_len * 2 * 64, 1.0);
+        let mut out = vec![f32::NAN; q.len()];
+        attention(&q, n_q, past, &k, &v, &s, &mut out, &pool);
+        assert_close(&out, &reference(&q, n_q, past, &k, &v, &s), ATOL, RTOL);
+    }
+}

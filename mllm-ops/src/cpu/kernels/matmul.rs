@@ -1,0 +1,472 @@
+//! Linear layer (`x · Wᵀ + b`) with f32, f16 or bf16 weights, plus the `dot`
+//! and `axpy` building blocks shared by other kernels.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use rayon::prelude::*;
+use rayon::ThreadPool;
+
+use super::PAR_THRESHOLD;
+
+/// Number of f32 lanes the micro-kernels accumulate per independent chain:
+/// one AVX register where AVX is enabled at compile time, otherwise one
+/// 128-bit SSE/NEON register.
+const LANES: usize = if cfg!(target_feature = "avx") { 8 } else { 4 };
+
+/// Width of the accumulator array in [`dot`] (four independent chains).
+const DOT_WIDTH: usize = 4 * LANES;
+
+/// Token rows handled per row block in [`linear`] (bounds the transposed
+/// scratch buffer and lets long prefills be split across threads).
+const ROW_BLOCK: usize = 64;
+
+/// Target number of f32 weights in one converted output-feature block
+/// (128 KiB, so a block stays in L2 while it is reused for every row).
+const W_BLOCK_FLOATS: usize = 32 * 1024;
+
+/// A weight element type that linear layers and embeddings can read.
+pub trait WeightElem: Copy + Send + Sync + 'static {
+    /// Converts one element to f32.
+    fn to_f32(self) -> f32;
+
+    /// Converts `src` into `dst`; both must have the same length.
+    fn convert_slice(src: &[Self], dst: &mut [f32]);
+
+    /// Returns `src` itself when the element type already is f32 (so no
+    /// conversion copy is needed), otherwise `None`.
+    fn as_f32_slice(src: &[Self]) -> Option<&[f32]> {
+        let _ = src;
+        None
+    }
+}
+
+impl WeightElem for f32 {
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self
+    }
+
+    #[inline]
+    fn convert_slice(src: &[Self], dst: &mut [f32]) {
+        debug_assert_eq!(src.len(), dst.len());
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = s;
+        }
+    }
+
+    #[inline]
+    fn as_f32_slice(src: &[Self]) -> Option<&[f32]> {
+        Some(src)
+    }
+}
+
+impl WeightElem for f16 {
+    #[inline]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+
+    #[inline]
+    fn convert_slice(src: &[Self], dst: &mut [f32]) {
+        debug_assert_eq!(src.len(), dst.len());
+        let n = src.len().min(dst.len());
+        src[..n].convert_to_f32_slice(&mut dst[..n]);
+    }
+}
+
+impl WeightElem for bf16 {
+    #[inline]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+
+    #[inline]
+    fn convert_slice(src: &[Self], dst: &mut [f32]) {
+        debug_assert_eq!(src.len(), dst.len());
+        let n = src.len().min(dst.len());
+        src[..n].convert_to_f32_slice(&mut dst[..n]);
+    }
+}
+
+/// Dot product `Σ a[i]·b[i]` of two equally long slices, accumulated in f32
+/// with several independent accumulators so that it vectorises.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; DOT_WIDTH];
+    let ca = a.chunks_exact(DOT_WIDTH);
+    let cb = b.chunks_exact(DOT_WIDTH);
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (xa, xb) in ca.zip(cb) {
+        for ((s, &x), &y) in acc.iter_mut().zip(xa).zip(xb) {
+            *s += x * y;
+        }
+    }
+    hsum(&acc) + tail
+}
+
+/// `y[i] += a * x[i]` for two equally long slices.
+#[inline]
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(x.len(), y.len());
+    for (d, &s) in y.iter_mut().zip(x) {
+        *d += a * s;
+    }
+}
+
+/// Sums an accumulator array pairwise.
+#[inline(always)]
+fn hsum<const N: usize>(acc: &[f32; N]) -> f32 {
+    let mut buf = *acc;
+    let mut n = N;
+    while n > 1 {
+        let half = n / 2;
+        for i in 0..half {
+            buf[i] += buf[i + half];
+        }
+        if n % 2 == 1 {
+            buf[0] += buf[n - 1];
+        }
+        n = half;
+    }
+    if N == 0 {
+        0.0
+    } else {
+        buf[0]
+    }
+}
+
+/// Computes the `R × C` dot products of `R` activation rows with `C` weight
+/// rows (all of length `k`), sharing every load across the products.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)]
+fn micro<const R: usize, const C: usize>(
+    xs: [&[f32]; R],
+    ws: [&[f32]; C],
+    k: usize,
+) -> [[f32; C]; R] {
+    let xs = xs.map(|s| &s[..k]);
+    let ws = ws.map(|s| &s[..k]);
+    let mut acc = [[[0.0f32; LANES]; C]; R];
+    let full = k / LANES * LANES;
+    let mut off = 0;
+    while off < full {
+        for r in 0..R {
+            let xr = &xs[r][off..off + LANES];
+            for c in 0..C {
+                let wc = &ws[c][off..off + LANES];
+                for l in 0..LANES {
+                    acc[r][c][l] += xr[l] * wc[l];
+                }
+            }
+        }
+        off += LANES;
+    }
+    let mut res = [[0.0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            let mut tail = 0.0f32;
+            for i in full..k {
+                tail += xs[r][i] * ws[c][i];
+            }
+            res[r][c] = hsum(&acc[r][c]) + tail;
+        }
+    }
+    res
+}
+
+/// Multiplies `R` activation rows (starting at row `t` of `xb`) with all
+/// `no` weight rows of `wf`, writing into the transposed block `dst[o][t]`.
+#[inline(always)]
+fn rows_pass<const R: usize>(
+    xb: &[f32],
+    t: usize,
+    nr: usize,
+    k: usize,
+    wf: &[f32],
+    no: usize,
+    dst: &mut [f32],
+) {
+    let xs: [&[f32]; R] = std::array::from_fn(|r| &xb[(t + r) * k..(t + r + 1) * k]);
+    let mut o = 0;
+    while o + 4 <= no {
+        let ws: [&[f32]; 4] = std::array::from_fn(|c| &wf[(o + c) * k..(o + c + 1) * k]);
+        let res = micro::<R, 4>(xs, ws, k);
+        for (r, row) in res.iter().enumerate() {
+            for (c, &v) in row.iter().enumerate() {
+                dst[(o + c) * nr + t + r] = v;
+            }
+        }
+        o += 4;
+    }
+    while o < no {
+        let res = micro::<R, 1>(xs, [&wf[o * k..(o + 1) * k]], k);
+        for (r, row) in res.iter().enumerate() {
+            dst[o * nr + t + r] = row[0];
+        }
+        o += 1;
+    }
+}
+
+/// Computes `dst[o][t] = Σ_i xb[t][i] · wf[o][i]` for `nr` rows and `no`
+/// outputs (`dst` is `[no, nr]`, i.e. transposed).
+fn block_kernel(xb: &[f32], nr: usize, k: usize, wf: &[f32], no: usize, dst: &mut [f32]) {
+    let mut t = 0;
+    while t + 2 <= nr {
+        rows_pass::<2>(xb, t, nr, k, wf, no, dst);
+        t += 2;
+    }
+    if t < nr {
+        rows_pass::<1>(xb, t, nr, k, wf, no, dst);
+    }
+}
+
+/// Computes the transposed product `yt[o][t]` for the `nr` rows of `xb` and
+/// every output feature, in blocks of `nb` output features.
+#[allow(clippy::too_many_arguments)]
+fn out_blocks<W: WeightElem>(
+    xb: &[f32],
+    nr: usize,
+    in_f: usize,
+    w: &[W],
+    nb: usize,
+    yt: &mut [f32],
+    parallel: bool,
+) {
+    let task = |(b, dst): (usize, &mut [f32])| {
+        let o0 = b * nb;
+        let no = dst.len() / nr;
+        let wb = &w[o0 * in_f..(o0 + no) * in_f];
+        let converted;
+        let wf: &[f32] = match W::as_f32_slice(wb) {
+            Some(s) => s,
+            None => {
+                let mut buf = vec![0.0f32; wb.len()];
+                W::convert_slice(wb, &mut buf);
+                converted = buf;
+                &converted
+            }
+        };
+        block_kernel(xb, nr, in_f, wf, no, dst);
+    };
+    if parallel {
+        yt.par_chunks_mut(nb * nr).enumerate().for_each(task);
+    } else {
+        yt.chunks_mut(nb * nr).enumerate().for_each(task);
+    }
+}
+
+/// Writes `y[t][o] = yt[o][t] + bias[o]` for a block of `nr` rows.
+fn transpose_bias(yt: &[f32], nr: usize, out_f: usize, bias: Option<&[f32]>, y: &mut [f32]) {
+    const TILE: usize = 16;
+    for o0 in (0..out_f).step_by(TILE) {
+        let o1 = (o0 + TILE).min(out_f);
+        for (t, yrow) in y.chunks_exact_mut(out_f).enumerate().take(nr) {
+            for o in o0..o1 {
+                let b = bias.map_or(0.0, |b| b[o]);
+                yrow[o] = yt[o * nr + t] + b;
+            }
+        }
+    }
+}
+
+/// Linear layer: `y[t, o] = Σ_i x[t, i] · w[o, i] + bias[o]`.
+///
+/// * `x` is `[rows, in_f]` row-major f32 activations;
+/// * `w` is `[out_f, in_f]` row-major (PyTorch `nn.Linear` layout) with
+///   elements f32, f16 or bf16, converted to f32 once per block and reused
+///   for every row;
+/// * `bias`, if given, has `out_f` elements;
+/// * `y` is `[rows, out_f]` and is overwritten.
+///
+/// Accumulates in f32. Runs in `pool`, split over blocks of rows and of
+/// output features, unless the work (`rows · in_f · out_f`) is tiny.
+#[allow(clippy::too_many_arguments)]
+pub fn linear<W: WeightElem>(
+    x: &[f32],
+    rows: usize,
+    in_f: usize,
+    w: &[W],
+    out_f: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
+    debug_assert_eq!(x.len(), rows * in_f, "x must be [rows, in_f]");
+    debug_assert_eq!(w.len(), out_f * in_f, "w must be [out_f, in_f]");
+    debug_assert_eq!(y.len(), rows * out_f, "y must be [rows, out_f]");
+    if let Some(b) = bias {
+        debug_assert_eq!(b.len(), out_f, "bias must have out_f elements");
+    }
+    if rows == 0 || out_f == 0 {
+        return;
+    }
+    let work = rows.saturating_mul(in_f).saturating_mul(out_f);
+    let threads = pool.current_num_threads().max(1);
+    let parallel = threads > 1 && work >= PAR_THRESHOLD;
+
+    let rb = ROW_BLOCK.min(rows);
+    let n_row_blocks = rows.div_ceil(rb);
+    // Output-feature block size: about W_BLOCK_FLOATS converted weights, but
+    // small enough to give every thread a few tasks; a multiple of 4.
+    let mut nb = (W_BLOCK_FLOATS / in_f.max(1)).clamp(4, 256);
+    if parallel {
+        let per_task = (out_f * n_row_blocks) / (4 * threads);
+        nb = nb.min(per_task.max(4));
+    }
+    let nb = nb.div_ceil(4) * 4;
+
+    let row_task = |(rbi, y_chunk): (usize, &mut [f32])| {
+        let r0 = rbi * rb;
+        let nr = y_chunk.len() / out_f;
+        let xb = &x[r0 * in_f..(r0 + nr) * in_f];
+        if nr == 1 {
+            // The transposed layout of a single row is the row itself.
+            out_blocks(xb, 1, in_f, w, nb, y_chunk, parallel);
+            if let Some(b) = bias {
+                for (d, &bv) in y_chunk.iter_mut().zip(b) {
+                    *d += bv;
+                }
+            }
+        } else {
+            let mut yt = vec![0.0f32; out_f * nr];
+            out_blocks(xb, nr, in_f, w, nb, &mut yt, parallel);
+            transpose_bias(&yt, nr, out_f, bias, y_chunk);
+        }
+    };
+    if parallel {
+        pool.install(|| y.par_chunks_mut(rb * out_f).enumerate().for_each(row_task));
+    } else {
+        y.chunks_mut(rb * out_f).enumerate().for_each(row_task);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
+
+    /// f64 reference on the f32-converted weights.
+    fn reference(
+        x: &[f32],
+        rows: usize,
+        in_f: usize,
+        w: &[f32],
+        out_f: usize,
+        bias: Option<&[f32]>,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let mut y = vec![0.0f64; rows * out_f];
+        let mut mag = vec![0.0f64; rows * out_f];
+        for t in 0..rows {
+            for o in 0..out_f {
+                let mut s = bias.map_or(0.0, |b| b[o] as f64);
+                let mut m = s.abs();
+                for i in 0..in_f {
+                    let p = x[t * in_f + i] as f64 * w[o * in_f + i] as f64;
+                    s += p;
+                    m += p.abs();
+                }
+                y[t * out_f + o] = s;
+                mag[t * out_f + o] = m;
+            }
+        }
+        (y, mag)
+    }
+
+    /// Tolerance: `|y - ref| <= 1e-5 * (1 + Σ_i |x_i w_i| + |b|)`.
+    fn check<W: WeightElem>(
+        rng: &mut Rng,
+        rows: usize,
+        in_f: usize,
+        out_f: usize,
+        with_bias: bool,
+        make: impl Fn(f32) -> W,
+        pool: &ThreadPool,
+    ) {
+        let x = rng.vec(rows * in_f, 1.0);
+        let w: Vec<W> = rng.vec(out_f * in_f, 1.0).into_iter().map(make).collect();
+        let wf: Vec<f32> = w.iter().map(|&v| v.to_f32()).collect();
+        let b = rng.vec(out_f, 1.0);
+        let bias = with_bias.then_some(&b[..]);
+        let mut y = vec![f32::NAN; rows * out_f];
+        linear(&x, rows, in_f, &w, out_f, bias, &mut y, pool);
+        let (want, mag) = reference(&x, rows, in_f, &wf, out_f, bias);
+        for i in 0..y.len() {
+            let err = (y[i] as f64 - want[i]).abs();
+            assert!(
+                err <= 1e-5 * (1.0 + mag[i]),
+                "rows={rows} in_f={in_f} out_f={out_f} idx={i}: got {} want {}",
+                y[i],
+                want[i]
+            );
+        }
+    }
+
+    #[test]
+    fn linear_matches_reference_all_dtypes() {
+        let mut rng = Rng::new(1);
+        let pools = [pool1(), pool2()];
+        for pool in &pools {
+            for &rows in &[1, 2, 3, 5, 67] {
+                for &in_f in &[1, 7, 33, 100] {
+                    for &out_f in &[1, 3, 5, 17, 40] {
+                        let bias = (rows + in_f + out_f) % 2 == 0;
+                        check(&mut rng, rows, in_f, out_f, bias, |v| v, pool);
+                        check(&mut rng, rows, in_f, out_f, !bias, f16::from_f32, pool);
+                        check(&mut rng, rows, in_f, out_f, bias, bf16::from_f32, pool);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn linear_large_parallel() {
+        let mut rng = Rng::new(2);
+        let pool = pool2();
+        // Decode-shaped, prefill-shaped (several row blocks) and odd shapes,
+        // all above the parallel threshold.
+        for &(rows, in_f, out_f) in &[(1, 300, 130), (130, 100, 37), (70, 257, 9), (3, 1000, 61)] {
+            check(&mut rng, rows, in_f, out_f, true, |v| v, &pool);
+            check(&mut rng, rows, in_f, out_f, false, f16::from_f32, &pool);
+            check(&mut rng, rows, in_f, out_f, true, bf16::from_f32, &pool);
+        }
+    }
+
+    #[test]
+    fn linear_degenerate() {
+        let pool = pool2();
+        let mut y = vec![f32::NAN; 6];
+        linear::<f32>(&[], 2, 0, &[], 3, Some(&[1.0, 2.0, 3.0]), &mut y, &pool);
+        assert_eq!(y, [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+        linear::<f32>(&[], 0, 4, &[0.0; 8], 2, None, &mut [], &pool);
+    }
+
+    #[test]
+    fn dot_and_axpy() {
+        let mut rng = Rng::new(3);
+        for n in [0, 1, 7, 15, 16, 33, 100, 1000] {
+            let a = rng.vec(n, 1.0);
+            let b = rng.vec(n, 1.0);
+            let want: f64 = a.iter().zip(&b).map(|(&x, &y)| x as f64 * y as f64).sum();
+            let mag: f64 = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| (x as f64 * y as f64).abs())
+                .sum();
+            assert!((dot(&a, &b) as f64 - want).abs() <= 1e-6 * (1.0 + mag));
+            let mut y = b.clone();
+            axpy(0.5, &a, &mut y);
+            for i in 0..n {
+                assert!((y[i] as f64 - (b[i] as f64 + 0.5 * a[i] as f64)).abs() <= 1e-6);
+            }
+        }
+    }
+}

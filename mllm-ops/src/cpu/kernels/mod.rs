@@ -1,0 +1,96 @@
+//! Pure CPU compute kernels over `f32` slices.
+//!
+//! Every kernel works on plain slices (no framework types). Activations are
+//! `f32`, row-major, one row per token. Kernels whose work can be large take a
+//! `&rayon::ThreadPool` and run in it; they fall back to a serial loop when the
+//! work is tiny. Slice-length preconditions are checked with `debug_assert!`.
+
+pub mod activation;
+pub mod attention;
+pub mod elementwise;
+pub mod embedding;
+pub mod matmul;
+pub mod norm;
+pub mod rope;
+pub mod softmax;
+
+pub use activation::{geglu, geglu_tanh, gelu, gelu_tanh, relu, silu, swiglu};
+pub use attention::{attention, AttnShape};
+pub use elementwise::{add, add_assign, mul, mul_assign};
+pub use embedding::embedding;
+pub use matmul::{axpy, dot, linear, WeightElem};
+pub use norm::{layer_norm, rms_norm};
+pub use rope::{apply_rope, rope_inv_freq, Llama3Scaling};
+pub use softmax::softmax_rows;
+
+/// Work (in multiply-adds or comparable scalar operations) below which a
+/// kernel runs serially instead of dispatching to the thread pool.
+pub(crate) const PAR_THRESHOLD: usize = 32 * 1024;
+
+/// Helpers shared by the kernel tests.
+#[cfg(test)]
+pub(crate) mod test_util {
+    /// A tiny deterministic PRNG (xorshift64*).
+    pub struct Rng(u64);
+
+    impl Rng {
+        /// Creates a generator from a seed (any value, zero included).
+        pub fn new(seed: u64) -> Self {
+            Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+        }
+
+        /// Next raw 64-bit value.
+        pub fn next_u64(&mut self) -> u64 {
+            let mut x = self.0;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            self.0 = x;
+            x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+
+        /// Uniform in `[-1, 1)`.
+        pub fn uniform(&mut self) -> f32 {
+            ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        }
+
+        /// `n` values uniform in `[-scale, scale)`.
+        pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+            (0..n).map(|_| self.uniform() * scale).collect()
+        }
+
+        /// Uniform integer in `0..n`.
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next_u64() % n as u64) as usize
+        }
+    }
+
+    /// Asserts `|got - want| <= atol + rtol * |want|` element-wise.
+    #[track_caller]
+    pub fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64) {
+        assert_eq!(got.len(), want.len(), "length mismatch");
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            let err = (g as f64 - w).abs();
+            assert!(
+                err <= atol + rtol * w.abs(),
+                "index {i}: got {g}, want {w}, |err| = {err:e}"
+            );
+        }
+    }
+
+    /// A two-thread pool.
+    pub fn pool2() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("building a thread pool")
+    }
+
+    /// A one-thread pool.
+    pub fn pool1() -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("building a thread pool")
+    }
+}

@@ -1,0 +1,62 @@
+//! The CPU backend: every op, multi-threaded on an explicit thread pool.
+
+pub mod kernels;
+pub mod ops;
+pub mod weights;
+
+use std::sync::Arc;
+
+use mllm_core::op::{Op, OpDesc};
+use mllm_core::{Backend, Error, Result};
+use rayon::ThreadPool;
+
+use ops::*;
+
+/// Creates CPU ops that share one worker pool.
+pub struct CpuBackend {
+    pool: Arc<ThreadPool>,
+}
+
+impl CpuBackend {
+    /// A backend with `threads` workers (0: one per available core).
+    pub fn new(threads: usize) -> Result<Self> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("mllm-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::InvalidInput(format!("cannot start {threads} CPU threads: {e}")))?;
+        Ok(CpuBackend {
+            pool: Arc::new(pool),
+        })
+    }
+
+    /// Number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+
+    fn create_op(&self, desc: &OpDesc) -> Result<Box<dyn Op>> {
+        let pool = || Arc::clone(&self.pool);
+        Ok(match desc {
+            OpDesc::Embedding(p) => Box::new(EmbeddingOp::new(p.clone())),
+            OpDesc::Linear(p) => Box::new(LinearOp::new(p.clone(), pool())),
+            OpDesc::RmsNorm(p) => Box::new(RmsNormOp::new(p.clone())),
+            OpDesc::LayerNorm(p) => Box::new(LayerNormOp::new(p.clone())),
+            OpDesc::Rope(p) => Box::new(RopeOp::new(p.clone())?),
+            OpDesc::Activation(a) => Box::new(ActivationOp::new(*a)),
+            OpDesc::SwiGlu => Box::new(SwiGluOp),
+            OpDesc::Add => Box::new(BinaryOp::add()),
+            OpDesc::Mul => Box::new(BinaryOp::mul()),
+            OpDesc::Softmax => Box::new(SoftmaxOp),
+            OpDesc::KvCache(p) => Box::new(KvCacheOp::new(p.clone())?),
+            OpDesc::Attention(p) => Box::new(AttentionOp::new(p.clone(), pool())?),
+            OpDesc::SelectLogitsRows => Box::new(SelectLogitsRowsOp),
+        })
+    }
+}

@@ -1,0 +1,100 @@
+//! Causal attention of the step's queries over each sequence's KV cache.
+
+use std::sync::Arc;
+
+use mllm_core::op::{AttentionParams, Op, OpInput};
+use mllm_core::step::StepLayout;
+use mllm_core::{Error, Result, Shape};
+use rayon::ThreadPool;
+
+use super::expect_rows;
+use super::kv_cache::KvCacheState;
+use crate::cpu::kernels::attention::{attention, AttnShape};
+
+/// The CPU attention op.
+pub struct AttentionOp {
+    shape: AttnShape,
+    pool: Arc<ThreadPool>,
+}
+
+impl AttentionOp {
+    /// An attention op, validating the head layout.
+    pub fn new(p: AttentionParams, pool: Arc<ThreadPool>) -> Result<Self> {
+        if p.n_kv_heads == 0 || p.n_heads % p.n_kv_heads != 0 {
+            return Err(Error::Config(format!(
+                "attention heads ({}) must be a multiple of KV heads ({})",
+                p.n_heads, p.n_kv_heads
+            )));
+        }
+        if p.sliding_window == Some(0) {
+            return Err(Error::Config("sliding window must be positive".into()));
+        }
+        Ok(AttentionOp {
+            shape: AttnShape {
+                n_heads: p.n_heads,
+                n_kv_heads: p.n_kv_heads,
+                head_dim: p.head_dim,
+                scale: p.scale,
+                sliding_window: p.sliding_window,
+            },
+            pool,
+        })
+    }
+}
+
+impl Op for AttentionOp {
+    fn reshape(&mut self, inputs: &[&Shape], _step: &StepLayout) -> Result<Shape> {
+        let width = self.shape.n_heads * self.shape.head_dim;
+        let rows = expect_rows("attention", "queries", inputs[0], width)?;
+        Ok(Shape::new([rows, width]))
+    }
+
+    fn execute(
+        &mut self,
+        inputs: &[OpInput<'_>],
+        output: &mut [f32],
+        step: &StepLayout,
+    ) -> Result<()> {
+        let q = inputs[0].tensor("attention")?;
+        let OpInput::State(state) = inputs[1] else {
+            return Err(Error::shape("attention", "second input must be a KV cache"));
+        };
+        let cache = state
+            .downcast_ref::<KvCacheState>()
+            .ok_or_else(|| Error::shape("attention", "second input is not a CPU KV cache"))?;
+        let width = self.shape.n_heads * self.shape.head_dim;
+        if cache.row_len() != self.shape.n_kv_heads * self.shape.head_dim {
+            return Err(Error::shape(
+                "attention",
+                format!(
+                    "KV rows of {} floats do not match {} KV heads of {}",
+                    cache.row_len(),
+                    self.shape.n_kv_heads,
+                    self.shape.head_dim
+                ),
+            ));
+        }
+        for seq in &step.seqs {
+            if cache.len(seq.slot) < seq.past + seq.len {
+                return Err(Error::InvalidInput(format!(
+                    "KV cache slot {} holds {} positions, attention needs {}",
+                    seq.slot,
+                    cache.len(seq.slot),
+                    seq.past + seq.len
+                )));
+            }
+            let rows = seq.start * width..(seq.start + seq.len) * width;
+            attention(
+                &q.data[rows.clone()],
+                seq.len,
+                seq.past,
+                cache.keys(seq.slot),
+                cache.values(seq.slot),
+                &self.shape,
+                &mut output[rows],
+                &self.pool,
+            );
+        }
+        Ok(())
+    }
+}

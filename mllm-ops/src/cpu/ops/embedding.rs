@@ -1,0 +1,70 @@
+//! Token embedding lookup.
+
+use mllm_core::op::{EmbeddingParams, Op, OpInput};
+use mllm_core::step::StepLayout;
+use mllm_core::weights::WeightSource;
+use mllm_core::{Error, Result, Shape};
+
+use crate::cpu::kernels::embedding::embedding;
+use crate::cpu::weights::{FloatSlice, FloatWeight};
+
+/// The CPU embedding op.
+pub struct EmbeddingOp {
+    params: EmbeddingParams,
+    table: Option<FloatWeight>,
+}
+
+impl EmbeddingOp {
+    /// An unloaded embedding op.
+    pub fn new(params: EmbeddingParams) -> Self {
+        EmbeddingOp {
+            params,
+            table: None,
+        }
+    }
+}
+
+impl Op for EmbeddingOp {
+    fn load(&mut self, weights: &dyn WeightSource) -> Result<()> {
+        let p = &self.params;
+        self.table = Some(FloatWeight::load(
+            weights,
+            &p.weight,
+            &[p.vocab, p.dim],
+            "embedding",
+        )?);
+        Ok(())
+    }
+
+    fn reshape(&mut self, inputs: &[&Shape], _step: &StepLayout) -> Result<Shape> {
+        Ok(Shape::new([inputs[0].numel(), self.params.dim]))
+    }
+
+    fn execute(
+        &mut self,
+        inputs: &[OpInput<'_>],
+        output: &mut [f32],
+        _step: &StepLayout,
+    ) -> Result<()> {
+        let OpInput::Tokens(ids) = inputs[0] else {
+            return Err(Error::shape("embedding", "input must be token ids"));
+        };
+        let p = &self.params;
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= p.vocab) {
+            return Err(Error::InvalidInput(format!(
+                "token id {bad} is outside the vocabulary of {} tokens",
+                p.vocab
+            )));
+        }
+        let table = self
+            .table
+            .as_ref()
+            .ok_or_else(|| Error::InvalidInput("embedding ran before load".into()))?;
+        match table.slice() {
+            FloatSlice::F32(t) => embedding(ids, t, p.dim, output),
+            FloatSlice::F16(t) => embedding(ids, t, p.dim, output),
+            FloatSlice::BF16(t) => embedding(ids, t, p.dim, output),
+        }
+        Ok(())
+    }
+}

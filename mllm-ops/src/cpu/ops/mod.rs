@@ -1,0 +1,32 @@
+//! CPU implementations of every [`OpDesc`](mllm_core::OpDesc).
+
+mod attention;
+mod elementwise;
+mod embedding;
+mod kv_cache;
+mod linear;
+mod norm;
+mod rope;
+mod select_rows;
+
+pub use attention::AttentionOp;
+pub use elementwise::{ActivationOp, BinaryOp, SoftmaxOp, SwiGluOp};
+pub use embedding::EmbeddingOp;
+pub use kv_cache::{KvCacheOp, KvCacheState};
+pub use linear::LinearOp;
+pub use norm::{LayerNormOp, RmsNormOp};
+pub use rope::RopeOp;
+pub use select_rows::SelectLogitsRowsOp;
+
+use mllm_core::{Error, Result, Shape};
+
+/// Checks that `shape` is `[rows, cols]` and returns `rows`.
+pub(crate) fn expect_rows(op: &str, what: &str, shape: &Shape, cols: usize) -> Result<usize> {
+    match shape.dims() {
+        [rows, c] if *c == cols => Ok(*rows),
+        _ => Err(Error::shape(
+            op,
+            format!("{what} must be [tokens, {cols}], got {shape}"),
+        )),
+    }
+}
