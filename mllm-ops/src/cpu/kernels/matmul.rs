@@ -1,7 +1,6 @@
 //! Linear layer (`x · Wᵀ + b`) with f32, f16 or bf16 weights, plus the `dot`
 //! and `axpy` building blocks shared by other kernels.
 
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 use rayon::ThreadPool;
@@ -69,8 +68,10 @@ impl WeightElem for f16 {
     #[inline]
     fn convert_slice(src: &[Self], dst: &mut [f32]) {
         debug_assert_eq!(src.len(), dst.len());
-        let n = src.len().min(dst.len());
-        src[..n].convert_to_f32_slice(&mut dst[..n]);
+        let bits: &[u16] = bytemuck::cast_slice(src);
+        for (d, &h) in dst.iter_mut().zip(bits) {
+            *d = f16_bits_to_f32(h);
+        }
     }
 }
 
@@ -83,9 +84,31 @@ impl WeightElem for bf16 {
     #[inline]
     fn convert_slice(src: &[Self], dst: &mut [f32]) {
         debug_assert_eq!(src.len(), dst.len());
-        let n = src.len().min(dst.len());
-        src[..n].convert_to_f32_slice(&mut dst[..n]);
+        let bits: &[u16] = bytemuck::cast_slice(src);
+        for (d, &b) in dst.iter_mut().zip(bits) {
+            *d = f32::from_bits((b as u32) << 16);
+        }
     }
+}
+
+/// Exact IEEE binary16 → binary32 conversion, written with masks instead
+/// of branches so that slice conversions vectorise without F16C.
+#[inline(always)]
+fn f16_bits_to_f32(h: u16) -> f32 {
+    const MAGIC: u32 = 113 << 23; // 2^-14 as f32 bits
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = (h & 0x7fff) << 13; // exponent and mantissa in f32 position
+    let exp = em & 0x0f80_0000;
+    let is_special = 0u32.wrapping_sub((exp == 0x0f80_0000) as u32);
+    let is_sub = 0u32.wrapping_sub((exp == 0) as u32);
+    // Rebias the exponent from 15 to 127; infinities and NaNs get the
+    // all-ones exponent; subnormals and zeros become 2^-14 · (1 + m/1024).
+    let bits = em + ((127 - 15) << 23) + (is_special & ((128 - 16) << 23)) + (is_sub & (1 << 23));
+    // Subtracting 2^-14 leaves m · 2^-24 exactly for subnormals; subtracting
+    // 0 leaves normals and infinities unchanged and quiets NaNs (as F16C).
+    let v = f32::from_bits(bits) - f32::from_bits(is_sub & MAGIC);
+    f32::from_bits(v.to_bits() | sign)
 }
 
 /// Dot product `Σ a[i]·b[i]` of two equally long slices, accumulated in f32
@@ -240,26 +263,29 @@ fn out_blocks<W: WeightElem>(
     yt: &mut [f32],
     parallel: bool,
 ) {
-    let task = |(b, dst): (usize, &mut [f32])| {
+    let task = |buf: &mut Vec<f32>, (b, dst): (usize, &mut [f32])| {
         let o0 = b * nb;
         let no = dst.len() / nr;
         let wb = &w[o0 * in_f..(o0 + no) * in_f];
-        let converted;
         let wf: &[f32] = match W::as_f32_slice(wb) {
             Some(s) => s,
             None => {
-                let mut buf = vec![0.0f32; wb.len()];
-                W::convert_slice(wb, &mut buf);
-                converted = buf;
-                &converted
+                buf.resize(wb.len(), 0.0);
+                W::convert_slice(wb, &mut buf[..wb.len()]);
+                &buf[..wb.len()]
             }
         };
         block_kernel(xb, nr, in_f, wf, no, dst);
     };
     if parallel {
-        yt.par_chunks_mut(nb * nr).enumerate().for_each(task);
+        yt.par_chunks_mut(nb * nr)
+            .enumerate()
+            .for_each_init(Vec::new, task);
     } else {
-        yt.chunks_mut(nb * nr).enumerate().for_each(task);
+        let mut buf = Vec::new();
+        for item in yt.chunks_mut(nb * nr).enumerate() {
+            task(&mut buf, item);
+        }
     }
 }
 
@@ -447,6 +473,30 @@ mod tests {
         linear::<f32>(&[], 2, 0, &[], 3, Some(&[1.0, 2.0, 3.0]), &mut y, &pool);
         assert_eq!(y, [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
         linear::<f32>(&[], 0, 4, &[0.0; 8], 2, None, &mut [], &pool);
+    }
+
+    #[test]
+    fn half_conversions_are_exact() {
+        let all: Vec<u16> = (0..=u16::MAX).collect();
+        let h: Vec<f16> = all.iter().map(|&b| f16::from_bits(b)).collect();
+        let b: Vec<bf16> = all.iter().map(|&b| bf16::from_bits(b)).collect();
+        let mut out = vec![0.0f32; all.len()];
+        f16::convert_slice(&h, &mut out);
+        for (x, &y) in h.iter().zip(&out) {
+            let want = x.to_f32();
+            assert!(
+                want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
+                "{x:?}"
+            );
+        }
+        bf16::convert_slice(&b, &mut out);
+        for (x, &y) in b.iter().zip(&out) {
+            let want = x.to_f32();
+            assert!(
+                want.to_bits() == y.to_bits() || (want.is_nan() && y.is_nan()),
+                "{x:?}"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,293 @@
+//! Corrupt and mismatched `.mllm` files each give a distinct, named error.
+
+mod common;
+
+use common::*;
+use mllm::core::file::{MllmFile, MllmWriter, TensorSpec, META_ENTRY};
+use mllm::core::{DType, Error};
+use mllm::models::{LoadOptions, Model};
+
+/// Byte positions of one index entry's fields.
+struct EntryPos {
+    name: String,
+    len_at: usize,
+    offset_at: usize,
+    dtype_at: usize,
+}
+
+fn index_positions(bytes: &[u8]) -> Vec<EntryPos> {
+    let index_size = u64::from_le_bytes(bytes[4..12].try_into().unwrap()) as usize;
+    let mut pos = 12;
+    let mut out = Vec::new();
+    while pos < 12 + index_size {
+        let n = i32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        let name = String::from_utf8(bytes[pos + 4..pos + 4 + n].to_vec()).unwrap();
+        let len_at = pos + 4 + n;
+        out.push(EntryPos {
+            name,
+            len_at,
+            offset_at: len_at + 8,
+            dtype_at: len_at + 16,
+        });
+        pos = len_at + 20;
+    }
+    out
+}
+
+fn entry<'a>(entries: &'a [EntryPos], name: &str) -> &'a EntryPos {
+    entries.iter().find(|e| e.name == name).unwrap()
+}
+
+/// Writes `bytes` to a temp file and opens it.
+fn open_bytes(bytes: &[u8]) -> Result<MllmFile, Error> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.mllm");
+    std::fs::write(&path, bytes).unwrap();
+    MllmFile::open(&path)
+}
+
+fn good_file() -> (Converted, Vec<u8>) {
+    let c = convert_to(&fixture("tiny-llama"), DType::F32);
+    let bytes = std::fs::read(&c.path).unwrap();
+    (c, bytes)
+}
+
+#[test]
+fn wrong_magic() {
+    let (_c, mut bytes) = good_file();
+    bytes[..4].copy_from_slice(&1234i32.to_le_bytes());
+    match open_bytes(&bytes) {
+        Err(Error::BadMagic {
+            found: 1234,
+            expected: 20012,
+        }) => {}
+        other => panic!("expected BadMagic, got {other:?}"),
+    }
+}
+
+#[test]
+fn truncated_index() {
+    let (_c, bytes) = good_file();
+    for cut in [2, 10, 40] {
+        match open_bytes(&bytes[..cut]) {
+            Err(Error::TruncatedIndex(_)) => {}
+            other => panic!("cut at {cut}: expected TruncatedIndex, got {other:?}"),
+        }
+    }
+    // An index size larger than the file.
+    let mut big = bytes.clone();
+    big[4..12].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+    assert!(matches!(open_bytes(&big), Err(Error::TruncatedIndex(_))));
+}
+
+#[test]
+fn offset_or_length_past_end_of_file() {
+    let (_c, bytes) = good_file();
+    let entries = index_positions(&bytes);
+    let e = entry(&entries, "model.norm.weight");
+    let file_len = bytes.len() as u64;
+
+    let mut past_offset = bytes.clone();
+    past_offset[e.offset_at..e.offset_at + 8].copy_from_slice(&(file_len - 8).to_le_bytes());
+    match open_bytes(&past_offset) {
+        Err(Error::TensorOutOfBounds { name, .. }) => assert_eq!(name, "model.norm.weight"),
+        other => panic!("expected TensorOutOfBounds, got {other:?}"),
+    }
+
+    let mut past_len = bytes.clone();
+    past_len[e.len_at..e.len_at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    match open_bytes(&past_len) {
+        Err(Error::TensorOutOfBounds { name, len, .. }) => {
+            assert_eq!(name, "model.norm.weight");
+            assert_eq!(len, u64::MAX);
+        }
+        other => panic!("expected TensorOutOfBounds, got {other:?}"),
+    }
+}
+
+#[test]
+fn unknown_dtype() {
+    let (_c, mut bytes) = good_file();
+    let entries = index_positions(&bytes);
+    let e = entry(&entries, "lm_head.weight");
+    bytes[e.dtype_at..e.dtype_at + 4].copy_from_slice(&77i32.to_le_bytes());
+    match open_bytes(&bytes) {
+        Err(Error::UnknownDType { name, code: 77 }) => assert_eq!(name, "lm_head.weight"),
+        other => panic!("expected UnknownDType, got {other:?}"),
+    }
+}
+
+#[test]
+fn size_not_matching_shape() {
+    let (_c, bytes) = good_file();
+    let needle = br#""model.norm.weight":[64]"#;
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
+    let mut patched = bytes.clone();
+    patched[at..at + needle.len()].copy_from_slice(br#""model.norm.weight":[65]"#);
+    match open_bytes(&patched) {
+        Err(Error::SizeMismatch {
+            name, shape, len, ..
+        }) => {
+            assert_eq!(name, "model.norm.weight");
+            assert_eq!(shape, vec![65]);
+            assert_eq!(len, 256);
+        }
+        other => panic!("expected SizeMismatch, got {other:?}"),
+    }
+}
+
+#[test]
+fn malformed_metadata_json() {
+    let (_c, mut bytes) = good_file();
+    let file = open_bytes(&bytes).unwrap();
+    let meta_offset = file.entries()[META_ENTRY].offset as usize;
+    bytes[meta_offset] = b'#';
+    match open_bytes(&bytes) {
+        Err(Error::BadMetadata { entry, .. }) => assert_eq!(entry, META_ENTRY),
+        other => panic!("expected BadMetadata, got {other:?}"),
+    }
+}
+
+/// Rewrites a converted file, leaving out `skip`, optionally without metadata.
+fn rewrite(src: &std::path::Path, dst: &std::path::Path, skip: &str, with_metadata: bool) {
+    let file = MllmFile::open(src).unwrap();
+    let mut w = MllmWriter::new();
+    if with_metadata {
+        w.metadata(file.metadata().unwrap().clone());
+    }
+    let names: Vec<String> = file
+        .metadata()
+        .unwrap()
+        .tensors
+        .keys()
+        .filter(|n| n.as_str() != skip)
+        .cloned()
+        .collect();
+    for n in &names {
+        let t = file.tensor(n).unwrap();
+        w.add_tensor(TensorSpec::new(
+            n.clone(),
+            t.dtype(),
+            t.shape().dims().to_vec(),
+        ))
+        .unwrap();
+    }
+    w.write(dst, |_, spec| {
+        Ok(file.tensor(&spec.name)?.bytes().to_vec().into())
+    })
+    .unwrap();
+}
+
+#[test]
+fn missing_tensor() {
+    let (c, _) = good_file();
+    let dst = c.dir.path().join("missing.mllm");
+    rewrite(&c.path, &dst, "model.layers.1.mlp.up_proj.weight", true);
+    match Model::load(&dst, &LoadOptions::default()) {
+        Err(Error::MissingTensor(name)) => assert_eq!(name, "model.layers.1.mlp.up_proj.weight"),
+        Err(other) => panic!("expected MissingTensor, got {other:?}"),
+        Ok(_) => panic!("expected MissingTensor, got a model"),
+    }
+}
+
+/// A plain mllm v1 file (no metadata) loads when the config is given, and
+/// says what is missing when it is not.
+#[test]
+fn plain_v1_file_needs_config() {
+    let (c, _) = good_file();
+    let dst = c.dir.path().join("plain.mllm");
+    rewrite(&c.path, &dst, "", false);
+    let plain = MllmFile::open(&dst).unwrap();
+    assert!(plain.metadata().is_none());
+    match Model::load(&dst, &LoadOptions::default()) {
+        Err(Error::Config(msg)) => assert!(msg.contains("config.json"), "{msg}"),
+        Err(other) => panic!("expected Config, got {other:?}"),
+        Ok(_) => panic!("a file without metadata or config must not load"),
+    }
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("tiny-llama/config.json")).unwrap()).unwrap();
+    let opts = LoadOptions {
+        config: Some(config),
+        threads: 2,
+        ..Default::default()
+    };
+    let mut plain_model = Model::load(&dst, &opts).unwrap();
+    let mut full_model = load(&c.path);
+    let ids = Reference::load("tiny-llama").ids("/inputs/short");
+    let step = |m: &mut Model| {
+        m.step(&mllm::core::StepInput::single(
+            0,
+            ids.clone(),
+            mllm::core::LogitsMode::All,
+        ))
+        .unwrap()
+    };
+    assert_eq!(step(&mut plain_model), step(&mut full_model));
+}
+
+/// A plain file whose tensor has the wrong byte size for the model's shape.
+#[test]
+fn plain_v1_size_mismatch_against_model_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short.mllm");
+    let mut w = MllmWriter::new();
+    w.add_tensor(TensorSpec::new(
+        "model.embed_tokens.weight",
+        DType::F32,
+        vec![10],
+    ))
+    .unwrap();
+    w.write(&path, |_, _| Ok(vec![0u8; 40].into())).unwrap();
+    let file = MllmFile::open(&path).unwrap();
+    match file.tensor_with_shape("model.embed_tokens.weight", &[256, 64]) {
+        Err(Error::SizeMismatch { expected, len, .. }) => {
+            assert_eq!(expected, 256 * 64 * 4);
+            assert_eq!(len, 40);
+        }
+        other => panic!("expected SizeMismatch, got {other:?}"),
+    }
+}
+
+#[test]
+fn file_round_trips_byte_exactly() {
+    let (c, bytes) = good_file();
+    let file = MllmFile::open(&c.path).unwrap();
+    let dst = c.dir.path().join("copy.mllm");
+    let mut w = MllmWriter::new();
+    w.metadata(file.metadata().unwrap().clone());
+    if let Some(t) = file.tokenizer_json().unwrap() {
+        w.tokenizer_json(t);
+    }
+    if let Some(t) = file.chat_template().unwrap() {
+        w.chat_template(t);
+    }
+    for (name, shape) in &file.metadata().unwrap().tensors {
+        let dtype = file.entries()[name].dtype;
+        w.add_tensor(TensorSpec::new(name.clone(), dtype, shape.clone()))
+            .unwrap();
+    }
+    w.write(&dst, |_, spec| {
+        Ok(file.tensor(&spec.name)?.bytes().to_vec().into())
+    })
+    .unwrap();
+    assert_eq!(std::fs::read(&dst).unwrap(), bytes);
+    // Every tensor offset is 64-byte aligned.
+    for (name, e) in file.entries() {
+        assert_eq!(e.offset % 64, 0, "{name}");
+    }
+}
+
+#[test]
+fn failed_write_leaves_no_file_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.mllm");
+    let mut w = MllmWriter::new();
+    w.add_tensor(TensorSpec::new("a", DType::F32, vec![4]))
+        .unwrap();
+    let err = w.write(&path, |_, _| Ok(vec![0u8; 3].into())).unwrap_err();
+    assert!(matches!(err, Error::SizeMismatch { .. }), "{err:?}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

@@ -1,0 +1,153 @@
+//! Shared helpers for the end-to-end tests: fixture paths, conversion,
+//! reference arrays and comparisons.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use mllm::convert::{convert, ConvertOptions};
+use mllm::core::DType;
+use mllm::models::{LoadOptions, Model};
+
+/// `tests/fixtures/<name>`.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A converted model in a temporary directory (kept alive with the guard).
+pub struct Converted {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+/// Converts `input` (a model dir, .safetensors or index) to `dtype`.
+pub fn convert_to(input: &Path, dtype: DType) -> Converted {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.mllm");
+    convert(
+        input,
+        &path,
+        &ConvertOptions {
+            dtype,
+            progress: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("converting {}: {e}", input.display()));
+    Converted { dir, path }
+}
+
+/// Converts a fixture model directory to f32 and loads it with 2 threads.
+pub fn load_fixture(name: &str) -> (Converted, Model) {
+    let c = convert_to(&fixture(name), DType::F32);
+    let m = load(&c.path);
+    (c, m)
+}
+
+/// Loads a .mllm file with 2 threads.
+pub fn load(path: &Path) -> Model {
+    Model::load(
+        path,
+        &LoadOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+/// A reference array: shape and values.
+pub struct Array {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl Array {
+    /// Row `i` of the array viewed as `[rows, last]`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        let n = *self.shape.last().unwrap();
+        &self.data[i * n..(i + 1) * n]
+    }
+}
+
+/// The reference outputs of a fixture: `reference.json` and its arrays.
+pub struct Reference {
+    pub json: serde_json::Value,
+    pub arrays: HashMap<String, Array>,
+}
+
+impl Reference {
+    pub fn load(name: &str) -> Reference {
+        let dir = fixture(name).join("reference");
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("reference.json")).unwrap()).unwrap();
+        let bytes = std::fs::read(dir.join("reference.safetensors")).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let arrays = st
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| {
+                assert_eq!(view.dtype(), safetensors::Dtype::F32);
+                let data = view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                (
+                    name,
+                    Array {
+                        shape: view.shape().to_vec(),
+                        data,
+                    },
+                )
+            })
+            .collect();
+        Reference { json, arrays }
+    }
+
+    pub fn array(&self, name: &str) -> &Array {
+        self.arrays
+            .get(name)
+            .unwrap_or_else(|| panic!("reference array {name} missing"))
+    }
+
+    /// Token ids at a JSON pointer (e.g. `/inputs/short`).
+    pub fn ids(&self, pointer: &str) -> Vec<u32> {
+        self.json
+            .pointer(pointer)
+            .unwrap_or_else(|| panic!("reference.json has no {pointer}"))
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
+    }
+
+    /// Numbers at a JSON pointer.
+    pub fn floats(&self, pointer: &str) -> Vec<f64> {
+        self.json
+            .pointer(pointer)
+            .unwrap_or_else(|| panic!("reference.json has no {pointer}"))
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    }
+}
+
+/// Largest absolute difference of two equally long slices.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "lengths differ");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// Asserts `a` and `b` agree within `tol`, naming what was compared.
+pub fn assert_close(what: &str, a: &[f32], b: &[f32], tol: f32) {
+    let d = max_abs_diff(a, b);
+    assert!(d <= tol, "{what}: max abs diff {d} exceeds {tol}");
+}

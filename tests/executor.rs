@@ -1,0 +1,135 @@
+//! Executor behaviour: plans are reused while shapes stay the same, buffers
+//! are shared by liveness, and bad steps are clear errors.
+
+mod common;
+
+use common::*;
+use mllm::core::{Error, LogitsMode, SeqChunk, StepInput};
+use mllm::models::{LoadOptions, Model};
+
+#[test]
+fn reshape_runs_only_when_shapes_change() {
+    let (_c, mut model) = load_fixture("tiny-llama");
+    let step = |m: &mut Model, tokens: Vec<u32>| {
+        m.step(&StepInput::single(0, tokens, LogitsMode::Last))
+            .unwrap()
+    };
+    step(&mut model, vec![1, 2, 3, 4]);
+    assert_eq!(model.executor().reshape_count(), 1);
+    let arena = model.executor().arena_len();
+    for t in 5..15 {
+        step(&mut model, vec![t]);
+    }
+    assert_eq!(
+        model.executor().reshape_count(),
+        2,
+        "decode steps share one plan"
+    );
+    assert!(
+        model.executor().arena_len() <= arena,
+        "decode needs no new buffers"
+    );
+    step(&mut model, vec![7, 8, 9, 10]);
+    assert_eq!(model.executor().reshape_count(), 3);
+}
+
+#[test]
+fn buffers_are_shared_across_nodes() {
+    let (_c, mut model) = load_fixture("tiny-llama");
+    model
+        .step(&StepInput::single(0, vec![1; 40], LogitsMode::All))
+        .unwrap();
+    // Without reuse every activation would get its own buffer: the graph has
+    // over thirty [40, 64..256] values, but only a handful are live at once.
+    let nodes = model.executor().graph().nodes().len();
+    let arena = model.executor().arena_len();
+    let per_value = 40 * 128;
+    assert!(nodes > 30, "{nodes}");
+    assert!(
+        arena < 8 * per_value,
+        "arena of {arena} floats for {nodes} nodes"
+    );
+}
+
+#[test]
+fn prompt_over_the_context_is_an_error() {
+    let c = convert_to(&fixture("tiny-llama"), mllm::core::DType::F32);
+    let opts = LoadOptions {
+        max_context: Some(16),
+        threads: 1,
+        ..Default::default()
+    };
+    let mut model = Model::load(&c.path, &opts).unwrap();
+    let err = model
+        .step(&StepInput::single(0, vec![1; 17], LogitsMode::Last))
+        .unwrap_err();
+    match err {
+        Error::ContextFull {
+            slot: 0,
+            needed: 17,
+            limit: 16,
+        } => {}
+        other => panic!("expected ContextFull, got {other:?}"),
+    }
+    model
+        .step(&StepInput::single(0, vec![1; 16], LogitsMode::Last))
+        .unwrap();
+    assert!(matches!(
+        model.step(&StepInput::single(0, vec![1], LogitsMode::Last)),
+        Err(Error::ContextFull { needed: 17, .. })
+    ));
+}
+
+#[test]
+fn bad_steps_are_errors() {
+    let (_c, mut model) = load_fixture("tiny-llama");
+    let err = model
+        .step(&StepInput::single(0, vec![1, 256], LogitsMode::Last))
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput(m) if m.contains("256")),
+        "{err:?}"
+    );
+    assert_eq!(
+        model.slot_len(0),
+        0,
+        "a failed step does not advance the sequence"
+    );
+
+    let dup = StepInput {
+        chunks: vec![
+            SeqChunk {
+                slot: 3,
+                tokens: vec![1],
+            },
+            SeqChunk {
+                slot: 3,
+                tokens: vec![2],
+            },
+        ],
+        logits: LogitsMode::Last,
+    };
+    assert!(matches!(model.step(&dup), Err(Error::InvalidInput(m)) if m.contains("twice")));
+    assert!(matches!(
+        model.step(&StepInput::single(0, vec![], LogitsMode::Last)),
+        Err(Error::InvalidInput(_))
+    ));
+}
+
+#[test]
+fn slots_are_independent_and_resettable() {
+    let (_c, mut model) = load_fixture("tiny-llama");
+    let ids = Reference::load("tiny-llama").ids("/inputs/short");
+    let alone = model
+        .step(&StepInput::single(0, ids.clone(), LogitsMode::Last))
+        .unwrap();
+    model
+        .step(&StepInput::single(1, vec![5, 6, 7], LogitsMode::Last))
+        .unwrap();
+    model.reset_slot(0);
+    let again = model
+        .step(&StepInput::single(0, ids, LogitsMode::Last))
+        .unwrap();
+    assert_eq!(alone, again);
+    assert_eq!(model.slot_len(1), 3);
+}
