@@ -113,7 +113,7 @@ mod tests {
             65504.0,
             70000.0,
             1e-8,
-            -3.14159,
+            -2.71,
             f32::INFINITY,
         ];
         let src = f32_bytes(&values);

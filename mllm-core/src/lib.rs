@@ -5,6 +5,7 @@
 //! - [`graph`]: the [`Module`] / [`Layer`] / [`Op`] model and the traced [`Graph`].
 //! - [`executor`]: plans buffers by liveness and runs a graph step by step on a [`Backend`].
 
+pub mod atomic;
 pub mod backend;
 pub mod dtype;
 pub mod error;

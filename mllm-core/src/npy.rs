@@ -43,23 +43,9 @@ pub fn npy_f32_bytes(shape: &[usize], data: &[f32]) -> Result<Vec<u8>> {
 /// Writes a float32 `.npy` file atomically (temp file + rename).
 pub fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) -> Result<()> {
     let bytes = npy_f32_bytes(shape, data)?;
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp-{}",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-        std::process::id()
-    ));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()
-    };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(&tmp, e));
-    }
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    crate::atomic::write_atomically(path, |out| {
+        out.write_all(&bytes).map_err(|e| Error::io(path, e))
+    })
 }
 
 #[cfg(test)]

@@ -83,9 +83,17 @@ impl<'a> HfConfig<'a> {
             None => Ok(Vec::new()),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|v| v.as_u64().map(|n| n as u32).ok_or_else(bad))
+                .map(|v| {
+                    v.as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .ok_or_else(bad)
+                })
                 .collect(),
-            Some(v) => v.as_u64().map(|n| vec![n as u32]).ok_or_else(bad),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(|n| vec![n])
+                .ok_or_else(bad),
         }
     }
 

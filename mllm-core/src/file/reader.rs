@@ -226,17 +226,15 @@ impl MllmFile {
 }
 
 fn check_size(name: &str, entry: &IndexEntry, shape: &[usize]) -> Result<()> {
-    let numel: usize = shape.iter().product();
-    let size_error = || Error::SizeMismatch {
-        name: name.to_string(),
-        shape: shape.to_vec(),
-        dtype: entry.dtype.to_string(),
-        len: entry.len,
-        expected: entry.dtype.bytes_for(numel).unwrap_or(0) as u64,
-    };
-    let expected = entry.dtype.bytes_for(numel).map_err(|_| size_error())?;
-    if expected as u64 != entry.len {
-        return Err(size_error());
+    let expected = crate::shape::checked_numel(shape).and_then(|n| entry.dtype.bytes_for(n).ok());
+    if expected.map(|e| e as u64) != Some(entry.len) {
+        return Err(Error::SizeMismatch {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            dtype: entry.dtype.to_string(),
+            len: entry.len,
+            expected: expected.unwrap_or(0) as u64,
+        });
     }
     Ok(())
 }

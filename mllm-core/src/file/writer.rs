@@ -2,10 +2,11 @@
 
 use std::borrow::Cow;
 use std::fs::File;
-use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::io::{BufWriter, Write};
+use std::path::Path;
 
 use super::{Metadata, ALIGNMENT, CHAT_TEMPLATE_ENTRY, MAGIC, META_ENTRY, TOKENIZER_ENTRY};
+use crate::atomic::write_atomically;
 use crate::{DType, Error, Result};
 
 /// A tensor to be written: name, dtype and shape. Its bytes come later, one
@@ -32,7 +33,13 @@ impl TensorSpec {
 
     /// Bytes the tensor occupies in the file.
     pub fn byte_len(&self) -> Result<usize> {
-        self.dtype.bytes_for(self.shape.iter().product())
+        let numel = crate::shape::checked_numel(&self.shape).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "tensor '{}': shape {:?} is too large",
+                self.name, self.shape
+            ))
+        })?;
+        self.dtype.bytes_for(numel)
     }
 }
 
@@ -43,20 +50,6 @@ pub struct MllmWriter {
     tokenizer_json: Option<String>,
     chat_template: Option<String>,
     tensors: Vec<TensorSpec>,
-}
-
-/// Removes the temporary file unless the write finished.
-struct TempFileGuard {
-    path: PathBuf,
-    keep: bool,
-}
-
-impl Drop for TempFileGuard {
-    fn drop(&mut self) {
-        if !self.keep {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
 }
 
 fn align_up(x: u64) -> u64 {
@@ -111,8 +104,7 @@ impl MllmWriter {
         &self.tensors
     }
 
-    /// Writes the file atomically: everything goes to a temporary file in the
-    /// same directory, which is synced and then renamed over `path`.
+    /// Writes the file atomically (see [`write_atomically`]).
     ///
     /// `data(i, spec)` must return the bytes of tensor `i`, exactly
     /// `spec.byte_len()` of them.
@@ -164,70 +156,51 @@ impl MllmWriter {
             cursor += len;
         }
 
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
-        let dir = dir.unwrap_or(Path::new("."));
-        let file_name = path.file_name().ok_or_else(|| {
-            Error::InvalidInput(format!("output path {} has no file name", path.display()))
-        })?;
-        let tmp_path = dir.join(format!(
-            ".{}.tmp-{}",
-            file_name.to_string_lossy(),
-            std::process::id()
-        ));
-        let mut guard = TempFileGuard {
-            path: tmp_path.clone(),
-            keep: false,
-        };
-        let file = File::create(&tmp_path).map_err(|e| Error::io(&tmp_path, e))?;
-        let io = |e| Error::io(&tmp_path, e);
-        let mut out = BufWriter::new(file);
-        out.write_all(&MAGIC.to_le_bytes()).map_err(io)?;
-        out.write_all(&index_size.to_le_bytes()).map_err(io)?;
-        for ((name, len, dtype), offset) in names_and_lens.iter().zip(&offsets) {
-            out.write_all(&(name.len() as i32).to_le_bytes())
-                .map_err(io)?;
-            out.write_all(name.as_bytes()).map_err(io)?;
-            out.write_all(&len.to_le_bytes()).map_err(io)?;
-            out.write_all(&offset.to_le_bytes()).map_err(io)?;
-            out.write_all(&dtype.code().to_le_bytes()).map_err(io)?;
-        }
-        let mut pos = 12 + index_size;
-        let mut write_at = |out: &mut BufWriter<File>, offset: u64, bytes: &[u8]| -> Result<()> {
-            let pad = (offset - pos) as usize;
-            out.write_all(&[0u8; ALIGNMENT as usize][..pad])
-                .map_err(io)?;
-            out.write_all(bytes).map_err(io)?;
-            pos = offset + bytes.len() as u64;
-            Ok(())
-        };
-        for ((_, bytes), offset) in extras.iter().zip(&offsets) {
-            write_at(&mut out, *offset, bytes)?;
-        }
-        for (i, (spec, offset)) in self
-            .tensors
-            .iter()
-            .zip(&offsets[extras.len()..])
-            .enumerate()
-        {
-            let bytes = data(i, spec)?;
-            let expected = spec.byte_len()?;
-            if bytes.len() != expected {
-                return Err(Error::SizeMismatch {
-                    name: spec.name.clone(),
-                    shape: spec.shape.clone(),
-                    dtype: spec.dtype.to_string(),
-                    len: bytes.len() as u64,
-                    expected: expected as u64,
-                });
+        write_atomically(path, |out| {
+            let io = |e| Error::io(path, e);
+            out.write_all(&MAGIC.to_le_bytes()).map_err(io)?;
+            out.write_all(&index_size.to_le_bytes()).map_err(io)?;
+            for ((name, len, dtype), offset) in names_and_lens.iter().zip(&offsets) {
+                out.write_all(&(name.len() as i32).to_le_bytes())
+                    .map_err(io)?;
+                out.write_all(name.as_bytes()).map_err(io)?;
+                out.write_all(&len.to_le_bytes()).map_err(io)?;
+                out.write_all(&offset.to_le_bytes()).map_err(io)?;
+                out.write_all(&dtype.code().to_le_bytes()).map_err(io)?;
             }
-            write_at(&mut out, *offset, &bytes)?;
-        }
-        let mut file = out.into_inner().map_err(|e| io(e.into_error()))?;
-        debug_assert_eq!(file.seek(SeekFrom::Current(0)).map_err(io)?, pos);
-        file.sync_all().map_err(io)?;
-        drop(file);
-        std::fs::rename(&tmp_path, path).map_err(|e| Error::io(path, e))?;
-        guard.keep = true;
-        Ok(())
+            let mut pos = 12 + index_size;
+            let mut write_at =
+                |out: &mut BufWriter<&File>, offset: u64, bytes: &[u8]| -> Result<()> {
+                    let pad = (offset - pos) as usize;
+                    out.write_all(&[0u8; ALIGNMENT as usize][..pad])
+                        .map_err(io)?;
+                    out.write_all(bytes).map_err(io)?;
+                    pos = offset + bytes.len() as u64;
+                    Ok(())
+                };
+            for ((_, bytes), offset) in extras.iter().zip(&offsets) {
+                write_at(out, *offset, bytes)?;
+            }
+            for (i, (spec, offset)) in self
+                .tensors
+                .iter()
+                .zip(&offsets[extras.len()..])
+                .enumerate()
+            {
+                let bytes = data(i, spec)?;
+                let expected = spec.byte_len()?;
+                if bytes.len() != expected {
+                    return Err(Error::SizeMismatch {
+                        name: spec.name.clone(),
+                        shape: spec.shape.clone(),
+                        dtype: spec.dtype.to_string(),
+                        len: bytes.len() as u64,
+                        expected: expected as u64,
+                    });
+                }
+                write_at(out, *offset, &bytes)?;
+            }
+            Ok(())
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! Linear layer (`x · Wᵀ + b`) with f32, f16 or bf16 weights, plus the `dot`
 //! and `axpy` building blocks shared by other kernels.
 
+use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 use rayon::ThreadPool;
@@ -19,9 +20,17 @@ const DOT_WIDTH: usize = 4 * LANES;
 /// scratch buffer and lets long prefills be split across threads).
 const ROW_BLOCK: usize = 64;
 
-/// Target number of f32 weights in one converted output-feature block
-/// (128 KiB, so a block stays in L2 while it is reused for every row).
+/// Columns (input features) processed per pass over a block, so that the
+/// activation panel (`ROW_BLOCK × K_CHUNK`) and weight panel stay in cache.
+const K_CHUNK: usize = 256;
+
+/// Target number of weights per output-feature block (so that tasks are not
+/// too small when `in_f` is small).
 const W_BLOCK_FLOATS: usize = 32 * 1024;
+
+/// Largest output-feature block (bounds the converted weight panel to
+/// `MAX_OUT_BLOCK × K_CHUNK` f32, 64 KiB).
+const MAX_OUT_BLOCK: usize = 64;
 
 /// A weight element type that linear layers and embeddings can read.
 pub trait WeightElem: Copy + Send + Sync + 'static {
@@ -68,10 +77,9 @@ impl WeightElem for f16 {
     #[inline]
     fn convert_slice(src: &[Self], dst: &mut [f32]) {
         debug_assert_eq!(src.len(), dst.len());
-        let bits: &[u16] = bytemuck::cast_slice(src);
-        for (d, &h) in dst.iter_mut().zip(bits) {
-            *d = f16_bits_to_f32(h);
-        }
+        let n = src.len().min(dst.len());
+        // Uses F16C / NEON conversions when the CPU has them.
+        src[..n].convert_to_f32_slice(&mut dst[..n]);
     }
 }
 
@@ -89,26 +97,6 @@ impl WeightElem for bf16 {
             *d = f32::from_bits((b as u32) << 16);
         }
     }
-}
-
-/// Exact IEEE binary16 → binary32 conversion, written with masks instead
-/// of branches so that slice conversions vectorise without F16C.
-#[inline(always)]
-fn f16_bits_to_f32(h: u16) -> f32 {
-    const MAGIC: u32 = 113 << 23; // 2^-14 as f32 bits
-    let h = h as u32;
-    let sign = (h & 0x8000) << 16;
-    let em = (h & 0x7fff) << 13; // exponent and mantissa in f32 position
-    let exp = em & 0x0f80_0000;
-    let is_special = 0u32.wrapping_sub((exp == 0x0f80_0000) as u32);
-    let is_sub = 0u32.wrapping_sub((exp == 0) as u32);
-    // Rebias the exponent from 15 to 127; infinities and NaNs get the
-    // all-ones exponent; subnormals and zeros become 2^-14 · (1 + m/1024).
-    let bits = em + ((127 - 15) << 23) + (is_special & ((128 - 16) << 23)) + (is_sub & (1 << 23));
-    // Subtracting 2^-14 leaves m · 2^-24 exactly for subnormals; subtracting
-    // 0 leaves normals and infinities unchanged and quiets NaNs (as F16C).
-    let v = f32::from_bits(bits) - f32::from_bits(is_sub & MAGIC);
-    f32::from_bits(v.to_bits() | sign)
 }
 
 /// Dot product `Σ a[i]·b[i]` of two equally long slices, accumulated in f32
@@ -166,6 +154,14 @@ fn hsum<const N: usize>(acc: &[f32; N]) -> f32 {
     }
 }
 
+/// Loads `LANES` consecutive values of `s` starting at `off`.
+#[inline(always)]
+fn load(s: &[f32], off: usize) -> [f32; LANES] {
+    let mut a = [0.0f32; LANES];
+    a.copy_from_slice(&s[off..off + LANES]);
+    a
+}
+
 /// Computes the `R × C` dot products of `R` activation rows with `C` weight
 /// rows (all of length `k`), sharing every load across the products.
 #[inline(always)]
@@ -181,12 +177,14 @@ fn micro<const R: usize, const C: usize>(
     let full = k / LANES * LANES;
     let mut off = 0;
     while off < full {
+        // Load whole lane groups into arrays first: this keeps LLVM from
+        // vectorising across iterations (which would need shuffles).
+        let xv: [[f32; LANES]; R] = std::array::from_fn(|r| load(xs[r], off));
+        let wv: [[f32; LANES]; C] = std::array::from_fn(|c| load(ws[c], off));
         for r in 0..R {
-            let xr = &xs[r][off..off + LANES];
             for c in 0..C {
-                let wc = &ws[c][off..off + LANES];
                 for l in 0..LANES {
-                    acc[r][c][l] += xr[l] * wc[l];
+                    acc[r][c][l] += xv[r][l] * wv[c][l];
                 }
             }
         }
@@ -205,55 +203,114 @@ fn micro<const R: usize, const C: usize>(
     res
 }
 
-/// Multiplies `R` activation rows (starting at row `t` of `xb`) with all
-/// `no` weight rows of `wf`, writing into the transposed block `dst[o][t]`.
+/// A `[rows, cols]` panel inside a larger row-major matrix: row `r` is
+/// `data[r * stride + off..][..len]`.
+#[derive(Clone, Copy)]
+struct Panel<'a> {
+    data: &'a [f32],
+    stride: usize,
+    off: usize,
+    len: usize,
+}
+
+impl<'a> Panel<'a> {
+    #[inline(always)]
+    fn row(&self, r: usize) -> &'a [f32] {
+        &self.data[r * self.stride + self.off..][..self.len]
+    }
+}
+
+/// Accumulates the products of `R` activation rows (from row `t` of `xp`)
+/// with all `no` weight rows of `wp` into the transposed block `dst[o][t]`.
 #[inline(always)]
 fn rows_pass<const R: usize>(
-    xb: &[f32],
+    xp: Panel,
     t: usize,
     nr: usize,
-    k: usize,
-    wf: &[f32],
+    wp: Panel,
     no: usize,
     dst: &mut [f32],
 ) {
-    let xs: [&[f32]; R] = std::array::from_fn(|r| &xb[(t + r) * k..(t + r + 1) * k]);
+    let k = xp.len;
+    let xs: [&[f32]; R] = std::array::from_fn(|r| xp.row(t + r));
     let mut o = 0;
     while o + 4 <= no {
-        let ws: [&[f32]; 4] = std::array::from_fn(|c| &wf[(o + c) * k..(o + c + 1) * k]);
+        let ws: [&[f32]; 4] = std::array::from_fn(|c| wp.row(o + c));
         let res = micro::<R, 4>(xs, ws, k);
         for (r, row) in res.iter().enumerate() {
             for (c, &v) in row.iter().enumerate() {
-                dst[(o + c) * nr + t + r] = v;
+                dst[(o + c) * nr + t + r] += v;
             }
         }
         o += 4;
     }
     while o < no {
-        let res = micro::<R, 1>(xs, [&wf[o * k..(o + 1) * k]], k);
+        let res = micro::<R, 1>(xs, [wp.row(o)], k);
         for (r, row) in res.iter().enumerate() {
-            dst[o * nr + t + r] = row[0];
+            dst[o * nr + t + r] += row[0];
         }
         o += 1;
     }
 }
 
-/// Computes `dst[o][t] = Σ_i xb[t][i] · wf[o][i]` for `nr` rows and `no`
-/// outputs (`dst` is `[no, nr]`, i.e. transposed).
-fn block_kernel(xb: &[f32], nr: usize, k: usize, wf: &[f32], no: usize, dst: &mut [f32]) {
-    let mut t = 0;
-    while t + 2 <= nr {
-        rows_pass::<2>(xb, t, nr, k, wf, no, dst);
-        t += 2;
-    }
-    if t < nr {
-        rows_pass::<1>(xb, t, nr, k, wf, no, dst);
+/// Computes `dst[o][t] = Σ_i xb[t][i] · wb[o][i]` for `nr` rows of length
+/// `k` and `no` weight rows (`dst` is `[no, nr]`, i.e. transposed), in
+/// chunks of `K_CHUNK` columns so that the working set stays in cache; a
+/// non-f32 weight chunk is converted into `buf` once and reused for all rows.
+fn block_kernel<W: WeightElem>(
+    xb: &[f32],
+    nr: usize,
+    k: usize,
+    wb: &[W],
+    no: usize,
+    dst: &mut [f32],
+    buf: &mut Vec<f32>,
+) {
+    dst.fill(0.0);
+    let direct = W::as_f32_slice(wb);
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = K_CHUNK.min(k - k0);
+        let wp = match direct {
+            Some(data) => Panel {
+                data,
+                stride: k,
+                off: k0,
+                len: kc,
+            },
+            None => {
+                buf.resize(no * kc, 0.0);
+                for (o, d) in buf.chunks_exact_mut(kc).enumerate().take(no) {
+                    W::convert_slice(&wb[o * k + k0..][..kc], d);
+                }
+                Panel {
+                    data: &buf[..],
+                    stride: kc,
+                    off: 0,
+                    len: kc,
+                }
+            }
+        };
+        let xp = Panel {
+            data: xb,
+            stride: k,
+            off: k0,
+            len: kc,
+        };
+        let mut t = 0;
+        while t + 2 <= nr {
+            rows_pass::<2>(xp, t, nr, wp, no, dst);
+            t += 2;
+        }
+        if t < nr {
+            rows_pass::<1>(xp, t, nr, wp, no, dst);
+        }
+        k0 += kc;
     }
 }
 
 /// Computes the transposed product `yt[o][t]` for the `nr` rows of `xb` and
 /// every output feature, in blocks of `nb` output features.
-#[allow(clippy::too_many_arguments)]
 fn out_blocks<W: WeightElem>(
     xb: &[f32],
     nr: usize,
@@ -267,15 +324,7 @@ fn out_blocks<W: WeightElem>(
         let o0 = b * nb;
         let no = dst.len() / nr;
         let wb = &w[o0 * in_f..(o0 + no) * in_f];
-        let wf: &[f32] = match W::as_f32_slice(wb) {
-            Some(s) => s,
-            None => {
-                buf.resize(wb.len(), 0.0);
-                W::convert_slice(wb, &mut buf[..wb.len()]);
-                &buf[..wb.len()]
-            }
-        };
-        block_kernel(xb, nr, in_f, wf, no, dst);
+        block_kernel(xb, nr, in_f, wb, no, dst, buf);
     };
     if parallel {
         yt.par_chunks_mut(nb * nr)
@@ -342,7 +391,7 @@ pub fn linear<W: WeightElem>(
     let n_row_blocks = rows.div_ceil(rb);
     // Output-feature block size: about W_BLOCK_FLOATS converted weights, but
     // small enough to give every thread a few tasks; a multiple of 4.
-    let mut nb = (W_BLOCK_FLOATS / in_f.max(1)).clamp(4, 256);
+    let mut nb = (W_BLOCK_FLOATS / in_f.max(1)).clamp(4, MAX_OUT_BLOCK);
     if parallel {
         let per_task = (out_f * n_row_blocks) / (4 * threads);
         nb = nb.min(per_task.max(4));
