@@ -18,6 +18,7 @@ use std::time::Instant;
 use clap::Parser;
 use mllm::core::npy::write_npy_f32;
 use mllm::core::{Error, Result};
+use mllm::models::chat::Message;
 use mllm::models::tokenizer::TextStream;
 use mllm::models::{generate, GenerateOptions, LoadOptions, Model, SamplingParams};
 
@@ -37,6 +38,10 @@ struct Args {
     /// Prompt as raw token ids, comma-separated (e.g. 1,17,200).
     #[arg(long, value_delimiter = ',')]
     prompt_ids: Option<Vec<u32>>,
+    /// Wrap the prompt as one user message in the model's chat template,
+    /// ending with the assistant's generation prompt.
+    #[arg(long, requires = "prompt")]
+    chat: bool,
     /// Most new tokens to generate.
     #[arg(long, default_value_t = 32)]
     max_tokens: usize,
@@ -80,6 +85,12 @@ fn run(args: Args) -> Result<()> {
     let mut model = Model::load(&args.model, &opts)?;
     let prompt = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
+        (Some(text), None) if args.chat => {
+            let rendered = model
+                .chat_template_renderer()?
+                .render(&[Message::user(text)], true)?;
+            model.require_tokenizer()?.encode(&rendered, false)?
+        }
         (Some(text), None) => model.require_tokenizer()?.encode(text, true)?,
         (None, None) => return Err(Error::InvalidInput("give --prompt or --prompt-ids".into())),
     };

@@ -3,24 +3,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
 use mllm::core::DType;
-
-/// An example binary built by `cargo test` next to this test's binary.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run through `cargo test`, which builds the examples",
-        path.display()
-    );
-    path
-}
 
 /// Reads a little-endian float32 `.npy` file: shape and values.
 fn read_npy(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {

@@ -77,7 +77,7 @@ pub fn cast(src: &[u8], from: DType, to: DType) -> Result<Cow<'_, [u8]>> {
         return Ok(Cow::Borrowed(src));
     }
     let size = from.block_bytes();
-    if !is_float(from) || !is_float(to) || src.len() % size != 0 {
+    if !is_float(from) || !is_float(to) || !src.len().is_multiple_of(size) {
         return Err(Error::UnsupportedDType(format!(
             "cannot convert {} bytes of {from} to {to}",
             src.len()

@@ -1,5 +1,6 @@
 //! Converting a Hugging Face safetensors model into one `.mllm` file.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -11,6 +12,7 @@ use crate::cast::{cast, is_float};
 use crate::discover::discover;
 use crate::model_info::ModelInfo;
 use crate::source::{natural_cmp, SourceTensor, SourceWeights};
+use crate::transpose::transpose_bytes;
 
 /// How to convert.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,7 +41,8 @@ pub struct ConvertReport {
     pub architecture: String,
     /// The file written.
     pub output: PathBuf,
-    /// Storage type of tensors of rank 2 and more.
+    /// Storage type of tensors of rank 2 and more (for GGUF input, which
+    /// keeps each tensor's type: the most common one).
     pub dtype: DType,
     /// Tensors written.
     pub tensors: usize,
@@ -88,7 +91,8 @@ pub fn stored_dtype(shape: &[usize], target: DType) -> DType {
     }
 }
 
-fn progress_bar(total_bytes: u64, enabled: bool) -> ProgressBar {
+/// A byte-count progress bar on stderr (hidden when not `enabled`).
+pub(crate) fn progress_bar(total_bytes: u64, enabled: bool) -> ProgressBar {
     if !enabled {
         return ProgressBar::hidden();
     }
@@ -103,32 +107,51 @@ fn progress_bar(total_bytes: u64, enabled: bool) -> ProgressBar {
 }
 
 /// Converts the model at `input` (a model directory, a `.safetensors` file or
-/// a `model.safetensors.index.json`) into the `.mllm` file `output`.
+/// a `model.safetensors.index.json`) into the `.mllm` file `output`. A GGUF
+/// file (named `*.gguf` or starting with the GGUF magic) goes to
+/// [`import_gguf`](crate::gguf::import_gguf) instead.
 ///
 /// Tensor names go through the architecture's
-/// [`map_tensor`](mllm_models::registry::Architecture::map_tensor); tensors are
+/// [`map_tensor`](mllm_models::registry::Architecture::map_tensor), which may
+/// also ask for a 2-D tensor to be transposed; tensors are
 /// written sorted by name (numbers by value), so equal inputs give
 /// byte-identical files. Tensors are read from memory maps and converted one
 /// at a time. The file is written atomically (temporary file, then rename).
 pub fn convert(input: &Path, output: &Path, opts: &ConvertOptions) -> Result<ConvertReport> {
+    if crate::gguf::is_gguf(input) {
+        return crate::gguf::import_gguf(input, output, opts);
+    }
     check_target_dtype(opts.dtype)?;
     let files = discover(input)?;
     let info = ModelInfo::read(&files)?;
     let arch = registry::find(&info.architecture)?;
     let weights = SourceWeights::open(&files.weights)?;
 
-    let mut plan: Vec<(TensorSpec, DType, SourceTensor<'_>)> = Vec::new();
+    // (spec, source dtype, source tensor, transpose).
+    let mut plan: Vec<(TensorSpec, DType, SourceTensor<'_>, bool)> = Vec::new();
     let mut skipped = 0;
     for tensor in weights.tensors()? {
-        match (arch.map_tensor)(&tensor.name) {
-            TensorAction::Skip => skipped += 1,
-            TensorAction::Keep(name) => {
-                let from = tensor.mllm_dtype()?;
-                let to = stored_dtype(&tensor.shape, opts.dtype);
-                let spec = TensorSpec::new(name, to, tensor.shape.clone());
-                plan.push((spec, from, tensor));
+        let (name, transpose) = match (arch.map_tensor)(&tensor.name) {
+            TensorAction::Skip => {
+                skipped += 1;
+                continue;
             }
-        }
+            TensorAction::Keep(name) => (name, false),
+            TensorAction::Transpose(name) => (name, true),
+        };
+        let shape = match (transpose, tensor.shape.as_slice()) {
+            (false, s) => s.to_vec(),
+            (true, &[rows, cols]) => vec![cols, rows],
+            (true, s) => {
+                return Err(Error::InvalidInput(format!(
+                    "tensor '{}' of shape {s:?} cannot be transposed: it is not 2-D",
+                    tensor.name
+                )))
+            }
+        };
+        let from = tensor.mllm_dtype()?;
+        let to = stored_dtype(&shape, opts.dtype);
+        plan.push((TensorSpec::new(name, to, shape), from, tensor, transpose));
     }
     if plan.is_empty() {
         return Err(Error::InvalidInput(format!(
@@ -149,21 +172,32 @@ pub fn convert(input: &Path, output: &Path, opts: &ConvertOptions) -> Result<Con
         writer.chat_template(t.as_str());
     }
     let mut tensor_bytes = 0u64;
-    for (spec, _, _) in &plan {
+    for (spec, _, _, _) in &plan {
         tensor_bytes += spec.byte_len()? as u64;
         writer.add_tensor(spec.clone())?;
     }
 
     let bar = progress_bar(tensor_bytes, opts.progress);
     let result = writer.write(output, |i, spec| {
-        let (_, from, tensor) = &plan[i];
+        let (_, from, tensor, transpose) = &plan[i];
         bar.set_message(spec.name.clone());
-        let bytes = cast(tensor.data, *from, spec.dtype).map_err(|e| match e {
+        let named = |e| match e {
             Error::UnsupportedDType(msg) => {
                 Error::UnsupportedDType(format!("tensor '{}': {msg}", tensor.name))
             }
             other => other,
-        })?;
+        };
+        let bytes = if *transpose {
+            let (rows, cols) = (tensor.shape[0], tensor.shape[1]);
+            let t = transpose_bytes(tensor.data, rows, cols, from.block_bytes())?;
+            let cast_t = match cast(&t, *from, spec.dtype).map_err(named)? {
+                Cow::Borrowed(_) => None,
+                Cow::Owned(v) => Some(v),
+            };
+            Cow::Owned(cast_t.unwrap_or(t))
+        } else {
+            cast(tensor.data, *from, spec.dtype).map_err(named)?
+        };
         bar.inc(bytes.len() as u64);
         Ok(bytes)
     });

@@ -2,7 +2,8 @@
 //! describes `.mllm` files.
 //!
 //! - [`convert`]: a model directory, `.safetensors` file or shard index in,
-//!   one `.mllm` file out (F32, F16 or BF16 storage; rank < 2 tensors stay F32).
+//!   one `.mllm` file out (F32, F16 or BF16 storage; rank < 2 tensors stay F32);
+//!   or a GGUF file in ([`gguf`]), its tensors kept as stored.
 //! - [`inspect`]: a human-readable listing of a `.mllm` file.
 //! - [`discover`] and [`ModelInfo`]: finding and reading a model's files.
 //!
@@ -19,10 +20,13 @@
 
 mod cast;
 mod convert;
+pub mod default_model;
 mod discover;
+pub mod gguf;
 mod inspect;
 mod model_info;
 mod source;
+mod transpose;
 
 pub use cast::cast;
 pub use convert::{

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! mllm-convert INPUT -o OUT.mllm [--dtype f32|f16|bf16] [--quiet]
+//! mllm-convert MODEL.gguf -o OUT.mllm [--quiet]
 //! mllm-convert inspect FILE
 //! ```
 
@@ -12,7 +13,7 @@ use clap::{Parser, Subcommand};
 use mllm_convert::{convert, format_bytes, inspect, parse_target_dtype, ConvertOptions};
 use mllm_core::Result;
 
-/// Convert Hugging Face safetensors models into .mllm files, and inspect .mllm files.
+/// Convert Hugging Face safetensors models and GGUF files into .mllm files, and inspect .mllm files.
 #[derive(Parser, Debug)]
 #[command(
     name = "mllm-convert",
@@ -24,13 +25,15 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
     /// Model directory (config.json + model.safetensors or model.safetensors.index.json),
-    /// a .safetensors file, or a model.safetensors.index.json file.
+    /// a .safetensors file, a model.safetensors.index.json file, or a .gguf file
+    /// (Llama; tensors kept in their GGUF types, tokenizer and chat template rebuilt).
     #[arg(required = true, value_name = "INPUT")]
     input: Option<PathBuf>,
     /// The .mllm file to write.
     #[arg(short, long, required = true, value_name = "OUT.mllm")]
     output: Option<PathBuf>,
     /// Storage type of matrices: f32, f16 or bf16 (vectors always stay f32).
+    /// Not for GGUF input, whose tensors are kept as stored.
     #[arg(long, default_value = "f32", value_name = "DTYPE")]
     dtype: String,
     /// No progress bar.
@@ -58,8 +61,15 @@ fn run(cli: Cli) -> Result<()> {
             "expected INPUT and -o OUT.mllm".into(),
         ));
     };
+    // GGUF input keeps its tensors as stored: any dtype other than the
+    // default is refused by the importer with the reason.
+    let dtype = if mllm_convert::gguf::is_gguf(&input) {
+        cli.dtype.parse()?
+    } else {
+        parse_target_dtype(&cli.dtype)?
+    };
     let opts = ConvertOptions {
-        dtype: parse_target_dtype(&cli.dtype)?,
+        dtype,
         progress: !cli.quiet,
     };
     let report = convert(&input, &output, &opts)?;

@@ -29,6 +29,14 @@ where
         fill(&mut out)?;
         out.flush().map_err(io)?;
     }
+    // Temporary files are private (0600); the result gets ordinary
+    // permissions, as a file created with `File::create` would.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let perms = std::fs::Permissions::from_mode(0o644);
+        tmp.as_file().set_permissions(perms).map_err(io)?;
+    }
     tmp.as_file().sync_all().map_err(io)?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())

@@ -93,7 +93,7 @@ impl DType {
     /// whole number of blocks.
     pub fn bytes_for(self, numel: usize) -> Result<usize> {
         let block = self.block_len();
-        if numel % block != 0 {
+        if !numel.is_multiple_of(block) {
             return Err(Error::UnsupportedDType(format!(
                 "{self}: {numel} elements are not a multiple of the block size {block}"
             )));

@@ -32,6 +32,10 @@ pub enum Error {
         len: u64,
         file_len: u64,
     },
+    /// A GGUF file that cannot be read: bad magic, unknown version, a section
+    /// cut short, a malformed metadata value or tensor description.
+    #[error("invalid GGUF file: {0}")]
+    BadGguf(String),
     /// A dtype code that mllm-rs does not know.
     #[error("tensor '{name}': unknown dtype code {code}")]
     UnknownDType { name: String, code: i32 },

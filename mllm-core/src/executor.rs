@@ -2,6 +2,7 @@
 //! the step's shapes change, then executes every node in order.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
 use crate::graph::Graph;
@@ -38,6 +39,18 @@ pub struct Executor {
     slot_lens: Vec<usize>,
     max_context: usize,
     reshapes: usize,
+    profile: Option<Vec<Duration>>,
+}
+
+/// Time spent in one kind of op while profiling.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpProfile {
+    /// The op kind (`linear`, `attention`, ...).
+    pub kind: &'static str,
+    /// Number of nodes of this kind in the graph.
+    pub nodes: usize,
+    /// Total execute time of those nodes since profiling was switched on.
+    pub total: Duration,
 }
 
 impl Executor {
@@ -76,6 +89,7 @@ impl Executor {
             slot_lens: Vec::new(),
             max_context,
             reshapes: 0,
+            profile: None,
         })
     }
 
@@ -102,6 +116,44 @@ impl Executor {
         if let Some(len) = self.slot_lens.get_mut(slot) {
             *len = 0;
         }
+    }
+
+    /// Keeps only the first `len` tokens of the sequence in `slot` (no-op when
+    /// it holds fewer); the next step writes from position `len` on. Ops treat
+    /// each step's `past` as authoritative, so nothing else needs clearing.
+    pub fn truncate_slot(&mut self, slot: usize, len: usize) {
+        if let Some(current) = self.slot_lens.get_mut(slot) {
+            *current = (*current).min(len);
+        }
+    }
+
+    /// Starts (or, with `false`, stops and clears) timing every node's execute.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(|| vec![Duration::ZERO; self.graph.nodes().len()]);
+    }
+
+    /// Execute time per op kind since profiling was switched on, largest first.
+    pub fn profile(&self) -> Vec<OpProfile> {
+        let Some(times) = &self.profile else {
+            return Vec::new();
+        };
+        let mut by_kind: Vec<OpProfile> = Vec::new();
+        for (node, &t) in self.graph.nodes().iter().zip(times) {
+            let kind = node.desc.kind_name();
+            match by_kind.iter_mut().find(|p| p.kind == kind) {
+                Some(p) => {
+                    p.nodes += 1;
+                    p.total += t;
+                }
+                None => by_kind.push(OpProfile {
+                    kind,
+                    nodes: 1,
+                    total: t,
+                }),
+            }
+        }
+        by_kind.sort_by_key(|p| std::cmp::Reverse(p.total));
+        by_kind
     }
 
     /// How many times the ops were re-planned (shapes recomputed) so far.
@@ -253,7 +305,11 @@ impl Executor {
                 Some(_) => &mut out_buf[..n],
                 None => &mut out_buf[..],
             };
+            let started = self.profile.is_some().then(Instant::now);
             let result = rest[0].execute(&inputs, out_slice, layout);
+            if let (Some(times), Some(t0)) = (self.profile.as_mut(), started) {
+                times[i] += t0.elapsed();
+            }
             drop(inputs);
             if let Some(b) = plan.buffer_of[out] {
                 self.arena[b] = out_buf;

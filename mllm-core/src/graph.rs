@@ -1,6 +1,6 @@
 //! The traced computation graph and the `Module` trait that builds it.
 
-use crate::op::{Activation, OpDesc, ValueKind};
+use crate::op::{Activation, ColumnSlice, OpDesc, ValueKind};
 use crate::{Error, Result};
 
 /// A handle to a value (an edge) of a [`Graph`].
@@ -129,7 +129,22 @@ impl Graph {
 
     /// `silu(gate) * up`.
     pub fn swiglu(&mut self, gate: Value, up: Value) -> Result<Value> {
-        self.op(OpDesc::SwiGlu, &[gate, up])
+        self.glu(Activation::Silu, gate, up)
+    }
+
+    /// `act(gate) * up`.
+    pub fn glu(&mut self, act: Activation, gate: Value, up: Value) -> Result<Value> {
+        self.op(OpDesc::Glu(act), &[gate, up])
+    }
+
+    /// `x * factor`.
+    pub fn scale(&mut self, x: Value, factor: f32) -> Result<Value> {
+        self.op(OpDesc::Scale(factor), &[x])
+    }
+
+    /// Columns `start..start + len` of `x` (`[tokens, n]`).
+    pub fn slice_columns(&mut self, x: Value, start: usize, len: usize) -> Result<Value> {
+        self.op(OpDesc::SliceColumns(ColumnSlice { start, len }), &[x])
     }
 
     /// An activation function.

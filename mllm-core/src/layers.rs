@@ -3,7 +3,8 @@
 
 use crate::graph::{Graph, Value};
 use crate::op::{
-    AttentionParams, EmbeddingParams, KvCacheParams, LinearParams, NormParams, OpDesc, RopeParams,
+    AttentionParams, EmbeddingParams, KvCacheParams, LinearParams, NormParams, OpDesc,
+    PositionEmbeddingParams, RopeParams,
 };
 use crate::Result;
 
@@ -53,6 +54,10 @@ layer!(
 layer!(
     /// Token embedding; weight `{name}.weight` `[vocab, dim]`.
     Embedding, EmbeddingParams, Embedding
+);
+layer!(
+    /// Learned absolute positions; weight `{name}.weight` `[rows, dim]`.
+    PositionEmbedding, PositionEmbeddingParams, PositionEmbedding
 );
 layer!(
     /// RMSNorm; weight `{name}.weight` `[dim]`.
@@ -139,6 +144,28 @@ impl Embedding {
     }
 }
 
+impl PositionEmbedding {
+    /// A `[rows, dim]` table `{name}.weight` whose row `offset` holds position 0.
+    pub fn new(rows: usize, dim: usize, offset: usize, name: impl Into<String>) -> Self {
+        let name = name.into();
+        PositionEmbedding {
+            params: PositionEmbeddingParams {
+                rows,
+                dim,
+                offset,
+                weight: format!("{name}.weight"),
+            },
+            name,
+        }
+    }
+
+    /// The embeddings of the positions of the step's tokens (`tokens` is the
+    /// graph's token input; only its length is used).
+    pub fn call(&self, g: &mut Graph, tokens: Value) -> Result<Value> {
+        self.apply(g, &[tokens])
+    }
+}
+
 impl RmsNorm {
     /// RMSNorm over `dim` with weight `{name}.weight`.
     pub fn new(dim: usize, eps: f32, name: impl Into<String>) -> Self {
@@ -148,6 +175,7 @@ impl RmsNorm {
                 dim,
                 eps,
                 weight: format!("{name}.weight"),
+                groups: 1,
                 bias: None,
                 unit_offset: false,
             },
@@ -158,6 +186,13 @@ impl RmsNorm {
     /// Scale by `1 + weight` (Gemma).
     pub fn with_unit_offset(mut self) -> Self {
         self.params.unit_offset = true;
+        self
+    }
+
+    /// Normalizes each of `n_heads` vectors of `dim` in a row of
+    /// `[tokens, n_heads * dim]` separately (per-head q/k norms).
+    pub fn per_head(mut self, n_heads: usize) -> Self {
+        self.params.groups = n_heads;
         self
     }
 
@@ -176,6 +211,7 @@ impl LayerNorm {
                 dim,
                 eps,
                 weight: format!("{name}.weight"),
+                groups: 1,
                 bias: bias.then(|| format!("{name}.bias")),
                 unit_offset: false,
             },

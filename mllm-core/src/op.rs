@@ -27,10 +27,30 @@ pub struct EmbeddingParams {
     pub weight: String,
 }
 
+/// Learned absolute position embeddings: row `position + offset` of a
+/// `[rows, dim]` table for every token of the step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PositionEmbeddingParams {
+    /// Rows of the table (the longest context is `rows - offset`).
+    pub rows: usize,
+    /// Width of one embedding.
+    pub dim: usize,
+    /// Row of position 0 (OPT keeps two unused rows: offset 2).
+    pub offset: usize,
+    /// Name of the table tensor.
+    pub weight: String,
+}
+
 /// RMSNorm or LayerNorm over the last dimension.
+///
+/// With `groups > 1` every row holds `groups` consecutive vectors of `dim`
+/// values (e.g. attention heads), each normalized on its own with the same
+/// `[dim]` weights.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NormParams {
     pub dim: usize,
+    /// Vectors of `dim` per row (1: the whole row).
+    pub groups: usize,
     pub eps: f32,
     /// Name of the scale tensor `[dim]`.
     pub weight: String,
@@ -75,6 +95,16 @@ pub enum Activation {
     Relu,
 }
 
+/// Columns `start..start + len` of a `[tokens, n]` activation (one part of
+/// a fused projection's output).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnSlice {
+    /// First column kept.
+    pub start: usize,
+    /// Columns kept.
+    pub len: usize,
+}
+
 /// A per-layer KV cache for `kv_heads * head_dim` keys and values per token.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KvCacheParams {
@@ -100,17 +130,24 @@ pub struct AttentionParams {
 #[derive(Clone, Debug, PartialEq)]
 pub enum OpDesc {
     Embedding(EmbeddingParams),
+    /// Learned absolute position embeddings of the step's tokens.
+    PositionEmbedding(PositionEmbeddingParams),
     Linear(LinearParams),
     RmsNorm(NormParams),
     LayerNorm(NormParams),
     Rope(RopeParams),
     Activation(Activation),
-    /// `silu(gate) * up`, inputs `(gate, up)`.
-    SwiGlu,
+    /// Gated activation `act(gate) * up`, inputs `(gate, up)`: SwiGLU with
+    /// `Silu`, GeGLU with `Gelu` or `GeluTanh`, ReGLU with `Relu`.
+    Glu(Activation),
     /// Elementwise sum of two same-shaped inputs.
     Add,
     /// Elementwise product of two same-shaped inputs.
     Mul,
+    /// Multiplies every element by a constant.
+    Scale(f32),
+    /// Copies a range of columns.
+    SliceColumns(ColumnSlice),
     /// Softmax over the last dimension.
     Softmax,
     /// Appends `(k, v)` to the per-sequence cache; its output is the cache state.
@@ -137,14 +174,17 @@ impl OpDesc {
     pub fn kind_name(&self) -> &'static str {
         match self {
             OpDesc::Embedding(_) => "embedding",
+            OpDesc::PositionEmbedding(_) => "position_embedding",
             OpDesc::Linear(_) => "linear",
             OpDesc::RmsNorm(_) => "rms_norm",
             OpDesc::LayerNorm(_) => "layer_norm",
             OpDesc::Rope(_) => "rope",
             OpDesc::Activation(_) => "activation",
-            OpDesc::SwiGlu => "swiglu",
+            OpDesc::Glu(_) => "glu",
             OpDesc::Add => "add",
             OpDesc::Mul => "mul",
+            OpDesc::Scale(_) => "scale",
+            OpDesc::SliceColumns(_) => "slice_columns",
             OpDesc::Softmax => "softmax",
             OpDesc::KvCache(_) => "kv_cache",
             OpDesc::Attention(_) => "attention",
@@ -156,8 +196,8 @@ impl OpDesc {
     pub fn input_kinds(&self) -> &'static [ValueKind] {
         use ValueKind::*;
         match self {
-            OpDesc::Embedding(_) => &[Tokens],
-            OpDesc::SwiGlu | OpDesc::Add | OpDesc::Mul | OpDesc::KvCache(_) => {
+            OpDesc::Embedding(_) | OpDesc::PositionEmbedding(_) => &[Tokens],
+            OpDesc::Glu(_) | OpDesc::Add | OpDesc::Mul | OpDesc::KvCache(_) => {
                 &[Activation, Activation]
             }
             OpDesc::Attention(_) => &[Activation, State],

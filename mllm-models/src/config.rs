@@ -1,7 +1,21 @@
 //! Reading Hugging Face `config.json` fields with clear errors.
 
+use mllm_core::op::Activation;
 use mllm_core::{Error, Result};
 use serde_json::Value;
+
+/// The activation a Hugging Face `hidden_act` / `activation_function` name denotes.
+pub fn activation(name: &str) -> Result<Activation> {
+    match name {
+        "silu" | "swish" => Ok(Activation::Silu),
+        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Activation::GeluTanh),
+        "gelu" => Ok(Activation::Gelu),
+        "relu" => Ok(Activation::Relu),
+        other => Err(Error::Config(format!(
+            "activation '{other}' is not supported (silu, gelu, gelu_new, gelu_pytorch_tanh, relu)"
+        ))),
+    }
+}
 
 /// Typed access to a Hugging Face config object.
 pub struct HfConfig<'a> {

@@ -1,10 +1,20 @@
 //! mllm-models: architectures as trees of Modules, the architecture registry,
 //! model loading, tokenization and generation.
 
+pub mod chat;
 pub mod config;
+pub mod conversation;
+pub mod decoder;
+pub mod decoder_config;
+pub mod gemma;
 pub mod generation;
+pub mod glm;
+pub mod gpt2;
 pub mod llama;
 pub mod model;
+pub mod opt;
+pub mod phi3;
+pub mod qwen3;
 pub mod registry;
 pub mod sampling;
 pub mod tokenizer;

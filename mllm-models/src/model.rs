@@ -9,9 +9,11 @@ use mllm_core::{Executor, Graph, Result, StepInput, Tensor};
 use mllm_ops::cpu::CpuBackend;
 use serde_json::Value;
 
+use crate::chat::ChatTemplate;
 use crate::config::HfConfig;
 use crate::registry;
 use crate::tokenizer::Tokenizer;
+use crate::CausalLm;
 
 /// How to load a model.
 #[derive(Clone, Debug, Default)]
@@ -40,6 +42,19 @@ pub struct Model {
 impl Model {
     /// Opens a `.mllm` file, builds its architecture's graph and loads the weights.
     pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self> {
+        Self::load_with(path, opts, |architecture, config| {
+            (registry::find(architecture)?.build)(config)
+        })
+    }
+
+    /// Like [`Model::load`], with the module tree made by `build` from the
+    /// file's architecture name and `config.json` instead of by the registry:
+    /// this loads architectures defined outside this crate.
+    pub fn load_with(
+        path: impl AsRef<Path>,
+        opts: &LoadOptions,
+        build: impl FnOnce(&str, &Value) -> Result<Box<dyn CausalLm>>,
+    ) -> Result<Self> {
         let file = MllmFile::open(path)?;
         let meta = file.metadata();
         let config = match (&opts.config, meta) {
@@ -56,8 +71,7 @@ impl Model {
             Some(m) if opts.config.is_none() => m.architecture.clone(),
             _ => HfConfig::new(&config)?.architecture()?.to_string(),
         };
-        let arch = registry::find(&architecture)?;
-        let model = (arch.build)(&config)?;
+        let model = build(&architecture, &config)?;
         let vocab_size = model.vocab_size();
         let mut max_context = model.max_context();
         if let Some(cap) = opts.max_context {
@@ -123,6 +137,32 @@ impl Model {
         self.chat_template.as_deref()
     }
 
+    /// The embedded chat template, compiled with the model's BOS and EOS token
+    /// strings.
+    pub fn chat_template_renderer(&self) -> Result<ChatTemplate> {
+        let source = self
+            .chat_template()
+            .ok_or_else(|| Error::Tokenizer("this model file embeds no chat template".into()))?;
+        let tokenizer = self.require_tokenizer()?;
+        let token_text = |id: Option<u32>| {
+            id.and_then(|i| tokenizer.id_to_token(i))
+                .unwrap_or_default()
+        };
+        ChatTemplate::new(
+            source,
+            &token_text(self.bos_id()),
+            &token_text(self.eos_ids().first().copied()),
+        )
+    }
+
+    /// The beginning-of-sequence id from `config.json`, if any.
+    pub fn bos_id(&self) -> Option<u32> {
+        HfConfig::new(&self.config)
+            .and_then(|c| c.token_ids("bos_token_id"))
+            .ok()
+            .and_then(|ids| ids.first().copied())
+    }
+
     /// End-of-sequence ids: from `generation_config.json`, else `config.json`.
     pub fn eos_ids(&self) -> Vec<u32> {
         let from = |v: &Value| {
@@ -146,13 +186,23 @@ impl Model {
         self.executor.slot_len(slot)
     }
 
+    /// Keeps only the first `len` tokens of the sequence in `slot`.
+    pub fn truncate_slot(&mut self, slot: usize, len: usize) {
+        self.executor.truncate_slot(slot, len)
+    }
+
     /// Forgets the sequence in `slot`.
     pub fn reset_slot(&mut self, slot: usize) {
         self.executor.reset_slot(slot)
     }
 
-    /// The executor (for inspection: reshape counts, arena size).
+    /// The executor (for inspection: reshape counts, arena size, profile).
     pub fn executor(&self) -> &Executor {
         &self.executor
+    }
+
+    /// The executor, mutably (to switch profiling on or off).
+    pub fn executor_mut(&mut self) -> &mut Executor {
+        &mut self.executor
     }
 }

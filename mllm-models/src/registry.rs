@@ -6,13 +6,16 @@
 use mllm_core::{Error, Result};
 use serde_json::Value;
 
-use crate::{llama, CausalLm};
+use crate::{gemma, glm, gpt2, llama, opt, phi3, qwen3, CausalLm};
 
 /// What the converter should do with a source tensor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TensorAction {
     /// Store it under this name.
     Keep(String),
+    /// Store the 2-D tensor transposed (`[rows, cols]` becomes `[cols, rows]`)
+    /// under this name, e.g. weights kept `[in, out]` by the checkpoint.
+    Transpose(String),
     /// Leave it out (buffers the model recomputes, duplicated tied weights).
     Skip,
 }
@@ -58,6 +61,42 @@ pub static ARCHITECTURES: &[Architecture] = &[
         hf_names: &["Qwen2ForCausalLM"],
         build: llama::build_qwen2,
         map_tensor: hf_names_without_rotary_buffers,
+    },
+    Architecture {
+        family: "qwen3",
+        hf_names: &["Qwen3ForCausalLM"],
+        build: qwen3::build_qwen3,
+        map_tensor: hf_names_without_rotary_buffers,
+    },
+    Architecture {
+        family: "phi3",
+        hf_names: &["Phi3ForCausalLM"],
+        build: phi3::build_phi3,
+        map_tensor: hf_names_without_rotary_buffers,
+    },
+    Architecture {
+        family: "gemma",
+        hf_names: &["GemmaForCausalLM"],
+        build: gemma::build_gemma,
+        map_tensor: hf_names_without_rotary_buffers,
+    },
+    Architecture {
+        family: "glm",
+        hf_names: &["GlmForCausalLM"],
+        build: glm::build_glm,
+        map_tensor: hf_names_without_rotary_buffers,
+    },
+    Architecture {
+        family: "gpt2",
+        hf_names: &["GPT2LMHeadModel"],
+        build: gpt2::build_gpt2,
+        map_tensor: gpt2::map_gpt2_tensor,
+    },
+    Architecture {
+        family: "opt",
+        hf_names: &["OPTForCausalLM"],
+        build: opt::build_opt,
+        map_tensor: opt::map_opt_tensor,
     },
 ];
 

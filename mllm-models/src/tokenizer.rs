@@ -39,6 +39,11 @@ impl Tokenizer {
             .map_err(|e| Error::Tokenizer(format!("cannot decode: {e}")))
     }
 
+    /// The string of a token id, when it is in the vocabulary.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
     /// The id of a token string, when it is in the vocabulary.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)

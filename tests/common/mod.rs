@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use mllm::convert::{convert, ConvertOptions};
-use mllm::core::DType;
+use mllm::core::{DType, LogitsMode, StepInput};
 use mllm::models::{LoadOptions, Model};
 
 /// `tests/fixtures/<name>`.
@@ -14,6 +14,19 @@ pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
+}
+
+/// An example binary built by `cargo test` next to the test binaries.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: run through `cargo test`, which builds the examples",
+        path.display()
+    );
+    path
 }
 
 /// A converted model in a temporary directory (kept alive with the guard).
@@ -135,6 +148,26 @@ impl Reference {
             .map(|v| v.as_f64().unwrap())
             .collect()
     }
+}
+
+/// The logits behind each of `ids` when they are decoded one at a time
+/// after `prompt` in slot 0 with the KV cache: row 0 is the prefill's last
+/// position, row k the decode step that consumed `ids[k - 1]`.
+pub fn cached_step_logits(model: &mut Model, prompt: &[u32], ids: &[u32]) -> Vec<Vec<f32>> {
+    model.reset_slot(0);
+    let mut logits = model
+        .step(&StepInput::single(0, prompt.to_vec(), LogitsMode::Last))
+        .unwrap();
+    let mut rows = Vec::with_capacity(ids.len());
+    for (k, &id) in ids.iter().enumerate() {
+        rows.push(logits.row(0).to_vec());
+        if k + 1 < ids.len() {
+            logits = model
+                .step(&StepInput::single(0, vec![id], LogitsMode::Last))
+                .unwrap();
+        }
+    }
+    rows
 }
 
 /// Largest absolute difference of two equally long slices.

@@ -45,14 +45,17 @@ impl Backend for CpuBackend {
         let pool = || Arc::clone(&self.pool);
         Ok(match desc {
             OpDesc::Embedding(p) => Box::new(EmbeddingOp::new(p.clone())),
+            OpDesc::PositionEmbedding(p) => Box::new(PositionEmbeddingOp::new(p.clone())),
             OpDesc::Linear(p) => Box::new(LinearOp::new(p.clone(), pool())),
             OpDesc::RmsNorm(p) => Box::new(RmsNormOp::new(p.clone())),
             OpDesc::LayerNorm(p) => Box::new(LayerNormOp::new(p.clone())),
             OpDesc::Rope(p) => Box::new(RopeOp::new(p.clone())?),
             OpDesc::Activation(a) => Box::new(ActivationOp::new(*a)),
-            OpDesc::SwiGlu => Box::new(SwiGluOp),
+            OpDesc::Glu(a) => Box::new(GluOp::new(*a)),
             OpDesc::Add => Box::new(BinaryOp::add()),
             OpDesc::Mul => Box::new(BinaryOp::mul()),
+            OpDesc::Scale(f) => Box::new(ScaleOp::new(*f)),
+            OpDesc::SliceColumns(s) => Box::new(SliceColumnsOp::new(*s)),
             OpDesc::Softmax => Box::new(SoftmaxOp),
             OpDesc::KvCache(p) => Box::new(KvCacheOp::new(p.clone())?),
             OpDesc::Attention(p) => Box::new(AttentionOp::new(p.clone(), pool())?),

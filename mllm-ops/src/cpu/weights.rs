@@ -1,10 +1,14 @@
 //! Weights bound to CPU ops: zero-copy slices of the mapped file when the
-//! dtype and alignment allow, owned copies otherwise.
+//! dtype and alignment allow, owned copies otherwise. Block-quantized
+//! weights are bytes, so they are always read in place.
 
 use half::{bf16, f16};
 use mllm_core::file::TensorData;
 use mllm_core::weights::WeightSource;
 use mllm_core::{DType, Error, Result};
+
+use crate::cpu::kernels::qmatmul::QuantMatrix;
+use crate::quant::QuantType;
 
 /// A borrowed weight of one of the float dtypes the kernels read.
 #[derive(Clone, Copy)]
@@ -27,7 +31,12 @@ pub enum FloatWeight {
 impl FloatWeight {
     /// Binds `name` with `shape`; fails on dtypes the float kernels cannot read.
     pub fn load(weights: &dyn WeightSource, name: &str, shape: &[usize], op: &str) -> Result<Self> {
-        let data = weights.weight(name, shape)?;
+        FloatWeight::from_data(weights.weight(name, shape)?, op)
+    }
+
+    /// Binds loaded tensor data; fails on dtypes the float kernels cannot read.
+    fn from_data(data: TensorData, op: &str) -> Result<Self> {
+        let name = data.name();
         let aligned = match data.dtype() {
             DType::F32 => bytemuck::try_cast_slice::<u8, f32>(data.bytes()).is_ok(),
             DType::F16 | DType::BF16 => bytemuck::try_cast_slice::<u8, u16>(data.bytes()).is_ok(),
@@ -63,6 +72,80 @@ impl FloatWeight {
             FloatWeight::F32(v) => FloatSlice::F32(v),
             FloatWeight::F16(v) => FloatSlice::F16(v),
             FloatWeight::BF16(v) => FloatSlice::BF16(v),
+        }
+    }
+}
+
+/// A borrowed weight matrix or table in any dtype the linear and embedding
+/// kernels read.
+#[derive(Clone, Copy)]
+pub enum MatrixSlice<'a> {
+    /// f32, f16 or bf16 elements.
+    Float(FloatSlice<'a>),
+    /// Rows of quantized blocks.
+    Quant(QuantMatrix<'a>),
+}
+
+/// A `[rows, cols]` weight matrix or table: a [`FloatWeight`], or one of the
+/// block-quantized formats of [`QuantType`] read in place from the map.
+pub enum MatrixWeight {
+    /// f32, f16 or bf16.
+    Float(FloatWeight),
+    /// Quantized blocks, validated when bound (`cols` is a whole number of
+    /// blocks and the bytes match the shape).
+    Quant {
+        data: TensorData,
+        qt: QuantType,
+        rows: usize,
+        cols: usize,
+    },
+}
+
+impl MatrixWeight {
+    /// Binds `name` with shape `[rows, cols]`; fails with
+    /// [`Error::UnsupportedDType`] naming `op`, the weight and its dtype when
+    /// the dtype is not f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k, or when
+    /// a quantized weight's rows are not whole blocks.
+    pub fn load(
+        weights: &dyn WeightSource,
+        name: &str,
+        [rows, cols]: [usize; 2],
+        op: &str,
+    ) -> Result<Self> {
+        let data = weights.weight(name, &[rows, cols])?;
+        let dtype = data.dtype();
+        if let Some(qt) = QuantType::from_dtype(dtype) {
+            QuantMatrix::new(qt, data.bytes(), rows, cols).map_err(|e| {
+                Error::UnsupportedDType(format!("{op}: weight '{name}' of dtype {dtype}: {e}"))
+            })?;
+            return Ok(MatrixWeight::Quant {
+                data,
+                qt,
+                rows,
+                cols,
+            });
+        }
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => {
+                Ok(MatrixWeight::Float(FloatWeight::from_data(data, op)?))
+            }
+            other => Err(Error::UnsupportedDType(format!(
+                "{op}: weight '{name}' has dtype {other}, which this op does not support on \
+                 the CPU (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k)"
+            ))),
+        }
+    }
+
+    /// The weight as a typed view.
+    pub fn slice(&self) -> MatrixSlice<'_> {
+        match self {
+            MatrixWeight::Float(w) => MatrixSlice::Float(w.slice()),
+            MatrixWeight::Quant {
+                data,
+                qt,
+                rows,
+                cols,
+            } => MatrixSlice::Quant(QuantMatrix::from_checked(*qt, data.bytes(), *rows, *cols)),
         }
     }
 }

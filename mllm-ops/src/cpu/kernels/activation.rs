@@ -93,6 +93,15 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// ReGLU: `out[i] = max(gate[i], 0) · up[i]`.
+pub fn reglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    debug_assert_eq!(gate.len(), up.len());
+    debug_assert_eq!(gate.len(), out.len());
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = if g > 0.0 { g * u } else { 0.0 };
+    }
+}
+
 /// GeGLU with the tanh GELU: `out[i] = gelu_tanh(gate[i]) · up[i]`.
 pub fn geglu_tanh(gate: &[f32], up: &[f32], out: &mut [f32]) {
     debug_assert_eq!(gate.len(), up.len());
@@ -233,6 +242,14 @@ mod tests {
                 .iter()
                 .zip(&u)
                 .map(|(&g, &u)| gelu_ref(g as f64) * u as f64)
+                .collect();
+            assert_close(&out, &want, ATOL, RTOL);
+
+            reglu(&g, &u, &mut out);
+            let want: Vec<f64> = g
+                .iter()
+                .zip(&u)
+                .map(|(&g, &u)| (g as f64).max(0.0) * u as f64)
                 .collect();
             assert_close(&out, &want, ATOL, RTOL);
         }

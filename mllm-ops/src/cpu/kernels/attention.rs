@@ -36,8 +36,9 @@ pub struct AttnShape {
 /// Query `i` (position `p = past + i`) of head `h` attends to the keys of
 /// kv head `h / (n_heads / n_kv_heads)` at positions `j <= p` (and `j > p - w`
 /// with a sliding window `w`): `out = softmax(scale · q·kᵀ) · v`, in f32 with
-/// max subtraction. Runs in `pool`, split over (query, head) pairs, unless
-/// the work is tiny.
+/// max subtraction. Runs in `pool`, split over (query, head-group) pairs
+/// (the query heads of one kv head are processed together so that every key
+/// and value row is read once per group), unless the work is tiny.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -59,7 +60,7 @@ pub fn attention(
     let q_stride = n_heads * head_dim;
     let kv_stride = n_kv_heads * head_dim;
     debug_assert!(
-        n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+        n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads),
         "n_kv_heads must divide n_heads"
     );
     debug_assert_eq!(
@@ -92,42 +93,69 @@ pub fn attention(
     // First visible key position for the query at position `p`.
     let first_key = move |p: usize| window.map_or(0, |w| (p + 1).saturating_sub(w));
 
-    let task = |scores: &mut Vec<f32>, (idx, o): (usize, &mut [f32])| {
-        let i = idx / n_heads;
-        let h = idx % n_heads;
-        let kvh = (h / group).min(n_kv_heads - 1);
-        let p = past + i;
-        let lo = first_key(p);
-        let qrow = &q[i * q_stride + h * head_dim..][..head_dim];
-        scores.clear();
-        scores.extend((lo..=p).map(|j| {
-            let krow = &k[j * kv_stride + kvh * head_dim..][..head_dim];
-            dot(qrow, krow) * scale
-        }));
-        softmax_in_place(scores);
-        o.fill(0.0);
-        for (&w, j) in scores.iter().zip(lo..=p) {
-            let vrow = &v[j * kv_stride + kvh * head_dim..][..head_dim];
-            axpy(w, vrow, o);
-        }
-    };
-
     // Work estimate: two multiply-adds per (query, head, visible key, dim).
     let visible: usize = (0..n_q).map(|i| past + i + 1 - first_key(past + i)).sum();
     let work = visible
         .saturating_mul(n_heads)
         .saturating_mul(head_dim)
         .saturating_mul(2);
-    if pool.current_num_threads() > 1 && work >= PAR_THRESHOLD {
+    let threads = pool.current_num_threads().max(1);
+    let parallel = threads > 1 && work >= PAR_THRESHOLD;
+
+    // A task handles `hpt` consecutive query heads sharing one kv head, so
+    // that each key and value row is loaded once for all of them. Split the
+    // groups further only when that is needed to give every thread work.
+    let mut hpt = group;
+    if parallel {
+        for d in 1..=group {
+            if group.is_multiple_of(d) {
+                hpt = group / d;
+                if n_q * n_kv_heads * d >= 4 * threads {
+                    break;
+                }
+            }
+        }
+    }
+    let tasks_per_row = n_heads / hpt;
+
+    let task = |scratch: &mut Vec<f32>, (idx, o): (usize, &mut [f32])| {
+        let i = idx / tasks_per_row;
+        let h0 = (idx % tasks_per_row) * hpt;
+        let kvh = (h0 / group).min(n_kv_heads - 1);
+        let p = past + i;
+        let lo = first_key(p);
+        let len = p + 1 - lo;
+        let qrow = &q[i * q_stride + h0 * head_dim..][..hpt * head_dim];
+        scratch.clear();
+        scratch.resize(hpt * len, 0.0);
+        for (jj, j) in (lo..=p).enumerate() {
+            let krow = &k[j * kv_stride + kvh * head_dim..][..head_dim];
+            for (hh, qh) in qrow.chunks_exact(head_dim).enumerate() {
+                scratch[hh * len + jj] = dot(qh, krow) * scale;
+            }
+        }
+        for scores in scratch.chunks_exact_mut(len) {
+            softmax_in_place(scores);
+        }
+        o.fill(0.0);
+        for (jj, j) in (lo..=p).enumerate() {
+            let vrow = &v[j * kv_stride + kvh * head_dim..][..head_dim];
+            for (hh, oh) in o.chunks_exact_mut(head_dim).enumerate() {
+                axpy(scratch[hh * len + jj], vrow, oh);
+            }
+        }
+    };
+
+    if parallel {
         pool.install(|| {
-            out.par_chunks_mut(head_dim)
+            out.par_chunks_mut(hpt * head_dim)
                 .enumerate()
                 .for_each_init(Vec::new, task)
         });
     } else {
-        let mut scores = Vec::new();
-        for item in out.chunks_mut(head_dim).enumerate() {
-            task(&mut scores, item);
+        let mut scratch = Vec::new();
+        for item in out.chunks_mut(hpt * head_dim).enumerate() {
+            task(&mut scratch, item);
         }
     }
 }

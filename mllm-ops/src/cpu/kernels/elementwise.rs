@@ -18,6 +18,14 @@ pub fn mul(a: &[f32], b: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `out[i] = x[i] * factor` (both slices equally long).
+pub fn scale(x: &[f32], factor: f32, out: &mut [f32]) {
+    debug_assert_eq!(x.len(), out.len());
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = v * factor;
+    }
+}
+
 /// `a[i] += b[i]` in place (e.g. a residual connection).
 pub fn add_assign(a: &mut [f32], b: &[f32]) {
     debug_assert_eq!(a.len(), b.len());
@@ -60,6 +68,10 @@ mod tests {
             add_assign(&mut c, &b);
             for i in 0..n {
                 assert_eq!(c[i], (a[i] as f64 + b[i] as f64) as f32);
+            }
+            scale(&a, 0.37, &mut out);
+            for i in 0..n {
+                assert_eq!(out[i], (a[i] as f64 * 0.37f32 as f64) as f32);
             }
             let mut c = a.clone();
             mul_assign(&mut c, &b);

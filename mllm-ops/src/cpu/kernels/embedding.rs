@@ -13,7 +13,10 @@ pub fn embedding<W: WeightElem>(ids: &[u32], table: &[W], dim: usize, out: &mut 
     if dim == 0 {
         return;
     }
-    debug_assert_eq!(table.len() % dim, 0, "table must be [vocab, dim]");
+    debug_assert!(
+        table.len().is_multiple_of(dim),
+        "table must be [vocab, dim]"
+    );
     let vocab = table.len() / dim;
     for (&id, row) in ids.iter().zip(out.chunks_exact_mut(dim)) {
         let id = id as usize;

@@ -154,6 +154,14 @@ fn hsum<const N: usize>(acc: &[f32; N]) -> f32 {
     }
 }
 
+/// `acc[l] += a[l] * b[l]` for every lane.
+#[inline(always)]
+fn fmadd(acc: &mut [f32; LANES], a: &[f32; LANES], b: &[f32; LANES]) {
+    for ((s, &x), &y) in acc.iter_mut().zip(a).zip(b) {
+        *s += x * y;
+    }
+}
+
 /// Loads `LANES` consecutive values of `s` starting at `off`.
 #[inline(always)]
 fn load(s: &[f32], off: usize) -> [f32; LANES] {
@@ -183,13 +191,15 @@ fn micro<const R: usize, const C: usize>(
         let wv: [[f32; LANES]; C] = std::array::from_fn(|c| load(ws[c], off));
         for r in 0..R {
             for c in 0..C {
-                for l in 0..LANES {
-                    acc[r][c][l] += xv[r][l] * wv[c][l];
-                }
+                fmadd(&mut acc[r][c], &xv[r], &wv[c]);
             }
         }
         off += LANES;
     }
+    // Materialise the accumulators as lane vectors before the horizontal
+    // sums; otherwise LLVM's SLP vectoriser may group the whole loop by
+    // output (C) instead of by lane and fill it with shuffles.
+    let acc = std::hint::black_box(acc);
     let mut res = [[0.0f32; C]; R];
     for r in 0..R {
         for c in 0..C {
@@ -255,8 +265,9 @@ fn rows_pass<const R: usize>(
 
 /// Computes `dst[o][t] = Σ_i xb[t][i] · wb[o][i]` for `nr` rows of length
 /// `k` and `no` weight rows (`dst` is `[no, nr]`, i.e. transposed), in
-/// chunks of `K_CHUNK` columns so that the working set stays in cache; a
-/// non-f32 weight chunk is converted into `buf` once and reused for all rows.
+/// chunks of `K_CHUNK` columns so that the working set stays in cache; each
+/// weight chunk is converted (or copied) into `buf` once and reused for all
+/// rows, except f32 weights with fewer than 4 rows, which are read in place.
 fn block_kernel<W: WeightElem>(
     xb: &[f32],
     nr: usize,
@@ -267,7 +278,10 @@ fn block_kernel<W: WeightElem>(
     buf: &mut Vec<f32>,
 ) {
     dst.fill(0.0);
-    let direct = W::as_f32_slice(wb);
+    // f32 weights are read in place for few rows; for more rows even they
+    // are copied into a contiguous panel, which the micro-kernels stream
+    // through faster than strided rows.
+    let direct = if nr < 4 { W::as_f32_slice(wb) } else { None };
     let mut k0 = 0;
     while k0 < k {
         let kc = K_CHUNK.min(k - k0);
@@ -356,8 +370,9 @@ fn transpose_bias(yt: &[f32], nr: usize, out_f: usize, bias: Option<&[f32]>, y: 
 ///
 /// * `x` is `[rows, in_f]` row-major f32 activations;
 /// * `w` is `[out_f, in_f]` row-major (PyTorch `nn.Linear` layout) with
-///   elements f32, f16 or bf16, converted to f32 once per block and reused
-///   for every row;
+///   elements f32, f16 or bf16; f16/bf16 weights are converted to f32 in
+///   cache-sized panels, once per block of up to 64 rows, and each panel is
+///   reused for every row of the block;
 /// * `bias`, if given, has `out_f` elements;
 /// * `y` is `[rows, out_f]` and is overwritten.
 ///

@@ -7,19 +7,31 @@
 
 pub mod activation;
 pub mod attention;
+pub mod columns;
 pub mod elementwise;
 pub mod embedding;
 pub mod matmul;
 pub mod norm;
+pub(crate) mod qact;
+pub(crate) mod qdot;
+pub mod qembedding;
+pub mod qkernel;
+pub mod qmatmul;
 pub mod rope;
+#[cfg(target_arch = "x86_64")]
+mod simd;
 pub mod softmax;
 
-pub use activation::{geglu, geglu_tanh, gelu, gelu_tanh, relu, silu, swiglu};
+pub use activation::{geglu, geglu_tanh, gelu, gelu_tanh, reglu, relu, silu, swiglu};
 pub use attention::{attention, AttnShape};
-pub use elementwise::{add, add_assign, mul, mul_assign};
+pub use columns::slice_columns;
+pub use elementwise::{add, add_assign, mul, mul_assign, scale};
 pub use embedding::embedding;
 pub use matmul::{axpy, dot, linear, WeightElem};
 pub use norm::{layer_norm, rms_norm};
+pub use qembedding::quant_embedding;
+pub use qkernel::{QuantKernel, QuantPath, SimdLevel};
+pub use qmatmul::{quant_linear, QuantMatrix};
 pub use rope::{apply_rope, rope_inv_freq, Llama3Scaling};
 pub use softmax::softmax_rows;
 

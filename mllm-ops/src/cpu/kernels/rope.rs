@@ -79,7 +79,7 @@ pub fn apply_rope(
         "x must be [tokens, n_heads * head_dim]"
     );
     debug_assert!(rotary_dim <= head_dim, "rotary_dim must be <= head_dim");
-    debug_assert!(rotary_dim % 2 == 0, "rotary_dim must be even");
+    debug_assert!(rotary_dim.is_multiple_of(2), "rotary_dim must be even");
     let half = (rotary_dim.min(head_dim) / 2).min(inv_freq.len());
     debug_assert_eq!(
         half,

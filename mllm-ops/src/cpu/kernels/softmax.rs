@@ -9,7 +9,7 @@ pub fn softmax_rows(x: &mut [f32], n: usize) {
     if n == 0 {
         return;
     }
-    debug_assert_eq!(x.len() % n, 0, "x.len() must be a multiple of n");
+    debug_assert!(x.len().is_multiple_of(n), "x.len() must be a multiple of n");
     for row in x.chunks_exact_mut(n) {
         softmax_in_place(row);
     }

@@ -20,7 +20,7 @@ pub struct AttentionOp {
 impl AttentionOp {
     /// An attention op, validating the head layout.
     pub fn new(p: AttentionParams, pool: Arc<ThreadPool>) -> Result<Self> {
-        if p.n_kv_heads == 0 || p.n_heads % p.n_kv_heads != 0 {
+        if p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
             return Err(Error::Config(format!(
                 "attention heads ({}) must be a multiple of KV heads ({})",
                 p.n_heads, p.n_kv_heads

@@ -1,4 +1,4 @@
-//! Elementwise ops: add, mul, activations, SwiGLU and softmax.
+//! Elementwise ops: add, mul, scale, activations, gated activations and softmax.
 
 use mllm_core::op::{Activation, Op, OpInput};
 use mllm_core::step::StepLayout;
@@ -66,13 +66,21 @@ impl Op for BinaryOp {
     }
 }
 
-/// `silu(gate) * up`.
-#[derive(Default)]
-pub struct SwiGluOp;
+/// `act(gate) * up`.
+pub struct GluOp {
+    act: Activation,
+}
 
-impl Op for SwiGluOp {
+impl GluOp {
+    /// The gated form of `act`.
+    pub fn new(act: Activation) -> Self {
+        GluOp { act }
+    }
+}
+
+impl Op for GluOp {
     fn reshape(&mut self, inputs: &[&Shape], _step: &StepLayout) -> Result<Shape> {
-        same_shapes("swiglu", inputs)
+        same_shapes("glu", inputs)
     }
 
     fn execute(
@@ -81,9 +89,43 @@ impl Op for SwiGluOp {
         output: &mut [f32],
         _step: &StepLayout,
     ) -> Result<()> {
-        let gate = inputs[0].tensor("swiglu")?;
-        let up = inputs[1].tensor("swiglu")?;
-        activation::swiglu(gate.data, up.data, output);
+        let gate = inputs[0].tensor("glu")?.data;
+        let up = inputs[1].tensor("glu")?.data;
+        match self.act {
+            Activation::Silu => activation::swiglu(gate, up, output),
+            Activation::GeluTanh => activation::geglu_tanh(gate, up, output),
+            Activation::Gelu => activation::geglu(gate, up, output),
+            Activation::Relu => activation::reglu(gate, up, output),
+        }
+        Ok(())
+    }
+}
+
+/// `x * factor`.
+pub struct ScaleOp {
+    factor: f32,
+}
+
+impl ScaleOp {
+    /// Multiplies by `factor`.
+    pub fn new(factor: f32) -> Self {
+        ScaleOp { factor }
+    }
+}
+
+impl Op for ScaleOp {
+    fn reshape(&mut self, inputs: &[&Shape], _step: &StepLayout) -> Result<Shape> {
+        Ok(inputs[0].clone())
+    }
+
+    fn execute(
+        &mut self,
+        inputs: &[OpInput<'_>],
+        output: &mut [f32],
+        _step: &StepLayout,
+    ) -> Result<()> {
+        let x = inputs[0].tensor("scale")?;
+        elementwise::scale(x.data, self.factor, output);
         Ok(())
     }
 }

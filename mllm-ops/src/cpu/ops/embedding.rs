@@ -1,4 +1,4 @@
-//! Token embedding lookup.
+//! Token embedding lookup in an f32, f16, bf16 or block-quantized table.
 
 use mllm_core::op::{EmbeddingParams, Op, OpInput};
 use mllm_core::step::StepLayout;
@@ -6,12 +6,13 @@ use mllm_core::weights::WeightSource;
 use mllm_core::{Error, Result, Shape};
 
 use crate::cpu::kernels::embedding::embedding;
-use crate::cpu::weights::{FloatSlice, FloatWeight};
+use crate::cpu::kernels::qembedding::quant_embedding;
+use crate::cpu::weights::{FloatSlice, MatrixSlice, MatrixWeight};
 
 /// The CPU embedding op.
 pub struct EmbeddingOp {
     params: EmbeddingParams,
-    table: Option<FloatWeight>,
+    table: Option<MatrixWeight>,
 }
 
 impl EmbeddingOp {
@@ -27,10 +28,10 @@ impl EmbeddingOp {
 impl Op for EmbeddingOp {
     fn load(&mut self, weights: &dyn WeightSource) -> Result<()> {
         let p = &self.params;
-        self.table = Some(FloatWeight::load(
+        self.table = Some(MatrixWeight::load(
             weights,
             &p.weight,
-            &[p.vocab, p.dim],
+            [p.vocab, p.dim],
             "embedding",
         )?);
         Ok(())
@@ -61,9 +62,10 @@ impl Op for EmbeddingOp {
             .as_ref()
             .ok_or_else(|| Error::InvalidInput("embedding ran before load".into()))?;
         match table.slice() {
-            FloatSlice::F32(t) => embedding(ids, t, p.dim, output),
-            FloatSlice::F16(t) => embedding(ids, t, p.dim, output),
-            FloatSlice::BF16(t) => embedding(ids, t, p.dim, output),
+            MatrixSlice::Float(FloatSlice::F32(t)) => embedding(ids, t, p.dim, output),
+            MatrixSlice::Float(FloatSlice::F16(t)) => embedding(ids, t, p.dim, output),
+            MatrixSlice::Float(FloatSlice::BF16(t)) => embedding(ids, t, p.dim, output),
+            MatrixSlice::Quant(t) => quant_embedding(ids, &t, output),
         }
         Ok(())
     }

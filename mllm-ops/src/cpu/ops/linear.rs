@@ -1,4 +1,4 @@
-//! `y = x W^T + b` with f32, f16 or bf16 weights.
+//! `y = x W^T + b` with f32, f16, bf16 or block-quantized weights.
 
 use std::sync::Arc;
 
@@ -10,35 +10,48 @@ use rayon::ThreadPool;
 
 use super::expect_rows;
 use crate::cpu::kernels::matmul::linear;
-use crate::cpu::weights::{load_f32_vector, FloatSlice, FloatWeight};
+use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
+use crate::cpu::kernels::qmatmul::quant_linear;
+use crate::cpu::weights::{load_f32_vector, FloatSlice, MatrixSlice, MatrixWeight};
 
 /// The CPU linear layer.
 pub struct LinearOp {
     params: LinearParams,
-    weight: Option<FloatWeight>,
+    weight: Option<MatrixWeight>,
     bias: Option<Vec<f32>>,
     pool: Arc<ThreadPool>,
+    /// The variant used for quantized weights, chosen once for this CPU.
+    quant: QuantKernel,
 }
 
 impl LinearOp {
-    /// An unloaded linear op.
+    /// An unloaded linear op; quantized weights use
+    /// [`QuantPath::F32Activations`].
     pub fn new(params: LinearParams, pool: Arc<ThreadPool>) -> Self {
         LinearOp {
             params,
             weight: None,
             bias: None,
             pool,
+            quant: QuantKernel::new(QuantPath::default()),
         }
+    }
+
+    /// Chooses how quantized weights treat the activations (the fastest
+    /// instruction set of this CPU for that path).
+    pub fn with_quant_path(mut self, path: QuantPath) -> Self {
+        self.quant = QuantKernel::new(path);
+        self
     }
 }
 
 impl Op for LinearOp {
     fn load(&mut self, weights: &dyn WeightSource) -> Result<()> {
         let p = &self.params;
-        self.weight = Some(FloatWeight::load(
+        self.weight = Some(MatrixWeight::load(
             weights,
             &p.weight,
-            &[p.out_features, p.in_features],
+            [p.out_features, p.in_features],
             "linear",
         )?);
         self.bias = p
@@ -70,9 +83,16 @@ impl Op for LinearOp {
         let bias = self.bias.as_deref();
         let (inf, outf, pool) = (p.in_features, p.out_features, &*self.pool);
         match w.slice() {
-            FloatSlice::F32(w) => linear(x.data, rows, inf, w, outf, bias, output, pool),
-            FloatSlice::F16(w) => linear(x.data, rows, inf, w, outf, bias, output, pool),
-            FloatSlice::BF16(w) => linear(x.data, rows, inf, w, outf, bias, output, pool),
+            MatrixSlice::Float(FloatSlice::F32(w)) => {
+                linear(x.data, rows, inf, w, outf, bias, output, pool)
+            }
+            MatrixSlice::Float(FloatSlice::F16(w)) => {
+                linear(x.data, rows, inf, w, outf, bias, output, pool)
+            }
+            MatrixSlice::Float(FloatSlice::BF16(w)) => {
+                linear(x.data, rows, inf, w, outf, bias, output, pool)
+            }
+            MatrixSlice::Quant(w) => quant_linear(self.quant, x.data, rows, &w, bias, output, pool),
         }
         Ok(())
     }

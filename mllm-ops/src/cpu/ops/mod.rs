@@ -6,17 +6,21 @@ mod embedding;
 mod kv_cache;
 mod linear;
 mod norm;
+mod position_embedding;
 mod rope;
 mod select_rows;
+mod slice_columns;
 
 pub use attention::AttentionOp;
-pub use elementwise::{ActivationOp, BinaryOp, SoftmaxOp, SwiGluOp};
+pub use elementwise::{ActivationOp, BinaryOp, GluOp, ScaleOp, SoftmaxOp};
 pub use embedding::EmbeddingOp;
 pub use kv_cache::{KvCacheOp, KvCacheState};
 pub use linear::LinearOp;
 pub use norm::{LayerNormOp, RmsNormOp};
+pub use position_embedding::PositionEmbeddingOp;
 pub use rope::RopeOp;
 pub use select_rows::SelectLogitsRowsOp;
+pub use slice_columns::SliceColumnsOp;
 
 use mllm_core::{Error, Result, Shape};
 

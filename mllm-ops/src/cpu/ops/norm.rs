@@ -1,13 +1,22 @@
-//! RMSNorm and LayerNorm over the last dimension.
+//! RMSNorm and LayerNorm over the last dimension (or over each group of it).
 
 use mllm_core::op::{NormParams, Op, OpInput};
 use mllm_core::step::StepLayout;
 use mllm_core::weights::WeightSource;
-use mllm_core::{Result, Shape};
+use mllm_core::{Error, Result, Shape};
 
 use super::expect_rows;
 use crate::cpu::kernels::norm::{layer_norm, rms_norm};
 use crate::cpu::weights::load_f32_vector;
+
+/// Checks that `shape` is `[tokens, groups * dim]`.
+fn check_input(op: &str, p: &NormParams, shape: &Shape) -> Result<Shape> {
+    if p.groups == 0 {
+        return Err(Error::Config(format!("{op}: groups must be positive")));
+    }
+    expect_rows(op, "input", shape, p.groups * p.dim)?;
+    Ok(shape.clone())
+}
 
 /// The CPU RMSNorm op.
 pub struct RmsNormOp {
@@ -32,8 +41,7 @@ impl Op for RmsNormOp {
     }
 
     fn reshape(&mut self, inputs: &[&Shape], _step: &StepLayout) -> Result<Shape> {
-        expect_rows("rms_norm", "input", inputs[0], self.params.dim)?;
-        Ok(inputs[0].clone())
+        check_input("rms_norm", &self.params, inputs[0])
     }
 
     fn execute(
@@ -46,7 +54,7 @@ impl Op for RmsNormOp {
         let p = &self.params;
         rms_norm(
             x.data,
-            x.shape.rows(),
+            x.shape.rows() * p.groups,
             p.dim,
             &self.weight,
             p.eps,
@@ -88,8 +96,7 @@ impl Op for LayerNormOp {
     }
 
     fn reshape(&mut self, inputs: &[&Shape], _step: &StepLayout) -> Result<Shape> {
-        expect_rows("layer_norm", "input", inputs[0], self.params.dim)?;
-        Ok(inputs[0].clone())
+        check_input("layer_norm", &self.params, inputs[0])
     }
 
     fn execute(
@@ -102,7 +109,7 @@ impl Op for LayerNormOp {
         let p = &self.params;
         layer_norm(
             x.data,
-            x.shape.rows(),
+            x.shape.rows() * p.groups,
             p.dim,
             &self.weight,
             self.bias.as_deref(),

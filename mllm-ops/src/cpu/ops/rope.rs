@@ -17,7 +17,7 @@ impl RopeOp {
     /// A RoPE op, validating the rotary dimensions.
     pub fn new(params: RopeParams) -> Result<Self> {
         if params.rotary_dim == 0
-            || params.rotary_dim % 2 != 0
+            || !params.rotary_dim.is_multiple_of(2)
             || params.rotary_dim > params.head_dim
         {
             return Err(Error::Config(format!(

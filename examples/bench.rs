@@ -1,0 +1,289 @@
+//! Prompt-processing and token-generation speed, in the style of llama-bench.
+//!
+//! ```text
+//! cargo run --release --example bench -- -p 16,128,512 -n 32,128 -t 2 -r 5
+//! cargo run --release --example bench -- --model m.mllm -p 128 -n 0 --json
+//! ```
+//!
+//! A `pp N` test times one prefill step of N tokens; a `tg N` test times N
+//! single-token decode steps. Both start from an empty KV cache, filled first
+//! to `-d DEPTH` tokens when given. Each test runs once to warm up, then `-r`
+//! times; the table shows mean ± standard deviation of tokens/s. `--json`
+//! prints one JSON array with llama-bench's field names. `--profile` adds the
+//! time per op kind over all timed runs.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use mllm::convert::default_model;
+use mllm::core::file::MllmFile;
+use mllm::core::{Error, LogitsMode, Result, StepInput};
+use mllm::models::{LoadOptions, Model};
+use serde_json::json;
+
+#[derive(Parser, Debug)]
+#[command(about = "Measure prefill and decode speed of a .mllm model")]
+struct Args {
+    /// The .mllm model file (default: the cached SmolLM2-135M-Instruct Q4_1).
+    #[arg(short, long)]
+    model: Option<PathBuf>,
+    /// Prompt lengths to test (pp), comma-separated; 0 skips.
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    n_prompt: Vec<usize>,
+    /// Generation lengths to test (tg), comma-separated; 0 skips.
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    n_gen: Vec<usize>,
+    /// Tokens already in the KV cache before each test.
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    depth: usize,
+    /// CPU threads (0: one per core).
+    #[arg(short = 't', long = "threads", default_value_t = 0)]
+    threads: usize,
+    /// Timed repetitions per test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// Print one JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also print the time spent per op kind.
+    #[arg(long)]
+    profile: bool,
+}
+
+/// One test: prefill of `n_prompt` tokens or `n_gen` decode steps.
+#[derive(Clone, Copy, Debug)]
+struct Test {
+    n_prompt: usize,
+    n_gen: usize,
+}
+
+impl Test {
+    fn name(&self, depth: usize) -> String {
+        let base = if self.n_prompt > 0 {
+            format!("pp{}", self.n_prompt)
+        } else {
+            format!("tg{}", self.n_gen)
+        };
+        if depth > 0 {
+            format!("{base} @ d{depth}")
+        } else {
+            base
+        }
+    }
+
+    fn tokens(&self) -> usize {
+        self.n_prompt + self.n_gen
+    }
+}
+
+/// Deterministic pseudo-random token ids below `vocab`.
+fn token_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// Runs one repetition and returns its duration (depth filling not timed).
+fn run_once(model: &mut Model, test: Test, depth: usize, seed: u64) -> Result<Duration> {
+    let vocab = model.vocab_size();
+    model.reset_slot(0);
+    if depth > 0 {
+        model.step(&StepInput::single(
+            0,
+            token_ids(depth, vocab, seed ^ 0xD),
+            LogitsMode::Last,
+        ))?;
+    }
+    let started = Instant::now();
+    if test.n_prompt > 0 {
+        let ids = token_ids(test.n_prompt, vocab, seed);
+        model.step(&StepInput::single(0, ids, LogitsMode::Last))?;
+    } else {
+        for id in token_ids(test.n_gen, vocab, seed) {
+            model.step(&StepInput::single(0, vec![id], LogitsMode::Last))?;
+        }
+    }
+    Ok(started.elapsed())
+}
+
+/// Peak resident set size of this process in bytes (Linux), if known.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = if xs.len() > 1 {
+        xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// Size in bytes and parameter count of the model's tensors.
+fn model_size(path: &Path) -> Result<(u64, u64)> {
+    let file = MllmFile::open(path)?;
+    let Some(meta) = file.metadata() else {
+        return Ok((file.file_len(), 0));
+    };
+    let mut bytes = 0;
+    let mut params = 0;
+    for (name, shape) in &meta.tensors {
+        bytes += file.entries()[name].len;
+        params += shape.iter().product::<usize>() as u64;
+    }
+    Ok((bytes, params))
+}
+
+fn run(args: Args) -> Result<()> {
+    if args.reps == 0 {
+        return Err(Error::InvalidInput("-r must be at least 1".into()));
+    }
+    let path = match &args.model {
+        Some(p) => p.clone(),
+        None => default_model::ensure_model()?,
+    };
+    let opts = LoadOptions {
+        threads: args.threads,
+        ..Default::default()
+    };
+    let mut model = Model::load(&path, &opts)?;
+    let threads = if args.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        args.threads
+    };
+    let (size, params) = model_size(&path)?;
+    let tests: Vec<Test> = args
+        .n_prompt
+        .iter()
+        .filter(|&&n| n > 0)
+        .map(|&n| Test {
+            n_prompt: n,
+            n_gen: 0,
+        })
+        .chain(args.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test {
+            n_prompt: 0,
+            n_gen: n,
+        }))
+        .collect();
+    for t in &tests {
+        let needed = args.depth + t.tokens();
+        if needed > model.max_context() {
+            return Err(Error::ContextFull {
+                slot: 0,
+                needed,
+                limit: model.max_context(),
+            });
+        }
+    }
+    let model_name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let mut results = Vec::new();
+    if !args.json {
+        println!("| model | size | params | backend | threads | test | t/s |");
+        println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+    }
+    for (i, test) in tests.iter().enumerate() {
+        run_once(&mut model, *test, args.depth, i as u64)?;
+        model.executor_mut().set_profiling(args.profile);
+        let mut samples_ns = Vec::with_capacity(args.reps);
+        for r in 0..args.reps {
+            let d = run_once(&mut model, *test, args.depth, (i * 1000 + r + 1) as u64)?;
+            samples_ns.push(d.as_nanos() as f64);
+        }
+        let samples_ts: Vec<f64> = samples_ns
+            .iter()
+            .map(|ns| test.tokens() as f64 * 1e9 / ns)
+            .collect();
+        let (avg_ns, stddev_ns) = mean_std(&samples_ns);
+        let (avg_ts, stddev_ts) = mean_std(&samples_ts);
+        if args.json {
+            results.push(json!({
+                "model_filename": path.display().to_string(),
+                "model_type": model.architecture(),
+                "model_size": size,
+                "model_n_params": params,
+                "backends": "CPU",
+                "n_threads": threads,
+                "n_prompt": test.n_prompt,
+                "n_gen": test.n_gen,
+                "n_depth": args.depth,
+                "avg_ns": avg_ns.round() as u64,
+                "stddev_ns": stddev_ns.round() as u64,
+                "avg_ts": avg_ts,
+                "stddev_ts": stddev_ts,
+                "samples_ns": samples_ns.iter().map(|x| x.round() as u64).collect::<Vec<_>>(),
+                "samples_ts": samples_ts,
+            }));
+        } else {
+            println!(
+                "| {model_name} | {:.2} MiB | {:.2} M | CPU | {threads} | {} | {avg_ts:.2} ± {stddev_ts:.2} |",
+                size as f64 / (1024.0 * 1024.0),
+                params as f64 / 1e6,
+                test.name(args.depth),
+            );
+        }
+        if args.profile {
+            let profile = model.executor().profile();
+            let total: Duration = profile.iter().map(|p| p.total).sum();
+            eprintln!("profile of {} ({} runs):", test.name(args.depth), args.reps);
+            for p in profile {
+                eprintln!(
+                    "  {:<20} {:>4} nodes {:>10.3} ms {:>6.1}%",
+                    p.kind,
+                    p.nodes,
+                    p.total.as_secs_f64() * 1e3 / args.reps as f64,
+                    100.0 * p.total.as_secs_f64() / total.as_secs_f64().max(1e-12)
+                );
+            }
+        }
+    }
+    let rss = peak_rss_bytes();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&results).unwrap_or_default()
+        );
+    } else if let Some(rss) = rss {
+        println!("\npeak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
+    }
+    if let (true, Some(rss)) = (args.json, rss) {
+        eprintln!("peak RSS: {rss} bytes");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

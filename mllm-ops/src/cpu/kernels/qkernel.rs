@@ -1,0 +1,347 @@
+//! The choice of quantized-kernel variant: activation path and instruction
+//! set, checked against the CPU at run time and then dispatched per row.
+
+use super::qact::{self, Int8Type, Q8Row};
+use super::qdot;
+#[cfg(target_arch = "x86_64")]
+use super::simd;
+use crate::quant::QuantType;
+
+/// How a linear layer with quantized weights treats its activations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QuantPath {
+    /// Multiply the (exactly) dequantized weights with the f32 activations:
+    /// the accurate path, and the default.
+    #[default]
+    F32Activations,
+    /// Quantize every activation row to 8 bits per block of 32 and use
+    /// integer dot products. Faster for Q8_0, Q4_0 and Q4_1 weights but adds
+    /// the activations' rounding error; K-quant weights keep the f32 path.
+    Int8Activations,
+}
+
+/// The instruction set a quantized kernel uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SimdLevel {
+    /// Portable scalar code.
+    Scalar,
+    /// AVX2 and FMA (x86-64).
+    Avx2,
+    /// AVX-512F, and for [`QuantPath::Int8Activations`] also AVX-512BW and
+    /// AVX-512 VNNI (x86-64).
+    Avx512,
+}
+
+impl SimdLevel {
+    /// Every level, fastest first.
+    pub const FASTEST_FIRST: [SimdLevel; 3] =
+        [SimdLevel::Avx512, SimdLevel::Avx2, SimdLevel::Scalar];
+
+    /// Whether this CPU runs `path`'s kernels at this level.
+    pub fn is_available(self, path: QuantPath) -> bool {
+        match self {
+            SimdLevel::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512 => {
+                SimdLevel::Avx2.is_available(path)
+                    && is_x86_feature_detected!("avx512f")
+                    && (path == QuantPath::F32Activations
+                        || (is_x86_feature_detected!("avx512bw")
+                            && is_x86_feature_detected!("avx512vnni")))
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            SimdLevel::Avx2 | SimdLevel::Avx512 => false,
+        }
+    }
+}
+
+/// A quantized-kernel variant: a [`QuantPath`] and a [`SimdLevel`] that this
+/// CPU supports for it. Choose one when a layer is created and keep it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantKernel {
+    path: QuantPath,
+    /// Invariant: `level.is_available(path)`.
+    level: SimdLevel,
+}
+
+impl QuantKernel {
+    /// The fastest variant of `path` on this CPU.
+    pub fn new(path: QuantPath) -> QuantKernel {
+        let level = SimdLevel::FASTEST_FIRST
+            .into_iter()
+            .find(|l| l.is_available(path))
+            .unwrap_or(SimdLevel::Scalar);
+        QuantKernel { path, level }
+    }
+
+    /// `path` at `level`, or `None` when this CPU lacks the level's features.
+    pub fn with_level(path: QuantPath, level: SimdLevel) -> Option<QuantKernel> {
+        level
+            .is_available(path)
+            .then_some(QuantKernel { path, level })
+    }
+
+    /// The activation path.
+    pub fn path(self) -> QuantPath {
+        self.path
+    }
+
+    /// The instruction set.
+    pub fn level(self) -> SimdLevel {
+        self.level
+    }
+
+    /// `Σ_i w[i]·x[i]` for a row of `qt` blocks and f32 activations.
+    pub(crate) fn dot_row(self, qt: QuantType, w: &[u8], x: &[f32]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        match self.level {
+            // SAFETY: the level is available (struct invariant): AVX-512F,
+            // AVX2 and FMA were detected.
+            SimdLevel::Avx512 => return unsafe { simd::avx512::dot_row(qt, w, x) },
+            // SAFETY: the level is available: AVX2 and FMA were detected.
+            SimdLevel::Avx2 => return unsafe { simd::avx2::dot_row(qt, w, x) },
+            SimdLevel::Scalar => {}
+        }
+        qdot::dot_row(qt, w, x)
+    }
+
+    /// Dequantizes consecutive `qt` blocks into `out` (bit-exact at every
+    /// level).
+    pub(crate) fn dequantize_row(self, qt: QuantType, w: &[u8], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        match self.level {
+            // SAFETY: the level is available (struct invariant): AVX-512F,
+            // AVX2 and FMA were detected.
+            SimdLevel::Avx512 => return unsafe { simd::avx512::dequantize_row(qt, w, out) },
+            // SAFETY: the level is available: AVX2 and FMA were detected.
+            SimdLevel::Avx2 => return unsafe { simd::avx2::dequantize_row(qt, w, out) },
+            SimdLevel::Scalar => {}
+        }
+        qt.dequantize_blocks(w, out);
+    }
+
+    /// `dst[o·nr + t] = Σ_i xb[t·k + i] · wb[o·k + i]` for `nr` activation
+    /// rows and `no` f32 weight rows of length `k` (a multiple of 32).
+    pub(crate) fn gemm_tile(
+        self,
+        xb: &[f32],
+        nr: usize,
+        k: usize,
+        wb: &[f32],
+        no: usize,
+        dst: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        match self.level {
+            // SAFETY: the level is available (struct invariant): AVX-512F,
+            // AVX2 and FMA were detected.
+            SimdLevel::Avx512 => return unsafe { simd::avx512::gemm_tile(xb, nr, k, wb, no, dst) },
+            // SAFETY: the level is available: AVX2 and FMA were detected.
+            SimdLevel::Avx2 => return unsafe { simd::avx2::gemm_tile(xb, nr, k, wb, no, dst) },
+            SimdLevel::Scalar => {}
+        }
+        qdot::gemm_tile(xb, nr, k, wb, no, dst);
+    }
+
+    /// The integer dot product of a weight row with a quantized activation
+    /// row (see `qact::dot_i8`).
+    pub(crate) fn dot_i8(self, it: Int8Type, w: &[u8], x: Q8Row<'_>) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        match self.level {
+            SimdLevel::Avx512 if self.path == QuantPath::Int8Activations => {
+                // SAFETY: AVX-512 is available for the int8 path (struct
+                // invariant): AVX2, FMA, AVX-512F/BW and VNNI were detected.
+                return unsafe { simd::vnni::dot_i8(it, w, x) };
+            }
+            SimdLevel::Avx512 | SimdLevel::Avx2 => {
+                // SAFETY: both levels include AVX2 and FMA, detected when
+                // the kernel was made.
+                return unsafe { simd::avx2_i8::dot_i8(it, w, x) };
+            }
+            SimdLevel::Scalar => {}
+        }
+        qact::dot_i8(it, w, x)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cpu::kernels::qact::Q8Rows;
+    use crate::cpu::kernels::test_util::Rng;
+
+    /// `n` blocks of `qt` with random bytes and small finite f16 scales of
+    /// both signs (every other bit pattern is a valid block).
+    pub(crate) fn random_blocks(rng: &mut Rng, qt: QuantType, n: usize) -> Vec<u8> {
+        let offsets: &[usize] = match qt {
+            QuantType::Q8_0 | QuantType::Q4_0 => &[0],
+            QuantType::Q4_1 | QuantType::Q4K => &[0, 2],
+            QuantType::Q6K => &[208],
+        };
+        let mut out: Vec<u8> = (0..n * qt.block_bytes())
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        for b in out.chunks_exact_mut(qt.block_bytes()) {
+            for &o in offsets {
+                let d = half::f16::from_f32(rng.uniform() * 0.1);
+                b[o..o + 2].copy_from_slice(&d.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// The kernels at `level` for `path`, or `None` (with a note) when this
+    /// CPU lacks it.
+    pub(crate) fn kernel_or_skip(path: QuantPath, level: SimdLevel) -> Option<QuantKernel> {
+        let k = QuantKernel::with_level(path, level);
+        if k.is_none() {
+            eprintln!("skipping {level:?} for {path:?}: this CPU lacks the instructions");
+        }
+        k
+    }
+
+    /// SIMD levels (not scalar) for `path` that this CPU runs.
+    fn simd_kernels(path: QuantPath) -> Vec<QuantKernel> {
+        [SimdLevel::Avx2, SimdLevel::Avx512]
+            .into_iter()
+            .filter_map(|l| kernel_or_skip(path, l))
+            .collect()
+    }
+
+    const SCALAR: QuantKernel = QuantKernel {
+        path: QuantPath::F32Activations,
+        level: SimdLevel::Scalar,
+    };
+
+    #[test]
+    fn levels_are_checked() {
+        for path in [QuantPath::F32Activations, QuantPath::Int8Activations] {
+            let k = QuantKernel::new(path);
+            assert_eq!(k.path(), path);
+            assert!(k.level().is_available(path));
+            for level in SimdLevel::FASTEST_FIRST {
+                let k = QuantKernel::with_level(path, level);
+                assert_eq!(k.is_some(), level.is_available(path));
+            }
+            assert!(QuantKernel::with_level(path, SimdLevel::Scalar).is_some());
+        }
+        assert_eq!(QuantPath::default(), QuantPath::F32Activations);
+    }
+
+    /// SIMD dequantization is bit-exact with the scalar reference.
+    #[test]
+    fn simd_dequantize_is_exact() {
+        let mut rng = Rng::new(21);
+        for k in simd_kernels(QuantPath::F32Activations) {
+            for qt in QuantType::ALL {
+                for n in [1, 2, 3, 5] {
+                    let w = random_blocks(&mut rng, qt, n);
+                    let mut want = vec![0.0f32; n * qt.block_len()];
+                    let mut got = vec![f32::NAN; want.len()];
+                    qt.dequantize_blocks(&w, &mut want);
+                    k.dequantize_row(qt, &w, &mut got);
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(g.to_bits(), w.to_bits(), "{k:?} {qt} value {i}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `Σ |w_i x_i|` over the dequantized weights, the scale of rounding
+    /// differences between dot-product variants.
+    fn magnitude(qt: QuantType, w: &[u8], x: &[f32]) -> f64 {
+        let mut wf = vec![0.0f32; x.len()];
+        qt.dequantize_blocks(w, &mut wf);
+        wf.iter()
+            .zip(x)
+            .map(|(&a, &b)| (a as f64 * b as f64).abs())
+            .sum()
+    }
+
+    /// SIMD fused dequantize-dots agree with the scalar one up to f32
+    /// rounding: `|simd − scalar| ≤ 1e-5 · Σ|w_i x_i|`.
+    #[test]
+    fn simd_dot_matches_scalar() {
+        let mut rng = Rng::new(22);
+        for k in simd_kernels(QuantPath::F32Activations) {
+            for qt in QuantType::ALL {
+                for n in [1, 2, 3, 7] {
+                    let w = random_blocks(&mut rng, qt, n);
+                    let x = rng.vec(n * qt.block_len(), 1.0);
+                    let want = SCALAR.dot_row(qt, &w, &x);
+                    let got = k.dot_row(qt, &w, &x);
+                    let tol = 1e-5 * magnitude(qt, &w, &x);
+                    assert!(
+                        ((got - want) as f64).abs() <= tol,
+                        "{k:?} {qt} n={n}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// SIMD tile products agree with the scalar one: `|simd − scalar| ≤
+    /// 1e-5 · Σ|x_i w_i|`, for row counts that leave remainders in the
+    /// 3 × 4 register blocking and column counts past one column chunk.
+    #[test]
+    fn simd_gemm_tile_matches_scalar() {
+        let mut rng = Rng::new(23);
+        for k in simd_kernels(QuantPath::F32Activations) {
+            for &(nr, no, kk) in &[
+                (1, 1, 32),
+                (3, 7, 64),
+                (7, 9, 288),
+                (2, 4, 544),
+                (5, 13, 96),
+            ] {
+                let xb = rng.vec(nr * kk, 1.0);
+                let wb = rng.vec(no * kk, 1.0);
+                let mut want = vec![0.0; nr * no];
+                let mut got = vec![f32::NAN; nr * no];
+                SCALAR.gemm_tile(&xb, nr, kk, &wb, no, &mut want);
+                k.gemm_tile(&xb, nr, kk, &wb, no, &mut got);
+                for o in 0..no {
+                    for t in 0..nr {
+                        let (xr, wr) = (&xb[t * kk..][..kk], &wb[o * kk..][..kk]);
+                        let mag: f64 = xr.iter().zip(wr).map(|(&a, &b)| (a * b).abs() as f64).sum();
+                        let (g, w) = (got[o * nr + t], want[o * nr + t]);
+                        assert!(
+                            ((g - w) as f64).abs() <= 1e-5 * mag,
+                            "{k:?} nr={nr} no={no} k={kk} ({o},{t}): {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// SIMD integer dots agree with the scalar one. The block sums are
+    /// exact integers in every variant; only the f32 accumulation order
+    /// differs: `|simd − scalar| ≤ 1e-5 · Σ|w_i x_i|`. Odd block counts
+    /// exercise the VNNI kernel's single-block tail.
+    #[test]
+    fn simd_int8_dot_matches_scalar() {
+        let mut rng = Rng::new(24);
+        for k in simd_kernels(QuantPath::Int8Activations) {
+            for qt in [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1] {
+                let it = Int8Type::from_quant(qt).unwrap();
+                for n in [1, 2, 3, 5, 8] {
+                    let w = random_blocks(&mut rng, qt, n);
+                    let xq = Q8Rows::quantize(&rng.vec(n * 32, 1.0), 1, n * 32);
+                    let x = xq.row(0);
+                    let xf: Vec<f32> = (0..n * 32).map(|i| x.q[i] as f32 * x.d[i / 32]).collect();
+                    let want = qact::dot_i8(it, &w, x);
+                    let got = k.dot_i8(it, &w, x);
+                    let tol = 1e-5 * magnitude(qt, &w, &xf);
+                    assert!(
+                        ((got - want) as f64).abs() <= tol,
+                        "{k:?} {qt} n={n}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}

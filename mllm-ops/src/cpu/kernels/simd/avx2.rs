@@ -1,0 +1,284 @@
+//! AVX2 + FMA kernels for the f32-activation path: per-format dequantizers
+//! (bit-exact with [`crate::quant`]), fused dequantize-dot products of a
+//! weight row with an activation row, and a register-blocked f32 tile
+//! product for prefill.
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2 and FMA (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use crate::quant::{q4_0, q4_1, q4_k, q6_k, q8_0, QuantType};
+
+/// f32 lanes per vector.
+pub(crate) const LANES: usize = 8;
+
+/// Loads 8 floats from the start of `x`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn load(x: &[f32]) -> __m256 {
+    let x = &x[..LANES];
+    // SAFETY: `x` holds 8 floats (sliced above) and `loadu` has no alignment
+    // requirement.
+    unsafe { _mm256_loadu_ps(x.as_ptr()) }
+}
+
+/// Stores 8 floats at the start of `out`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn store(out: &mut [f32], v: __m256) {
+    let out = &mut out[..LANES];
+    // SAFETY: `out` holds 8 floats (sliced above) and `storeu` has no
+    // alignment requirement.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) }
+}
+
+/// The first 8 bytes of `b` zero-extended to 8 `i32` lanes.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn bytes_u32(b: &[u8]) -> __m256i {
+    let b = &b[..8];
+    // SAFETY: `b` holds 8 bytes (sliced above), exactly what `loadl_epi64`
+    // reads, unaligned.
+    let v = unsafe { _mm_loadl_epi64(b.as_ptr().cast()) };
+    _mm256_cvtepu8_epi32(v)
+}
+
+/// The first 8 bytes of `b` as `i8`, sign-extended to 8 `i32` lanes.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn bytes_i32(b: &[u8]) -> __m256i {
+    let b = &b[..8];
+    // SAFETY: as in `bytes_u32`.
+    let v = unsafe { _mm_loadl_epi64(b.as_ptr().cast()) };
+    _mm256_cvtepi8_epi32(v)
+}
+
+/// Sum of the 8 lanes.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(crate) fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// `i32` lanes to f32.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn cvt(v: __m256i) -> __m256 {
+    _mm256_cvtepi32_ps(v)
+}
+
+/// One decoded vector: its element offset in the block and its 8 values.
+type Piece = (usize, __m256);
+
+/// Q8_0, chunk `c` of 4: values `8c..8c + 8`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q8_0_piece(b: &[u8; q8_0::BLOCK_BYTES], d: __m256, c: usize) -> Piece {
+    (8 * c, _mm256_mul_ps(cvt(bytes_i32(&b[2 + 8 * c..])), d))
+}
+
+/// Q4_0, chunk `c` of 2: values `8c..` (low nibbles) and `16 + 8c..` (high).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q4_0_pieces(b: &[u8; q4_0::BLOCK_BYTES], d: __m256, c: usize) -> [Piece; 2] {
+    let raw = bytes_u32(&b[2 + 8 * c..]);
+    let eight = _mm256_set1_epi32(8);
+    let lo = _mm256_sub_epi32(_mm256_and_si256(raw, _mm256_set1_epi32(15)), eight);
+    let hi = _mm256_sub_epi32(_mm256_srli_epi32::<4>(raw), eight);
+    [
+        (8 * c, _mm256_mul_ps(d, cvt(lo))),
+        (16 + 8 * c, _mm256_mul_ps(d, cvt(hi))),
+    ]
+}
+
+/// Q4_1, chunk `c` of 2: as Q4_0 with `d·q + m` (multiply, then add).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q4_1_pieces(b: &[u8; q4_1::BLOCK_BYTES], d: __m256, m: __m256, c: usize) -> [Piece; 2] {
+    let raw = bytes_u32(&b[4 + 8 * c..]);
+    let lo = _mm256_and_si256(raw, _mm256_set1_epi32(15));
+    let hi = _mm256_srli_epi32::<4>(raw);
+    [
+        (8 * c, _mm256_add_ps(_mm256_mul_ps(d, cvt(lo)), m)),
+        (16 + 8 * c, _mm256_add_ps(_mm256_mul_ps(d, cvt(hi)), m)),
+    ]
+}
+
+/// Q4_K, group `g` of 4 and chunk `c` of 4: values `64g + 8c..` (low
+/// nibbles, sub-block `2g`) and `64g + 32 + 8c..` (high, sub-block `2g + 1`).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q4_k_pieces(
+    b: &[u8; q4_k::BLOCK_BYTES],
+    dl: &[f32; 8],
+    ml: &[f32; 8],
+    g: usize,
+    c: usize,
+) -> [Piece; 2] {
+    let raw = bytes_u32(&q4_k::qs(b)[32 * g + 8 * c..]);
+    let lo = _mm256_and_si256(raw, _mm256_set1_epi32(15));
+    let hi = _mm256_srli_epi32::<4>(raw);
+    let val = |q: __m256i, j: usize| {
+        _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_set1_ps(dl[j]), cvt(q)),
+            _mm256_set1_ps(ml[j]),
+        )
+    };
+    [
+        (64 * g + 8 * c, val(lo, 2 * g)),
+        (64 * g + 32 + 8 * c, val(hi, 2 * g + 1)),
+    ]
+}
+
+/// Q6_K, half `h` of 2 and chunk `c` of 4: the four quarters' values
+/// `128h + 32k + 8c..` for `k = 0..4` (sub-block `8h + 2k + c / 2`).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q6_k_pieces(b: &[u8; q6_k::BLOCK_BYTES], dl: &[f32; 16], h: usize, c: usize) -> [Piece; 4] {
+    let l = 8 * c;
+    let a = bytes_u32(&b[64 * h + l..]);
+    let bb = bytes_u32(&b[64 * h + 32 + l..]);
+    let hb = bytes_u32(&b[128 + 32 * h + l..]);
+    let m4 = _mm256_set1_epi32(15);
+    let m2 = _mm256_set1_epi32(3);
+    let top = |bits: __m256i| _mm256_slli_epi32::<4>(_mm256_and_si256(bits, m2));
+    let q = [
+        _mm256_or_si256(_mm256_and_si256(a, m4), top(hb)),
+        _mm256_or_si256(_mm256_and_si256(bb, m4), top(_mm256_srli_epi32::<2>(hb))),
+        _mm256_or_si256(_mm256_srli_epi32::<4>(a), top(_mm256_srli_epi32::<4>(hb))),
+        _mm256_or_si256(_mm256_srli_epi32::<4>(bb), top(_mm256_srli_epi32::<6>(hb))),
+    ];
+    let mut out = [(0, _mm256_setzero_ps()); 4];
+    for (k, (o, q)) in out.iter_mut().zip(q).enumerate() {
+        let v = cvt(_mm256_sub_epi32(q, _mm256_set1_epi32(32)));
+        let s = _mm256_set1_ps(dl[8 * h + 2 * k + c / 2]);
+        *o = (128 * h + 32 * k + l, _mm256_mul_ps(s, v));
+    }
+    out
+}
+
+/// Runs `$body` for every decoded piece of a row of blocks, with `$blk`
+/// the index of the block.
+macro_rules! for_each_piece {
+    ($qt:expr, $w:expr, |$blk:ident, $piece:ident| $body:block) => {
+        match $qt {
+            QuantType::Q8_0 => {
+                for ($blk, b) in $w.as_chunks::<{ q8_0::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let d = _mm256_set1_ps(q8_0::scale(b));
+                    for c in 0..4 {
+                        let $piece = q8_0_piece(b, d, c);
+                        $body
+                    }
+                }
+            }
+            QuantType::Q4_0 => {
+                for ($blk, b) in $w.as_chunks::<{ q4_0::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let d = _mm256_set1_ps(q4_0::scale(b));
+                    for c in 0..2 {
+                        for $piece in q4_0_pieces(b, d, c) {
+                            $body
+                        }
+                    }
+                }
+            }
+            QuantType::Q4_1 => {
+                for ($blk, b) in $w.as_chunks::<{ q4_1::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (d, m) = q4_1::scale_min(b);
+                    let (d, m) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
+                    for c in 0..2 {
+                        for $piece in q4_1_pieces(b, d, m, c) {
+                            $body
+                        }
+                    }
+                }
+            }
+            QuantType::Q4K => {
+                for ($blk, b) in $w.as_chunks::<{ q4_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (dl, ml) = q4_k::sub_scales(b);
+                    for g in 0..4 {
+                        for c in 0..4 {
+                            for $piece in q4_k_pieces(b, &dl, &ml, g, c) {
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+            QuantType::Q6K => {
+                for ($blk, b) in $w.as_chunks::<{ q6_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let dl = q6_k::sub_scales(b);
+                    for h in 0..2 {
+                        for c in 0..4 {
+                            for $piece in q6_k_pieces(b, &dl, h, c) {
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// Dequantizes a row of blocks into `out` (bit-exact with
+/// [`crate::quant::dequantize`]).
+#[target_feature(enable = "avx2,fma")]
+pub(crate) fn dequantize_row(qt: QuantType, w: &[u8], out: &mut [f32]) {
+    let n = qt.block_len();
+    for_each_piece!(qt, w, |blk, piece| {
+        store(&mut out[blk * n + piece.0..], piece.1);
+    });
+}
+
+/// `Σ_i w[i]·x[i]` for a row of blocks `w` and f32 activations `x`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) fn dot_row(qt: QuantType, w: &[u8], x: &[f32]) -> f32 {
+    let n = qt.block_len();
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut k = 0;
+    for_each_piece!(qt, w, |blk, piece| {
+        acc[k] = _mm256_fmadd_ps(piece.1, load(&x[blk * n + piece.0..]), acc[k]);
+        k ^= 1;
+    });
+    hsum(_mm256_add_ps(acc[0], acc[1]))
+}
+
+/// The `R × C` dot products of `R` activation rows with `C` weight rows,
+/// all of length `k` (a multiple of [`LANES`]).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+fn micro<const R: usize, const C: usize>(
+    xs: [&[f32]; R],
+    ws: [&[f32]; C],
+    k: usize,
+) -> [[f32; C]; R] {
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    let mut i = 0;
+    while i < k {
+        let mut xv = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            xv[r] = load(&xs[r][i..]);
+        }
+        for c in 0..C {
+            let wv = load(&ws[c][i..]);
+            for r in 0..R {
+                acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
+            }
+        }
+        i += LANES;
+    }
+    let mut res = [[0.0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            res[r][c] = hsum(acc[r][c]);
+        }
+    }
+    res
+}
+
+super::tile_gemm!("avx2,fma", micro, LANES);

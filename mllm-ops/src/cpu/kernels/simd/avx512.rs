@@ -1,0 +1,270 @@
+//! AVX-512F kernels for the f32-activation path; the same functions as
+//! [`super::avx2`] on 16-lane vectors.
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX-512F (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use crate::quant::{q4_0, q4_1, q4_k, q6_k, q8_0, QuantType};
+
+/// f32 lanes per vector.
+pub(crate) const LANES: usize = 16;
+
+/// Loads 16 floats from the start of `x`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn load(x: &[f32]) -> __m512 {
+    let x = &x[..LANES];
+    // SAFETY: `x` holds 16 floats (sliced above) and `loadu` has no
+    // alignment requirement.
+    unsafe { _mm512_loadu_ps(x.as_ptr()) }
+}
+
+/// Stores 16 floats at the start of `out`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn store(out: &mut [f32], v: __m512) {
+    let out = &mut out[..LANES];
+    // SAFETY: `out` holds 16 floats (sliced above) and `storeu` has no
+    // alignment requirement.
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), v) }
+}
+
+/// The first 16 bytes of `b`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn bytes16(b: &[u8]) -> __m128i {
+    let b = &b[..16];
+    // SAFETY: `b` holds 16 bytes (sliced above), exactly what `loadu_si128`
+    // reads, unaligned.
+    unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+}
+
+/// The first 16 bytes of `b` zero-extended to 16 `i32` lanes.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn bytes_u32(b: &[u8]) -> __m512i {
+    _mm512_cvtepu8_epi32(bytes16(b))
+}
+
+/// `i32` lanes to f32.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn cvt(v: __m512i) -> __m512 {
+    _mm512_cvtepi32_ps(v)
+}
+
+/// One decoded vector: its element offset in the block and its 16 values.
+type Piece = (usize, __m512);
+
+/// Q8_0, chunk `c` of 2: values `16c..16c + 16`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q8_0_piece(b: &[u8; q8_0::BLOCK_BYTES], d: __m512, c: usize) -> Piece {
+    let q = _mm512_cvtepi8_epi32(bytes16(&b[2 + 16 * c..]));
+    (16 * c, _mm512_mul_ps(cvt(q), d))
+}
+
+/// Q4_0: values `0..16` (low nibbles) and `16..32` (high nibbles).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q4_0_pieces(b: &[u8; q4_0::BLOCK_BYTES], d: __m512) -> [Piece; 2] {
+    let raw = bytes_u32(&b[2..]);
+    let eight = _mm512_set1_epi32(8);
+    let lo = _mm512_sub_epi32(_mm512_and_si512(raw, _mm512_set1_epi32(15)), eight);
+    let hi = _mm512_sub_epi32(_mm512_srli_epi32::<4>(raw), eight);
+    [
+        (0, _mm512_mul_ps(d, cvt(lo))),
+        (16, _mm512_mul_ps(d, cvt(hi))),
+    ]
+}
+
+/// Q4_1: as Q4_0 with `d·q + m` (multiply, then add).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q4_1_pieces(b: &[u8; q4_1::BLOCK_BYTES], d: __m512, m: __m512) -> [Piece; 2] {
+    let raw = bytes_u32(&b[4..]);
+    let lo = _mm512_and_si512(raw, _mm512_set1_epi32(15));
+    let hi = _mm512_srli_epi32::<4>(raw);
+    [
+        (0, _mm512_add_ps(_mm512_mul_ps(d, cvt(lo)), m)),
+        (16, _mm512_add_ps(_mm512_mul_ps(d, cvt(hi)), m)),
+    ]
+}
+
+/// `dl·q − ml` for 16 nibbles.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn affine(q: __m512i, dl: f32, ml: f32) -> __m512 {
+    _mm512_sub_ps(
+        _mm512_mul_ps(_mm512_set1_ps(dl), cvt(q)),
+        _mm512_set1_ps(ml),
+    )
+}
+
+/// Q4_K, group `g` of 4 and chunk `c` of 2: values `64g + 16c..` (low
+/// nibbles, sub-block `2g`) and `64g + 32 + 16c..` (high, sub-block `2g + 1`).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q4_k_pieces(
+    b: &[u8; q4_k::BLOCK_BYTES],
+    dl: &[f32; 8],
+    ml: &[f32; 8],
+    g: usize,
+    c: usize,
+) -> [Piece; 2] {
+    let raw = bytes_u32(&q4_k::qs(b)[32 * g + 16 * c..]);
+    let lo = _mm512_and_si512(raw, _mm512_set1_epi32(15));
+    let hi = _mm512_srli_epi32::<4>(raw);
+    [
+        (64 * g + 16 * c, affine(lo, dl[2 * g], ml[2 * g])),
+        (
+            64 * g + 32 + 16 * c,
+            affine(hi, dl[2 * g + 1], ml[2 * g + 1]),
+        ),
+    ]
+}
+
+/// Q6_K, half `h` of 2 and chunk `c` of 2: the four quarters' values
+/// `128h + 32k + 16c..` for `k = 0..4` (sub-block `8h + 2k + c`).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q6_k_pieces(b: &[u8; q6_k::BLOCK_BYTES], dl: &[f32; 16], h: usize, c: usize) -> [Piece; 4] {
+    let l = 16 * c;
+    let a = bytes_u32(&b[64 * h + l..]);
+    let bb = bytes_u32(&b[64 * h + 32 + l..]);
+    let hb = bytes_u32(&b[128 + 32 * h + l..]);
+    let m4 = _mm512_set1_epi32(15);
+    let m2 = _mm512_set1_epi32(3);
+    let top = |bits: __m512i| _mm512_slli_epi32::<4>(_mm512_and_si512(bits, m2));
+    let q = [
+        _mm512_or_si512(_mm512_and_si512(a, m4), top(hb)),
+        _mm512_or_si512(_mm512_and_si512(bb, m4), top(_mm512_srli_epi32::<2>(hb))),
+        _mm512_or_si512(_mm512_srli_epi32::<4>(a), top(_mm512_srli_epi32::<4>(hb))),
+        _mm512_or_si512(_mm512_srli_epi32::<4>(bb), top(_mm512_srli_epi32::<6>(hb))),
+    ];
+    let mut out = [(0, _mm512_setzero_ps()); 4];
+    for (k, (o, q)) in out.iter_mut().zip(q).enumerate() {
+        let v = cvt(_mm512_sub_epi32(q, _mm512_set1_epi32(32)));
+        let s = _mm512_set1_ps(dl[8 * h + 2 * k + c]);
+        *o = (128 * h + 32 * k + l, _mm512_mul_ps(s, v));
+    }
+    out
+}
+
+/// Runs `$body` for every decoded piece of a row of blocks, with `$blk`
+/// the index of the block.
+macro_rules! for_each_piece {
+    ($qt:expr, $w:expr, |$blk:ident, $piece:ident| $body:block) => {
+        match $qt {
+            QuantType::Q8_0 => {
+                for ($blk, b) in $w.as_chunks::<{ q8_0::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let d = _mm512_set1_ps(q8_0::scale(b));
+                    for c in 0..2 {
+                        let $piece = q8_0_piece(b, d, c);
+                        $body
+                    }
+                }
+            }
+            QuantType::Q4_0 => {
+                for ($blk, b) in $w.as_chunks::<{ q4_0::BLOCK_BYTES }>().0.iter().enumerate() {
+                    for $piece in q4_0_pieces(b, _mm512_set1_ps(q4_0::scale(b))) {
+                        $body
+                    }
+                }
+            }
+            QuantType::Q4_1 => {
+                for ($blk, b) in $w.as_chunks::<{ q4_1::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (d, m) = q4_1::scale_min(b);
+                    for $piece in q4_1_pieces(b, _mm512_set1_ps(d), _mm512_set1_ps(m)) {
+                        $body
+                    }
+                }
+            }
+            QuantType::Q4K => {
+                for ($blk, b) in $w.as_chunks::<{ q4_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (dl, ml) = q4_k::sub_scales(b);
+                    for g in 0..4 {
+                        for c in 0..2 {
+                            for $piece in q4_k_pieces(b, &dl, &ml, g, c) {
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+            QuantType::Q6K => {
+                for ($blk, b) in $w.as_chunks::<{ q6_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let dl = q6_k::sub_scales(b);
+                    for h in 0..2 {
+                        for c in 0..2 {
+                            for $piece in q6_k_pieces(b, &dl, h, c) {
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// Dequantizes a row of blocks into `out` (bit-exact with
+/// [`crate::quant::dequantize`]).
+#[target_feature(enable = "avx512f")]
+pub(crate) fn dequantize_row(qt: QuantType, w: &[u8], out: &mut [f32]) {
+    let n = qt.block_len();
+    for_each_piece!(qt, w, |blk, piece| {
+        store(&mut out[blk * n + piece.0..], piece.1);
+    });
+}
+
+/// `Σ_i w[i]·x[i]` for a row of blocks `w` and f32 activations `x`.
+#[target_feature(enable = "avx512f")]
+pub(crate) fn dot_row(qt: QuantType, w: &[u8], x: &[f32]) -> f32 {
+    let n = qt.block_len();
+    let mut acc = [_mm512_setzero_ps(); 2];
+    let mut k = 0;
+    for_each_piece!(qt, w, |blk, piece| {
+        acc[k] = _mm512_fmadd_ps(piece.1, load(&x[blk * n + piece.0..]), acc[k]);
+        k ^= 1;
+    });
+    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
+}
+
+/// The `R × C` dot products of `R` activation rows with `C` weight rows,
+/// all of length `k` (a multiple of [`LANES`]).
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+fn micro<const R: usize, const C: usize>(
+    xs: [&[f32]; R],
+    ws: [&[f32]; C],
+    k: usize,
+) -> [[f32; C]; R] {
+    let mut acc = [[_mm512_setzero_ps(); C]; R];
+    let mut i = 0;
+    while i < k {
+        let mut xv = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            xv[r] = load(&xs[r][i..]);
+        }
+        for c in 0..C {
+            let wv = load(&ws[c][i..]);
+            for r in 0..R {
+                acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
+            }
+        }
+        i += LANES;
+    }
+    let mut res = [[0.0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            res[r][c] = _mm512_reduce_add_ps(acc[r][c]);
+        }
+    }
+    res
+}
+
+super::tile_gemm!("avx512f", micro, LANES);

@@ -1,0 +1,100 @@
+//! x86-64 SIMD variants of the quantized kernels.
+//!
+//! * [`avx2`] and [`avx512`]: the f32-activation path (dequantize, fused
+//!   dequantize-dot, f32 tile product), AVX2 + FMA and AVX-512F;
+//! * [`avx2_i8`] and [`vnni`]: integer dot products of Q8_0, Q4_0 and Q4_1
+//!   weights with 8-bit activations, AVX2 (`maddubs`) and AVX-512 VNNI
+//!   (`dpbusd`).
+//!
+//! All functions are safe `#[target_feature]` functions; the only way to
+//! reach them is through a `QuantKernel`, which checks the CPU first.
+
+pub(crate) mod avx2;
+pub(crate) mod avx2_i8;
+pub(crate) mod avx512;
+pub(crate) mod vnni;
+
+/// Activation columns per pass of the tile product, so that the panels of
+/// activations and weights being multiplied stay in cache.
+pub(crate) const K_CHUNK: usize = 256;
+
+/// Defines `gemm_tile` for an ISA module from its `micro::<R, C>` kernel:
+/// `dst[o·nr + t] = Σ_i xb[t·k + i] · wb[o·k + i]` for `nr` activation rows
+/// and `no` weight rows of length `k` (a multiple of the lane count).
+macro_rules! tile_gemm {
+    ($features:literal, $micro:ident, $lanes:expr) => {
+        /// Accumulates `R` activation rows (from `t`) times every weight
+        /// row into `dst`, over columns `k0..k0 + kc`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        #[allow(clippy::too_many_arguments)]
+        fn rows_pass<const R: usize>(
+            xb: &[f32],
+            t: usize,
+            nr: usize,
+            wb: &[f32],
+            no: usize,
+            (k, k0, kc): (usize, usize, usize),
+            dst: &mut [f32],
+        ) {
+            let mut xs: [&[f32]; R] = [&[]; R];
+            for (r, x) in xs.iter_mut().enumerate() {
+                *x = &xb[(t + r) * k + k0..][..kc];
+            }
+            let mut o = 0;
+            while o + 4 <= no {
+                let mut ws: [&[f32]; 4] = [&[]; 4];
+                for (c, w) in ws.iter_mut().enumerate() {
+                    *w = &wb[(o + c) * k + k0..][..kc];
+                }
+                let res = $micro::<R, 4>(xs, ws, kc);
+                for (r, row) in res.iter().enumerate() {
+                    for (c, &v) in row.iter().enumerate() {
+                        dst[(o + c) * nr + t + r] += v;
+                    }
+                }
+                o += 4;
+            }
+            while o < no {
+                let res = $micro::<R, 1>(xs, [&wb[o * k + k0..][..kc]], kc);
+                for (r, row) in res.iter().enumerate() {
+                    dst[o * nr + t + r] += row[0];
+                }
+                o += 1;
+            }
+        }
+
+        /// `dst[o·nr + t] = Σ_i xb[t·k + i] · wb[o·k + i]` (`dst` is
+        /// `[no, nr]`), register-blocked three activation rows by four
+        /// weight rows, in column chunks of [`K_CHUNK`](super::K_CHUNK).
+        #[target_feature(enable = $features)]
+        pub(crate) fn gemm_tile(
+            xb: &[f32],
+            nr: usize,
+            k: usize,
+            wb: &[f32],
+            no: usize,
+            dst: &mut [f32],
+        ) {
+            debug_assert_eq!(k % $lanes, 0);
+            dst.fill(0.0);
+            let mut k0 = 0;
+            while k0 < k {
+                let kc = super::K_CHUNK.min(k - k0);
+                let mut t = 0;
+                while t + 3 <= nr {
+                    rows_pass::<3>(xb, t, nr, wb, no, (k, k0, kc), dst);
+                    t += 3;
+                }
+                match nr - t {
+                    2 => rows_pass::<2>(xb, t, nr, wb, no, (k, k0, kc), dst),
+                    1 => rows_pass::<1>(xb, t, nr, wb, no, (k, k0, kc), dst),
+                    _ => {}
+                }
+                k0 += kc;
+            }
+        }
+    };
+}
+
+pub(crate) use tile_gemm;

@@ -1,0 +1,53 @@
+//! Q4_1: 32 values per 20-byte block, `[d: f16][m: f16][qs: 16 bytes]`
+//! with the nibble order of Q4_0; `x = d·q + m`.
+
+use super::{f16_at, to_f16};
+
+/// Values per block.
+pub(crate) const BLOCK_LEN: usize = 32;
+/// Bytes per block.
+pub(crate) const BLOCK_BYTES: usize = 20;
+
+/// The block's scale `d` and offset `m`.
+#[inline(always)]
+pub(crate) fn scale_min(b: &[u8; BLOCK_BYTES]) -> (f32, f32) {
+    (f16_at(b, 0), f16_at(b, 2))
+}
+
+/// The block's 32 unsigned nibbles (0..=15) in value order.
+#[inline(always)]
+pub(crate) fn nibbles(b: &[u8; BLOCK_BYTES]) -> [u8; BLOCK_LEN] {
+    std::array::from_fn(|i| {
+        let byte = b[4 + i % 16];
+        if i < 16 {
+            byte & 0x0F
+        } else {
+            byte >> 4
+        }
+    })
+}
+
+/// `out[i] = d · q[i] + m`.
+pub(crate) fn dequantize_block(b: &[u8; BLOCK_BYTES], out: &mut [f32; BLOCK_LEN]) {
+    let (d, m) = scale_min(b);
+    for (o, q) in out.iter_mut().zip(nibbles(b)) {
+        *o = d * q as f32 + m;
+    }
+}
+
+/// `d = (max − min) / 15`, `m = min`, `q = min(15, ⌊(x − min) / d + 0.5⌋)`.
+pub(crate) fn quantize_block(x: &[f32; BLOCK_LEN], out: &mut [u8; BLOCK_BYTES]) {
+    let (lo, hi) = x
+        .iter()
+        .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let d = (hi - lo) / 15.0;
+    let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+    let (db, _) = to_f16(d);
+    let (mb, _) = to_f16(lo);
+    out[..2].copy_from_slice(&db);
+    out[2..4].copy_from_slice(&mb);
+    let q = |v: f32| (((v - lo) * id + 0.5) as u8).min(15);
+    for j in 0..16 {
+        out[4 + j] = q(x[j]) | (q(x[j + 16]) << 4);
+    }
+}

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Compare mllm-rs with llama.cpp on the same GGUF, same threads, in one run.
+
+Usage (from the repository root):
+    python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
+
+What it does:
+1. Fetches the default model (SmolLM2-135M-Instruct Q4_1 GGUF) and its .mllm
+   conversion into the cache, by running the bench example once.
+2. Creates a throwaway venv in the cache with llama-cpp-python pinned to
+   LLAMA_CPP_PYTHON (it compiles llama.cpp from source on first use).
+3. Alternates the two engines round by round (each round: one process per
+   engine, one warm-up and one timed repetition per test), so both see the
+   same machine conditions, and prints a Markdown table of medians, the
+   spread (min-max) and the ratio mllm-rs / llama.cpp, plus peak RSS.
+Run it on an otherwise idle machine.
+"""
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+LLAMA_CPP_PYTHON = "0.3.36"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def cache_dir():
+    env = os.environ.get("MLLM_RS_CACHE")
+    if env:
+        return pathlib.Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
+    return base / "mllm-rs"
+
+
+def ensure_venv():
+    venv = cache_dir() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"building llama-cpp-python {LLAMA_CPP_PYTHON} into {venv} (several minutes)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--no-cache-dir",
+                        f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], check=True)
+    return python
+
+
+def run_json(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("-p", "--n-prompt", default="128,512")
+    ap.add_argument("-n", "--n-gen", default="128")
+    args = ap.parse_args()
+
+    subprocess.run(["cargo", "build", "--release", "--example", "bench"], check=True, cwd=ROOT)
+    bench = ROOT / "target" / "release" / "examples" / "bench"
+    common = ["-p", args.n_prompt, "-n", args.n_gen, "-t", str(args.threads), "-r", "1"]
+    # The first run fetches and converts the default model if needed.
+    run_json([str(bench), "--json", "-p", "16", "-n", "0", "-t", str(args.threads), "-r", "1"])
+    gguf = cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    python = ensure_venv()
+    peer = [str(python), str(ROOT / "scripts" / "llamacpp_bench.py"), "-m", str(gguf)] + common
+
+    samples = {"mllm-rs": {}, "llama.cpp": {}}
+    rss = {"mllm-rs": [], "llama.cpp": []}
+    for r in range(args.rounds):
+        for engine, cmd in (("mllm-rs", [str(bench), "--json"] + common), ("llama.cpp", peer)):
+            for test in run_json(cmd):
+                key = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
+                samples[engine].setdefault(key, []).extend(test["samples_ts"])
+                rss[engine].append(test["peak_rss_bytes"])
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    print(f"| test | mllm-rs t/s (median, min-max) | llama.cpp {LLAMA_CPP_PYTHON} t/s (median, min-max) | ratio |")
+    print("| --- | ---: | ---: | ---: |")
+    for key in samples["mllm-rs"]:
+        ours, theirs = samples["mllm-rs"][key], samples["llama.cpp"][key]
+        mo, mt = statistics.median(ours), statistics.median(theirs)
+        print(f"| {key} | {mo:.1f} ({min(ours):.1f}-{max(ours):.1f}) | "
+              f"{mt:.1f} ({min(theirs):.1f}-{max(theirs):.1f}) | {mo / mt:.2f}x |")
+    mib = lambda b: b / (1024 * 1024)
+    print(f"\npeak RSS: mllm-rs {mib(max(rss['mllm-rs'])):.1f} MiB, "
+          f"llama.cpp {mib(max(rss['llama.cpp'])):.1f} MiB (excluding the Python interpreter)")
+
+
+if __name__ == "__main__":
+    main()
