@@ -63,6 +63,47 @@ fn convert<S: Elem, D: Elem>(src: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Checks that `dtype` is F32, F16 or BF16 and `len` bytes are whole elements.
+fn check_float(dtype: DType, len: usize) -> Result<()> {
+    if !is_float(dtype) || !len.is_multiple_of(dtype.block_bytes()) {
+        return Err(Error::UnsupportedDType(format!(
+            "{len} bytes are not {dtype} elements"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads little-endian F32, F16 or BF16 elements as f32 values (exactly).
+pub(crate) fn load_f32(src: &[u8], from: DType) -> Result<Vec<f32>> {
+    fn load<S: Elem>(src: &[u8]) -> Vec<f32> {
+        src.chunks_exact(S::SIZE).map(S::load).collect()
+    }
+    check_float(from, src.len())?;
+    Ok(match from {
+        DType::F32 => load::<F32>(src),
+        DType::F16 => load::<F16>(src),
+        _ => load::<BF16>(src),
+    })
+}
+
+/// Writes f32 values as little-endian F32, F16 or BF16 elements (rounding
+/// to nearest even when narrowing, as [`cast`] does).
+pub(crate) fn store_f32(values: &[f32], to: DType) -> Result<Vec<u8>> {
+    fn store<D: Elem>(values: &[f32]) -> Vec<u8> {
+        let mut out = vec![0u8; values.len() * D::SIZE];
+        for (v, o) in values.iter().zip(out.chunks_exact_mut(D::SIZE)) {
+            D::store(*v, o);
+        }
+        out
+    }
+    check_float(to, 0)?;
+    Ok(match to {
+        DType::F32 => store::<F32>(values),
+        DType::F16 => store::<F16>(values),
+        _ => store::<BF16>(values),
+    })
+}
+
 /// True for the dtypes the converter reads and writes.
 pub fn is_float(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
@@ -140,5 +181,21 @@ mod tests {
         ));
         assert!(cast(&halfs, DType::F32, DType::Q4_0).is_err());
         assert!(cast(&halfs[..3], DType::F16, DType::F32).is_err());
+    }
+
+    #[test]
+    fn load_and_store_match_cast() {
+        let values = [1.5f32, -2.25, 1e-5, 70000.0, 0.1];
+        let src = f32_bytes(&values);
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let stored = store_f32(&values, dtype).unwrap();
+            assert_eq!(stored, cast(&src, DType::F32, dtype).unwrap().as_ref());
+            let wide = cast(&stored, dtype, DType::F32).unwrap();
+            let loaded = load_f32(&stored, dtype).unwrap();
+            assert_eq!(f32_bytes(&loaded), wide.as_ref());
+        }
+        assert!(load_f32(&src[..3], DType::F32).is_err());
+        assert!(load_f32(&src, DType::Q8_0).is_err());
+        assert!(store_f32(&values, DType::I8).is_err());
     }
 }

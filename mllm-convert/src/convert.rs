@@ -4,20 +4,24 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use mllm_core::file::{Metadata, MllmWriter, TensorSpec};
+use mllm_core::file::{Metadata, TensorSpec};
 use mllm_core::{DType, Error, Result};
 use mllm_models::registry::{self, TensorAction};
 
-use crate::cast::{cast, is_float};
 use crate::discover::discover;
+use crate::encode::encode;
 use crate::model_info::ModelInfo;
+use crate::policy::DTypePolicy;
 use crate::source::{natural_cmp, SourceTensor, SourceWeights};
 use crate::transpose::transpose_bytes;
+use crate::write::{in_tensor, write_file, Header};
 
-/// How to convert.
+/// How to convert, with one storage type for every matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvertOptions {
-    /// Storage type of tensors of rank 2 and more: F32, F16 or BF16.
+    /// Storage type of tensors of rank 2 and more: one of the
+    /// [`TARGET_DTYPES`](crate::TARGET_DTYPES) (f32, f16, bf16, q8_0, q4_0,
+    /// q4_1, q4_k, q6_k), subject to the [fallback rule](crate::policy).
     /// Tensors of rank 0 and 1 (norm weights, biases) always stay F32.
     pub dtype: DType,
     /// Draw a progress bar on stderr.
@@ -34,20 +38,44 @@ impl Default for ConvertOptions {
     }
 }
 
-/// What [`convert`] wrote.
+/// How to store tensors when converting ([`convert_with_policy`]) or
+/// requantizing ([`quantize_file`](crate::quantize_file)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantizeOptions {
+    /// The storage type of each tensor role.
+    pub policy: DTypePolicy,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+}
+
+impl Default for QuantizeOptions {
+    /// Everything F32, no progress bar.
+    fn default() -> Self {
+        QuantizeOptions {
+            policy: DTypePolicy::new(DType::F32),
+            progress: false,
+        }
+    }
+}
+
+/// What a conversion ([`convert`], [`convert_with_policy`]) or a
+/// requantization ([`quantize_file`](crate::quantize_file)) wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConvertReport {
     /// Architecture name from `config.json` (e.g. `LlamaForCausalLM`).
     pub architecture: String,
     /// The file written.
     pub output: PathBuf,
-    /// Storage type of tensors of rank 2 and more (for GGUF input, which
-    /// keeps each tensor's type: the most common one).
+    /// Storage type asked for tensors of rank 2 and more (for GGUF input,
+    /// which keeps each tensor's type: the most common one).
     pub dtype: DType,
     /// Tensors written.
     pub tensors: usize,
     /// Source tensors left out by the architecture's name mapping.
     pub skipped: usize,
+    /// Tensors whose rows are not whole blocks of the type asked for, stored
+    /// in the [fallback](crate::policy) type instead.
+    pub fallbacks: usize,
     /// Bytes of tensor data written (without metadata and padding).
     pub tensor_bytes: u64,
     /// Size of the written file.
@@ -56,39 +84,6 @@ pub struct ConvertReport {
     pub tokenizer: bool,
     /// Whether a chat template was embedded.
     pub chat_template: bool,
-}
-
-/// Checks that `dtype` is a conversion target this build supports.
-pub fn check_target_dtype(dtype: DType) -> Result<()> {
-    if is_float(dtype) {
-        return Ok(());
-    }
-    let why = if dtype.block_len() > 1 {
-        "needs quantization support"
-    } else {
-        "is not a float type"
-    };
-    Err(Error::UnsupportedDType(format!(
-        "{dtype} {why}; use f32, f16 or bf16"
-    )))
-}
-
-/// Parses a target dtype name as given on the command line (`f32`, `f16`, `bf16`).
-pub fn parse_target_dtype(name: &str) -> Result<DType> {
-    let dtype: DType = name.parse().map_err(|_| {
-        Error::InvalidInput(format!("unknown dtype '{name}'; use f32, f16 or bf16"))
-    })?;
-    check_target_dtype(dtype)?;
-    Ok(dtype)
-}
-
-/// The dtype a tensor of `shape` is stored in for a `target` conversion.
-pub fn stored_dtype(shape: &[usize], target: DType) -> DType {
-    if shape.len() >= 2 {
-        target
-    } else {
-        DType::F32
-    }
 }
 
 /// A byte-count progress bar on stderr (hidden when not `enabled`).
@@ -107,21 +102,52 @@ pub(crate) fn progress_bar(total_bytes: u64, enabled: bool) -> ProgressBar {
 }
 
 /// Converts the model at `input` (a model directory, a `.safetensors` file or
-/// a `model.safetensors.index.json`) into the `.mllm` file `output`. A GGUF
-/// file (named `*.gguf` or starting with the GGUF magic) goes to
-/// [`import_gguf`](crate::gguf::import_gguf) instead.
+/// a `model.safetensors.index.json`) into the `.mllm` file `output`, every
+/// matrix in `opts.dtype`: [`convert_with_policy`] with
+/// [`DTypePolicy::new`]. A GGUF file (named `*.gguf` or starting with the
+/// GGUF magic) goes to [`import_gguf`](crate::gguf::import_gguf) instead.
+pub fn convert(input: &Path, output: &Path, opts: &ConvertOptions) -> Result<ConvertReport> {
+    let opts = QuantizeOptions {
+        policy: DTypePolicy::new(opts.dtype),
+        progress: opts.progress,
+    };
+    convert_with_policy(input, output, &opts)
+}
+
+/// Converts the model at `input` into the `.mllm` file `output`, storing
+/// each tensor as `opts.policy` says (see [`crate::policy`]).
 ///
 /// Tensor names go through the architecture's
 /// [`map_tensor`](mllm_models::registry::Architecture::map_tensor), which may
 /// also ask for a 2-D tensor to be transposed; tensors are
 /// written sorted by name (numbers by value), so equal inputs give
-/// byte-identical files. Tensors are read from memory maps and converted one
-/// at a time. The file is written atomically (temporary file, then rename).
-pub fn convert(input: &Path, output: &Path, opts: &ConvertOptions) -> Result<ConvertReport> {
+/// byte-identical files. Tensors are read from memory maps (f32, f16 or
+/// bf16), widened to f32 when quantized, and converted one at a time. The
+/// file is written atomically (temporary file, then rename).
+///
+/// GGUF input keeps its tensors as stored: only the default policy (F32, no
+/// embedding or head type) is accepted for it.
+pub fn convert_with_policy(
+    input: &Path,
+    output: &Path,
+    opts: &QuantizeOptions,
+) -> Result<ConvertReport> {
+    let policy = &opts.policy;
     if crate::gguf::is_gguf(input) {
-        return crate::gguf::import_gguf(input, output, opts);
+        if policy.embed_dtype.is_some() || policy.head_dtype.is_some() {
+            return Err(Error::InvalidInput(
+                "embedding and head dtypes do not apply to GGUF input: GGUF tensors are kept \
+                 as stored (requantize the imported file with `quantize`)"
+                    .into(),
+            ));
+        }
+        let gguf_opts = ConvertOptions {
+            dtype: policy.dtype,
+            progress: opts.progress,
+        };
+        return crate::gguf::import_gguf(input, output, &gguf_opts);
     }
-    check_target_dtype(opts.dtype)?;
+    policy.check()?;
     let files = discover(input)?;
     let info = ModelInfo::read(&files)?;
     let arch = registry::find(&info.architecture)?;
@@ -130,6 +156,7 @@ pub fn convert(input: &Path, output: &Path, opts: &ConvertOptions) -> Result<Con
     // (spec, source dtype, source tensor, transpose).
     let mut plan: Vec<(TensorSpec, DType, SourceTensor<'_>, bool)> = Vec::new();
     let mut skipped = 0;
+    let mut fallbacks = 0;
     for tensor in weights.tensors()? {
         let (name, transpose) = match (arch.map_tensor)(&tensor.name) {
             TensorAction::Skip => {
@@ -150,8 +177,14 @@ pub fn convert(input: &Path, output: &Path, opts: &ConvertOptions) -> Result<Con
             }
         };
         let from = tensor.mllm_dtype()?;
-        let to = stored_dtype(&shape, opts.dtype);
-        plan.push((TensorSpec::new(name, to, shape), from, tensor, transpose));
+        let storage = policy.storage(&name, &shape);
+        fallbacks += usize::from(storage.fallback);
+        plan.push((
+            TensorSpec::new(name, storage.dtype, shape),
+            from,
+            tensor,
+            transpose,
+        ));
     }
     if plan.is_empty() {
         return Err(Error::InvalidInput(format!(
@@ -163,58 +196,38 @@ pub fn convert(input: &Path, output: &Path, opts: &ConvertOptions) -> Result<Con
 
     let mut meta = Metadata::new(info.architecture.clone(), info.config.clone());
     meta.generation_config = info.generation_config.clone();
-    let mut writer = MllmWriter::new();
-    writer.metadata(meta);
-    if let Some(t) = &info.tokenizer_json {
-        writer.tokenizer_json(t.as_str());
-    }
-    if let Some(t) = &info.chat_template {
-        writer.chat_template(t.as_str());
-    }
-    let mut tensor_bytes = 0u64;
-    for (spec, _, _, _) in &plan {
-        tensor_bytes += spec.byte_len()? as u64;
-        writer.add_tensor(spec.clone())?;
-    }
-
-    let bar = progress_bar(tensor_bytes, opts.progress);
-    let result = writer.write(output, |i, spec| {
-        let (_, from, tensor, transpose) = &plan[i];
-        bar.set_message(spec.name.clone());
-        let named = |e| match e {
-            Error::UnsupportedDType(msg) => {
-                Error::UnsupportedDType(format!("tensor '{}': {msg}", tensor.name))
-            }
-            other => other,
-        };
-        let bytes = if *transpose {
+    let header = Header {
+        meta,
+        tokenizer_json: info.tokenizer_json.as_deref(),
+        chat_template: info.chat_template.as_deref(),
+    };
+    let specs: Vec<TensorSpec> = plan.iter().map(|p| p.0.clone()).collect();
+    let written = write_file(output, header, &specs, opts.progress, |i| {
+        let (spec, from, tensor, transpose) = &plan[i];
+        let row_len = spec.shape.last().copied().unwrap_or(1);
+        let named = |e| in_tensor(&tensor.name, e);
+        if *transpose {
             let (rows, cols) = (tensor.shape[0], tensor.shape[1]);
             let t = transpose_bytes(tensor.data, rows, cols, from.block_bytes())?;
-            let cast_t = match cast(&t, *from, spec.dtype).map_err(named)? {
+            let encoded = match encode(&t, *from, spec.dtype, row_len).map_err(named)? {
                 Cow::Borrowed(_) => None,
                 Cow::Owned(v) => Some(v),
             };
-            Cow::Owned(cast_t.unwrap_or(t))
+            Ok(Cow::Owned(encoded.unwrap_or(t)))
         } else {
-            cast(tensor.data, *from, spec.dtype).map_err(named)?
-        };
-        bar.inc(bytes.len() as u64);
-        Ok(bytes)
-    });
-    bar.finish_and_clear();
-    result?;
+            encode(tensor.data, *from, spec.dtype, row_len).map_err(named)
+        }
+    })?;
 
-    let bytes_written = std::fs::metadata(output)
-        .map_err(|e| Error::io(output, e))?
-        .len();
     Ok(ConvertReport {
         architecture: info.architecture,
         output: output.to_path_buf(),
-        dtype: opts.dtype,
+        dtype: policy.dtype,
         tensors: plan.len(),
         skipped,
-        tensor_bytes,
-        bytes_written,
+        fallbacks,
+        tensor_bytes: written.tensor_bytes,
+        bytes_written: written.bytes_written,
         tokenizer: info.tokenizer_json.is_some(),
         chat_template: info.chat_template.is_some(),
     })

@@ -1,9 +1,11 @@
-//! mllm-convert: turns Hugging Face safetensors models into `.mllm` files, and
-//! describes `.mllm` files.
+//! mllm-convert: turns Hugging Face safetensors models into `.mllm` files,
+//! quantizes them, and describes `.mllm` files.
 //!
-//! - [`convert`]: a model directory, `.safetensors` file or shard index in,
-//!   one `.mllm` file out (F32, F16 or BF16 storage; rank < 2 tensors stay F32);
-//!   or a GGUF file in ([`gguf`]), its tensors kept as stored.
+//! - [`convert`] and [`convert_with_policy`]: a model directory,
+//!   `.safetensors` file or shard index in, one `.mllm` file out (f32, f16,
+//!   bf16 or block-quantized storage per the [`policy`]: rank < 2 tensors
+//!   stay F32); or a GGUF file in ([`gguf`]), its tensors kept as stored.
+//! - [`quantize_file`]: an existing `.mllm` file requantized under a policy.
 //! - [`inspect`]: a human-readable listing of a `.mllm` file.
 //! - [`discover`] and [`ModelInfo`]: finding and reading a model's files.
 //!
@@ -17,21 +19,40 @@
 //! println!("{} tensors, {} bytes", report.tensors, report.bytes_written);
 //! # Ok::<(), mllm_core::Error>(())
 //! ```
+//!
+//! Quantizing, with the token embedding kept at 8 bits:
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use mllm_convert::{quantize_file, DTypePolicy, QuantizeOptions};
+//! use mllm_core::DType;
+//!
+//! let policy = DTypePolicy {
+//!     embed_dtype: Some(DType::Q8_0),
+//!     ..DTypePolicy::new(DType::Q4K)
+//! };
+//! let opts = QuantizeOptions { policy, progress: true };
+//! let report = quantize_file(Path::new("llama.mllm"), Path::new("llama-q4_k.mllm"), &opts)?;
+//! println!("{} tensors, {} fallbacks", report.tensors, report.fallbacks);
+//! # Ok::<(), mllm_core::Error>(())
+//! ```
 
 mod cast;
 mod convert;
 pub mod default_model;
 mod discover;
+mod encode;
 pub mod gguf;
 mod inspect;
 mod model_info;
+pub mod policy;
+mod requantize;
 mod source;
 mod transpose;
+mod write;
 
 pub use cast::cast;
-pub use convert::{
-    check_target_dtype, convert, parse_target_dtype, stored_dtype, ConvertOptions, ConvertReport,
-};
+pub use convert::{convert, convert_with_policy, ConvertOptions, ConvertReport, QuantizeOptions};
 pub use discover::{
     discover, ModelFiles, WeightFiles, CONFIG_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX_FILE,
 };
@@ -39,4 +60,8 @@ pub use inspect::{format_bytes, inspect};
 pub use model_info::{
     ModelInfo, CHAT_TEMPLATE_FILE, GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
 };
+pub use policy::{
+    check_target_dtype, parse_target_dtype, DTypePolicy, Storage, TensorRole, TARGET_DTYPES,
+};
+pub use requantize::quantize_file;
 pub use source::{natural_cmp, SourceTensor, SourceWeights};

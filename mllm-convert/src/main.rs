@@ -1,19 +1,26 @@
 //! The `mllm-convert` command line.
 //!
 //! ```text
-//! mllm-convert INPUT -o OUT.mllm [--dtype f32|f16|bf16] [--quiet]
+//! mllm-convert INPUT -o OUT.mllm [--dtype T] [--embed-dtype T] [--head-dtype T] [--quiet]
 //! mllm-convert MODEL.gguf -o OUT.mllm [--quiet]
+//! mllm-convert quantize IN.mllm OUT.mllm --dtype T [--embed-dtype T] [--head-dtype T] [--quiet]
 //! mllm-convert inspect FILE
 //! ```
+//!
+//! `T` is f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k; which tensors
+//! each flag applies to is the policy of `mllm_convert::policy`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use mllm_convert::{convert, format_bytes, inspect, parse_target_dtype, ConvertOptions};
-use mllm_core::Result;
+use clap::{Args, Parser, Subcommand};
+use mllm_convert::{
+    convert_with_policy, format_bytes, inspect, parse_target_dtype, quantize_file, ConvertReport,
+    DTypePolicy, QuantizeOptions,
+};
+use mllm_core::{DType, Result};
 
-/// Convert Hugging Face safetensors models and GGUF files into .mllm files, and inspect .mllm files.
+/// Convert Hugging Face safetensors models and GGUF files into .mllm files, requantize and inspect .mllm files.
 #[derive(Parser, Debug)]
 #[command(
     name = "mllm-convert",
@@ -32,13 +39,29 @@ struct Cli {
     /// The .mllm file to write.
     #[arg(short, long, required = true, value_name = "OUT.mllm")]
     output: Option<PathBuf>,
-    /// Storage type of matrices: f32, f16 or bf16 (vectors always stay f32).
-    /// Not for GGUF input, whose tensors are kept as stored.
+    /// Storage type of matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k
+    /// (vectors always stay f32; rows that are not whole blocks fall back to
+    /// q4_1, q8_0 or f16). Not for GGUF input, whose tensors are kept as stored.
     #[arg(long, default_value = "f32", value_name = "DTYPE")]
     dtype: String,
+    #[command(flatten)]
+    roles: RoleDTypes,
     /// No progress bar.
     #[arg(short, long)]
     quiet: bool,
+}
+
+/// Storage types of the embedding and the output head.
+#[derive(Args, Debug)]
+struct RoleDTypes {
+    /// Storage type of the token embedding (default: --dtype). Position
+    /// embeddings take it too, as f16 when it is quantized.
+    #[arg(long, value_name = "DTYPE")]
+    embed_dtype: Option<String>,
+    /// Storage type of an untied output head (default: --dtype). A tied head
+    /// is the token embedding.
+    #[arg(long, value_name = "DTYPE")]
+    head_dtype: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -48,32 +71,41 @@ enum Command {
         /// The .mllm file.
         file: PathBuf,
     },
+    /// Requantize a .mllm file written by mllm-rs: metadata, tokenizer and
+    /// chat template are kept, tensors are stored as the dtype flags say.
+    Quantize {
+        /// The .mllm file to read.
+        #[arg(value_name = "IN.mllm")]
+        input: PathBuf,
+        /// The .mllm file to write (may be the input).
+        #[arg(value_name = "OUT.mllm")]
+        output: PathBuf,
+        /// Storage type of matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k.
+        #[arg(long, value_name = "DTYPE")]
+        dtype: String,
+        #[command(flatten)]
+        roles: RoleDTypes,
+        /// No progress bar.
+        #[arg(short, long)]
+        quiet: bool,
+    },
 }
 
-fn run(cli: Cli) -> Result<()> {
-    if let Some(Command::Inspect { file }) = cli.command {
-        print!("{}", inspect(&file)?);
-        return Ok(());
+impl RoleDTypes {
+    /// The policy with matrices in `dtype` and these role types.
+    fn policy(&self, dtype: DType) -> Result<DTypePolicy> {
+        let parse = |name: &Option<String>| name.as_deref().map(parse_target_dtype).transpose();
+        Ok(DTypePolicy {
+            dtype,
+            embed_dtype: parse(&self.embed_dtype)?,
+            head_dtype: parse(&self.head_dtype)?,
+        })
     }
-    // clap enforces both when there is no subcommand.
-    let (Some(input), Some(output)) = (cli.input, cli.output) else {
-        return Err(mllm_core::Error::InvalidInput(
-            "expected INPUT and -o OUT.mllm".into(),
-        ));
-    };
-    // GGUF input keeps its tensors as stored: any dtype other than the
-    // default is refused by the importer with the reason.
-    let dtype = if mllm_convert::gguf::is_gguf(&input) {
-        cli.dtype.parse()?
-    } else {
-        parse_target_dtype(&cli.dtype)?
-    };
-    let opts = ConvertOptions {
-        dtype,
-        progress: !cli.quiet,
-    };
-    let report = convert(&input, &output, &opts)?;
-    println!(
+}
+
+/// The one-line summary of a written file.
+fn summary(report: &ConvertReport) -> String {
+    let mut line = format!(
         "wrote {} tensors ({}, {}) to {}: {}",
         report.tensors,
         report.architecture,
@@ -81,6 +113,56 @@ fn run(cli: Cli) -> Result<()> {
         report.output.display(),
         format_bytes(report.bytes_written)
     );
+    if report.fallbacks > 0 {
+        line.push_str(&format!(
+            "; {} stored in a fallback dtype (rows not whole blocks)",
+            report.fallbacks
+        ));
+    }
+    line
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let report = match cli.command {
+        Some(Command::Inspect { file }) => {
+            print!("{}", inspect(&file)?);
+            return Ok(());
+        }
+        Some(Command::Quantize {
+            input,
+            output,
+            dtype,
+            roles,
+            quiet,
+        }) => {
+            let opts = QuantizeOptions {
+                policy: roles.policy(parse_target_dtype(&dtype)?)?,
+                progress: !quiet,
+            };
+            quantize_file(&input, &output, &opts)?
+        }
+        None => {
+            // clap enforces both when there is no subcommand.
+            let (Some(input), Some(output)) = (cli.input, cli.output) else {
+                return Err(mllm_core::Error::InvalidInput(
+                    "expected INPUT and -o OUT.mllm".into(),
+                ));
+            };
+            // GGUF input keeps its tensors as stored: any dtype other than the
+            // default is refused by the importer with the reason.
+            let dtype = if mllm_convert::gguf::is_gguf(&input) {
+                cli.dtype.parse()?
+            } else {
+                parse_target_dtype(&cli.dtype)?
+            };
+            let opts = QuantizeOptions {
+                policy: cli.roles.policy(dtype)?,
+                progress: !cli.quiet,
+            };
+            convert_with_policy(&input, &output, &opts)?
+        }
+    };
+    println!("{}", summary(&report));
     Ok(())
 }
 

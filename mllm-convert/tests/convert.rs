@@ -492,17 +492,22 @@ fn unsupported_source_dtype_names_tensor_and_dtype() {
 }
 
 #[test]
-fn quantized_target_is_rejected() {
+fn dtypes_without_a_quantizer_are_rejected() {
     let out = tempfile::tempdir().unwrap();
-    let opts = ConvertOptions {
-        dtype: DType::Q4_0,
-        progress: false,
-    };
-    let err = convert(&fixture("tiny-llama"), &out.path().join("a.mllm"), &opts).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "q4_0 needs quantization support; use f32, f16 or bf16"
-    );
+    for (dtype, name) in [(DType::Q2K, "q2_k"), (DType::I8, "i8")] {
+        let opts = ConvertOptions {
+            dtype,
+            progress: false,
+        };
+        let err = convert(&fixture("tiny-llama"), &out.path().join("a.mllm"), &opts).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{name} is not a conversion target; use f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k"
+            )
+        );
+    }
+    assert!(listing(out.path()).is_empty());
 }
 
 #[test]
@@ -625,9 +630,9 @@ fn binary_converts_inspects_and_fails_cleanly() {
     fail(&[missing, "-o", dest]);
     fail(&["inspect", missing]);
     let fixture_dir = fixture("tiny-llama");
-    let stderr = fail(&[fixture_dir.to_str().unwrap(), "-o", dest, "--dtype", "q4_0"]);
+    let stderr = fail(&[fixture_dir.to_str().unwrap(), "-o", dest, "--dtype", "q5_0"]);
     assert!(
-        stderr.contains("q4_0 needs quantization support; use f32, f16 or bf16"),
+        stderr.contains("unknown dtype 'q5_0'; use f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k"),
         "{stderr}"
     );
     fail(&[fixture_dir.to_str().unwrap()]);

@@ -158,6 +158,7 @@ pub fn import_gguf(input: &Path, output: &Path, opts: &ConvertOptions) -> Result
         dtype: dominant_matrix_dtype(&plan),
         tensors: plan.len(),
         skipped: gguf.tensors().len() - plan.len(),
+        fallbacks: 0,
         tensor_bytes,
         bytes_written,
         tokenizer: tokenizer.is_some(),

@@ -24,22 +24,25 @@ pub(crate) fn sub_scales(b: &[u8; BLOCK_BYTES]) -> [f32; 16] {
     std::array::from_fn(|j| d * (b[192 + j] as i8) as f32)
 }
 
-/// The 6-bit value (0..=63) of element `i`.
-#[inline(always)]
-pub(crate) fn quant(b: &[u8; BLOCK_BYTES], i: usize) -> u8 {
-    let (h, r) = (i / 128, i % 128);
-    let (k, l) = (r / 32, r % 32);
-    let ql = b[64 * h + 32 * (k % 2) + l];
-    let low = if k < 2 { ql & 0x0F } else { ql >> 4 };
-    let high = (b[128 + 32 * h + l] >> (2 * k)) & 3;
-    low | (high << 4)
-}
-
 /// `out[i] = (d·sc[i / 16]) · (q[i] − 32)`.
 pub(crate) fn dequantize_block(b: &[u8; BLOCK_BYTES], out: &mut [f32; BLOCK_LEN]) {
     let dl = sub_scales(b);
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = dl[i / 16] * (quant(b, i) as i32 - 32) as f32;
+    for h in 0..2 {
+        let ql = &b[64 * h..64 * h + 64];
+        let qh = &b[128 + 32 * h..128 + 32 * h + 32];
+        let vals = &mut out[128 * h..128 * h + 128];
+        for l in 0..32 {
+            let q = [
+                (ql[l] & 0x0F) | ((qh[l] & 3) << 4),
+                (ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4),
+                (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
+                (ql[l + 32] >> 4) | ((qh[l] >> 6) << 4),
+            ];
+            for (k, q) in q.into_iter().enumerate() {
+                let i = 32 * k + l;
+                vals[i] = dl[8 * h + i / 16] * (q as i32 - 32) as f32;
+            }
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! 8-bit activations for the integer path: activation rows quantized per
+//! 8-bit activations for the integer path: an activation row quantized per
 //! block of 32 (like ggml's Q8_1, with an f32 scale), and the scalar integer
 //! dot products of Q8_0, Q4_0 and Q4_1 weight rows with them.
 
@@ -27,17 +27,16 @@ impl Int8Type {
     }
 }
 
-/// Rows of activations quantized to 8 bits: per block of 32 values a scale
+/// An activation row quantized to 8 bits: per block of 32 values a scale
 /// `d = amax / 127`, the values `q = round(x / d)` in `−127..=127`, and
 /// `s = d · Σq` (used by Q4_1's offset term).
-pub(crate) struct Q8Rows {
+pub(crate) struct Q8Act {
     q: Vec<i8>,
     d: Vec<f32>,
     s: Vec<f32>,
-    cols: usize,
 }
 
-/// One quantized activation row (see [`Q8Rows`]).
+/// A borrowed [`Q8Act`].
 #[derive(Clone, Copy)]
 pub(crate) struct Q8Row<'a> {
     /// The 8-bit values.
@@ -48,17 +47,15 @@ pub(crate) struct Q8Row<'a> {
     pub s: &'a [f32],
 }
 
-impl Q8Rows {
-    /// Quantizes `rows` rows of `cols` values (`cols` a multiple of 32).
-    pub(crate) fn quantize(x: &[f32], rows: usize, cols: usize) -> Q8Rows {
-        debug_assert_eq!(x.len(), rows * cols);
-        debug_assert_eq!(cols % BLOCK, 0);
-        let blocks = rows * cols / BLOCK;
-        let mut out = Q8Rows {
-            q: vec![0; rows * cols],
+impl Q8Act {
+    /// Quantizes `x` (its length a multiple of 32).
+    pub(crate) fn quantize(x: &[f32]) -> Q8Act {
+        debug_assert!(x.len().is_multiple_of(BLOCK));
+        let blocks = x.len() / BLOCK;
+        let mut out = Q8Act {
+            q: vec![0; x.len()],
             d: Vec::with_capacity(blocks),
             s: Vec::with_capacity(blocks),
-            cols,
         };
         for (xb, qb) in x.chunks_exact(BLOCK).zip(out.q.chunks_exact_mut(BLOCK)) {
             let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -75,46 +72,45 @@ impl Q8Rows {
         out
     }
 
-    /// Row `t`.
-    pub(crate) fn row(&self, t: usize) -> Q8Row<'_> {
-        let nb = self.cols / BLOCK;
+    /// The quantized row.
+    pub(crate) fn row(&self) -> Q8Row<'_> {
         Q8Row {
-            q: &self.q[t * self.cols..(t + 1) * self.cols],
-            d: &self.d[t * nb..(t + 1) * nb],
-            s: &self.s[t * nb..(t + 1) * nb],
+            q: &self.q,
+            d: &self.d,
+            s: &self.s,
         }
     }
 }
 
-/// `Σ_j a[j]·b[j]` over 32 pairs, exactly.
+/// `Σ_j w[j]·x[j]` over one block, exactly.
 #[inline(always)]
-fn isum(a: impl Iterator<Item = i32>, b: &[i8]) -> i32 {
-    a.zip(b).map(|(a, &b)| a * b as i32).sum()
+fn isum<T: Copy + Into<i32>>(w: [T; BLOCK], x: &[i8; BLOCK]) -> i32 {
+    w.iter().zip(x).map(|(&a, &b)| a.into() * b as i32).sum()
 }
 
 /// The dot product of a weight row of `it` blocks with a quantized
 /// activation row: per block `(d_w·d_x)·Σ q_w q_x` (Q4_0 with `q_w − 8`),
 /// plus `m·s_x` for Q4_1, accumulated in f32 block by block.
 pub(crate) fn dot_i8(it: Int8Type, w: &[u8], x: Q8Row<'_>) -> f32 {
-    let xs = x.q.chunks_exact(BLOCK).zip(x.d.iter().zip(x.s));
+    let xs = x.q.as_chunks::<BLOCK>().0.iter().zip(x.d.iter().zip(x.s));
     let mut acc = 0.0f32;
     match it {
         Int8Type::Q8_0 => {
             for (b, (xq, (&dx, _))) in w.as_chunks::<{ q8_0::BLOCK_BYTES }>().0.iter().zip(xs) {
-                let p = isum(q8_0::quants(b).into_iter().map(i32::from), xq);
+                let p = isum(q8_0::quants(b), xq);
                 acc += q8_0::scale(b) * dx * p as f32;
             }
         }
         Int8Type::Q4_0 => {
             for (b, (xq, (&dx, _))) in w.as_chunks::<{ q4_0::BLOCK_BYTES }>().0.iter().zip(xs) {
-                let p = isum(q4_0::nibbles(b).into_iter().map(|q| q as i32 - 8), xq);
+                let p = isum(q4_0::nibbles(b).map(|q| q as i8 - 8), xq);
                 acc += q4_0::scale(b) * dx * p as f32;
             }
         }
         Int8Type::Q4_1 => {
             for (b, (xq, (&dx, &sx))) in w.as_chunks::<{ q4_1::BLOCK_BYTES }>().0.iter().zip(xs) {
                 let (d, m) = q4_1::scale_min(b);
-                let p = isum(q4_1::nibbles(b).into_iter().map(i32::from), xq);
+                let p = isum(q4_1::nibbles(b), xq);
                 acc += d * dx * p as f32 + m * sx;
             }
         }
@@ -131,22 +127,20 @@ mod tests {
     #[test]
     fn activation_quantization_is_close() {
         let mut rng = Rng::new(5);
-        let x = rng.vec(3 * 64, 2.0);
-        let q = Q8Rows::quantize(&x, 3, 64);
-        for t in 0..3 {
-            let r = q.row(t);
-            for (i, &v) in x[t * 64..(t + 1) * 64].iter().enumerate() {
-                let d = r.d[i / BLOCK];
-                assert!((r.q[i] as f32 * d - v).abs() <= 0.5 * d * 1.0001);
-            }
-            for b in 0..2 {
-                let sum: i32 = r.q[b * 32..b * 32 + 32].iter().map(|&v| v as i32).sum();
-                assert_eq!(r.s[b], r.d[b] * sum as f32);
-            }
+        let x = rng.vec(96, 2.0);
+        let q = Q8Act::quantize(&x);
+        let r = q.row();
+        for (i, &v) in x.iter().enumerate() {
+            let d = r.d[i / BLOCK];
+            assert!((r.q[i] as f32 * d - v).abs() <= 0.5 * d * 1.0001);
         }
-        let zero = Q8Rows::quantize(&[0.0; 32], 1, 32);
-        assert_eq!(zero.row(0).d, [0.0]);
-        assert!(zero.row(0).q.iter().all(|&v| v == 0));
+        for b in 0..3 {
+            let sum: i32 = r.q[b * 32..b * 32 + 32].iter().map(|&v| v as i32).sum();
+            assert_eq!(r.s[b], r.d[b] * sum as f32);
+        }
+        let zero = Q8Act::quantize(&[0.0; 32]);
+        assert_eq!(zero.row().d, [0.0]);
+        assert!(zero.row().q.iter().all(|&v| v == 0));
     }
 
     /// The integer dot equals the f64 dot of the dequantized weights with
@@ -165,8 +159,8 @@ mod tests {
             let w = quantize(qt.dtype(), &rng.vec(n, 1.0)).unwrap();
             let mut wf = vec![0.0; n];
             dequantize(qt.dtype(), &w, &mut wf).unwrap();
-            let xq = Q8Rows::quantize(&rng.vec(n, 1.0), 1, n);
-            let x = xq.row(0);
+            let xq = Q8Act::quantize(&rng.vec(n, 1.0));
+            let x = xq.row();
             let (mut want, mut mag) = (0.0f64, 0.0f64);
             for (i, (&wv, &q)) in wf.iter().zip(x.q).enumerate() {
                 let p = wv as f64 * q as f64 * x.d[i / 32] as f64;

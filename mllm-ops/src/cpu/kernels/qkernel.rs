@@ -14,9 +14,12 @@ pub enum QuantPath {
     /// the accurate path, and the default.
     #[default]
     F32Activations,
-    /// Quantize every activation row to 8 bits per block of 32 and use
-    /// integer dot products. Faster for Q8_0, Q4_0 and Q4_1 weights but adds
-    /// the activations' rounding error; K-quant weights keep the f32 path.
+    /// For steps with one activation row (decode) and Q8_0, Q4_0 or Q4_1
+    /// weights, quantize the row to 8 bits per block of 32 and use integer
+    /// dot products: faster (about 20–25 % for a 4096 × 4096 Q4_0 layer with
+    /// AVX2) but adds the activations' rounding error (about 0.4 % of each
+    /// value). Steps with several rows and K-quant weights use the f32 path,
+    /// whose dequantized tiles beat per-row integer dot products there.
     Int8Activations,
 }
 
@@ -169,7 +172,7 @@ impl QuantKernel {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cpu::kernels::qact::Q8Rows;
+    use crate::cpu::kernels::qact::Q8Act;
     use crate::cpu::kernels::test_util::Rng;
 
     /// `n` blocks of `qt` with random bytes and small finite f16 scales of
@@ -330,8 +333,8 @@ pub(crate) mod tests {
                 let it = Int8Type::from_quant(qt).unwrap();
                 for n in [1, 2, 3, 5, 8] {
                     let w = random_blocks(&mut rng, qt, n);
-                    let xq = Q8Rows::quantize(&rng.vec(n * 32, 1.0), 1, n * 32);
-                    let x = xq.row(0);
+                    let xq = Q8Act::quantize(&rng.vec(n * 32, 1.0));
+                    let x = xq.row();
                     let xf: Vec<f32> = (0..n * 32).map(|i| x.q[i] as f32 * x.d[i / 32]).collect();
                     let want = qact::dot_i8(it, &w, x);
                     let got = k.dot_i8(it, &w, x);

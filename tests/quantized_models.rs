@@ -1,0 +1,208 @@
+//! Quantized models end to end: tiny checkpoints converted with a
+//! block-quantized dtype load, run, and stay within measured bounds of the
+//! f32 transformers reference.
+//!
+//! The tiny fixtures have random weights that are sensitive to rounding:
+//! f16 weights (relative rounding error ≤ 2⁻¹¹) already move tiny-llama's
+//! logits (up to about 7 in magnitude) by up to 0.0155. The quantized
+//! kernels add nothing measurable to the rounding of the weights: a
+//! quantized model's logits equal those of the f32 model holding its
+//! dequantized weights within 1e-5 (checked at [`KERNEL_TOL`] by every test
+//! here), so the bounds below measure the storage formats alone.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use mllm::convert::{convert_with_policy, quantize_file, DTypePolicy, QuantizeOptions};
+use mllm::core::file::MllmFile;
+use mllm::core::{DType, LogitsMode, StepInput, Tensor};
+use mllm::models::{generate, GenerateOptions, Model};
+
+/// Quantized model against the f32 model with its dequantized weights
+/// (measured ≤ 1e-5 for every dtype and model here).
+const KERNEL_TOL: f32 = 1e-4;
+
+/// q8_0 tiny-llama against the f32 reference: the largest absolute logit
+/// error measured is 0.4305 (prompt logits of `long`; `short` 0.2849; the
+/// teacher-forced greedy steps 0.3288).
+const Q8_0_BOUND: f32 = 0.45;
+
+/// q4_0 and q4_1 tiny-llama (logits up to about 7 in magnitude): measured
+/// 5.692 (q4_0, greedy steps of `long`); prompt logits 3.515 / 4.660 (q4_0)
+/// and 5.400 / 3.843 (q4_1) for `short` / `long`.
+const Q4_BOUND: f32 = 6.0;
+
+fn prompt_logits(model: &mut Model, ids: &[u32]) -> Tensor {
+    model.reset_slot(0);
+    model
+        .step(&StepInput::single(0, ids.to_vec(), LogitsMode::All))
+        .unwrap()
+}
+
+/// Converts a fixture with `policy`, into a temporary directory.
+fn convert_policy(name: &str, policy: DTypePolicy) -> Converted {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.mllm");
+    let opts = QuantizeOptions {
+        policy,
+        progress: false,
+    };
+    convert_with_policy(&fixture(name), &path, &opts).unwrap();
+    Converted { dir, path }
+}
+
+/// The f32 file holding the dequantized weights of `file`, next to it.
+fn dequantized(file: &Path) -> PathBuf {
+    let out = file.with_file_name("dequantized.mllm");
+    let opts = QuantizeOptions {
+        policy: DTypePolicy::new(DType::F32),
+        progress: false,
+    };
+    quantize_file(file, &out, &opts).unwrap();
+    out
+}
+
+/// Top logit minus the runner-up.
+fn margin(row: &[f32]) -> f32 {
+    let (mut first, mut second) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &v in row {
+        if v > first {
+            (first, second) = (v, first);
+        } else if v > second {
+            second = v;
+        }
+    }
+    first - second
+}
+
+/// Checks the prompt logits of `short` and `long` and the teacher-forced
+/// greedy step logits of a converted fixture: within `bound` of the
+/// reference, and within [`KERNEL_TOL`] of its dequantized f32 twin.
+/// Returns the largest error against the reference.
+fn check_logits(name: &str, c: &Converted, bound: f32) -> f32 {
+    let reference = Reference::load(name);
+    let mut model = load(&c.path);
+    let mut twin = load(&dequantized(&c.path));
+    let mut worst = 0.0f32;
+    for input in ["short", "long"] {
+        let label = format!("{name} {} {input}", c.path.display());
+        let ids = reference.ids(&format!("/inputs/{input}"));
+        let got = prompt_logits(&mut model, &ids);
+        let want = reference.array(&format!("logits_{input}"));
+        assert_eq!(got.shape().dims(), &want.shape[..], "{label}");
+        assert_close(&label, got.data(), &want.data, bound);
+        let exact = prompt_logits(&mut twin, &ids);
+        assert_close(&label, got.data(), exact.data(), KERNEL_TOL);
+        worst = worst.max(max_abs_diff(got.data(), &want.data));
+
+        let prompt = reference.ids(&format!("/greedy/{input}/prompt_ids"));
+        let want_ids = reference.ids(&format!("/greedy/{input}/new_ids"));
+        let steps = reference.array(&format!("greedy_step_logits_{input}"));
+        for (k, row) in cached_step_logits(&mut model, &prompt, &want_ids)
+            .iter()
+            .enumerate()
+        {
+            assert_close(&format!("{label} step {k}"), row, steps.row(k), bound);
+            worst = worst.max(max_abs_diff(row, steps.row(k)));
+        }
+    }
+    worst
+}
+
+#[test]
+fn q8_0_tiny_llama_logits_stay_close_to_f32() {
+    let c = convert_to(&fixture("tiny-llama"), DType::Q8_0);
+    let worst = check_logits("tiny-llama", &c, Q8_0_BOUND);
+    // The error of 8-bit weights (0.4305), not of f32 ones stored by mistake.
+    assert!(worst > 0.3, "{worst}");
+}
+
+/// Free-running greedy decoding picks the reference's token at every step
+/// until the first one whose reference margin (top logit minus runner-up)
+/// is below twice the error measured at that step, which never exceeds
+/// [`Q8_0_BOUND`]: up to there, an error of at most half the margin cannot
+/// change the top token. Measured: that covers the first 5 steps of `short`
+/// (step 5 has a margin of 0.42) and the first of `long` (step 1: 0.16),
+/// each with at least 0.02 to spare; with the bound itself instead of each
+/// step's error, `short` would check none.
+#[test]
+fn q8_0_tiny_llama_greedy_ids_follow_the_reference_while_margins_allow() {
+    let c = convert_to(&fixture("tiny-llama"), DType::Q8_0);
+    let mut model = load(&c.path);
+    let reference = Reference::load("tiny-llama");
+    for (input, checked) in [("short", 5), ("long", 1)] {
+        let prompt = reference.ids(&format!("/greedy/{input}/prompt_ids"));
+        let want = reference.ids(&format!("/greedy/{input}/new_ids"));
+        let steps = reference.array(&format!("greedy_step_logits_{input}"));
+        let forced = cached_step_logits(&mut model, &prompt, &want);
+        let safe = (0..want.len())
+            .find(|&k| {
+                let err = max_abs_diff(&forced[k], steps.row(k));
+                assert!(err <= Q8_0_BOUND, "{input} step {k}: {err}");
+                margin(steps.row(k)) < 2.0 * err
+            })
+            .unwrap_or(want.len());
+        let opts = GenerateOptions {
+            max_tokens: want.len(),
+            ..Default::default()
+        };
+        let out = generate(&mut model, &prompt, &opts, &mut |_| Ok(true)).unwrap();
+        assert!(out.tokens.len() >= safe, "{input}: {:?}", out.tokens);
+        assert_eq!(out.tokens[..safe], want[..safe], "{input}");
+        assert_eq!(safe, checked, "{input}");
+    }
+}
+
+#[test]
+fn q4_tiny_llama_runs_within_a_looser_bound() {
+    for dtype in [DType::Q4_0, DType::Q4_1] {
+        let c = convert_to(&fixture("tiny-llama"), dtype);
+        let worst = check_logits("tiny-llama", &c, Q4_BOUND);
+        // An order of magnitude above q8_0: these are 4-bit weights.
+        assert!(worst > 3.0, "{dtype}: {worst}");
+    }
+}
+
+/// Embedding and head in their own types: q4_0 matrices with a q8_0
+/// embedding and an f16 head, and the reverse mix.
+#[test]
+fn embedding_and_head_flags_run() {
+    for (dtype, embed, head) in [
+        (DType::Q4_0, DType::Q8_0, DType::F16),
+        (DType::Q8_0, DType::Q4_1, DType::Q4_0),
+    ] {
+        let policy = DTypePolicy {
+            dtype,
+            embed_dtype: Some(embed),
+            head_dtype: Some(head),
+        };
+        let c = convert_policy("tiny-llama", policy);
+        let file = MllmFile::open(&c.path).unwrap();
+        for (name, want) in [
+            ("model.embed_tokens.weight", embed),
+            ("lm_head.weight", head),
+            ("model.layers.1.mlp.down_proj.weight", dtype),
+            ("model.layers.1.input_layernorm.weight", DType::F32),
+        ] {
+            assert_eq!(file.tensor(name).unwrap().dtype(), want, "{name}");
+        }
+        check_logits("tiny-llama", &c, Q4_BOUND);
+    }
+}
+
+/// GPT-2's MLP output projection has rows of 256 and is stored in the
+/// K-quant itself (the other matrices fall back to q4_1 or q8_0, the
+/// position table is f16): the K-quant kernels run inside a real model.
+/// Measured errors against the f32 reference: 2.593 (q4_k), 0.2211 (q6_k).
+#[test]
+fn k_quants_run_on_gpt2() {
+    for (dtype, bound) in [(DType::Q4K, 2.8), (DType::Q6K, 0.25)] {
+        let c = convert_to(&fixture("tiny-gpt2"), dtype);
+        let file = MllmFile::open(&c.path).unwrap();
+        let c_proj = file.tensor("transformer.h.0.mlp.c_proj.weight").unwrap();
+        assert_eq!(c_proj.dtype(), dtype);
+        check_logits("tiny-gpt2", &c, bound);
+    }
+}
