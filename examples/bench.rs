@@ -265,15 +265,15 @@ fn run(args: Args) -> Result<()> {
     }
     let rss = peak_rss_bytes();
     if args.json {
+        for r in &mut results {
+            r["peak_rss_bytes"] = json!(rss);
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&results).unwrap_or_default()
         );
     } else if let Some(rss) = rss {
         println!("\npeak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
-    }
-    if let (true, Some(rss)) = (args.json, rss) {
-        eprintln!("peak RSS: {rss} bytes");
     }
     Ok(())
 }
