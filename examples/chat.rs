@@ -16,11 +16,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use mllm::cli::SamplingArgs;
 use mllm::convert::default_model;
 use mllm::core::{Error, Result};
 use mllm::models::conversation::Conversation;
 use mllm::models::tokenizer::TextStream;
-use mllm::models::{GenerateOptions, LoadOptions, Model, SamplingParams, StopReason};
+use mllm::models::{GenerateOptions, LoadOptions, Model, StopReason};
 
 #[derive(Parser, Debug)]
 #[command(about = "Chat with a .mllm model (default: SmolLM2-135M-Instruct, fetched on first use)")]
@@ -34,24 +35,8 @@ struct Args {
     /// Most tokens per reply.
     #[arg(long, default_value_t = 512)]
     max_tokens: usize,
-    /// Sampling temperature; 0 means greedy.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    /// Keep only the k most likely tokens (0: off).
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    /// Nucleus sampling mass (1: off).
-    #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
-    /// Drop tokens below this fraction of the top probability (0: off).
-    #[arg(long, default_value_t = 0.0)]
-    min_p: f32,
-    /// Penalty for tokens already in the conversation (1: off).
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    /// Random seed for sampling.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Cap on the context in tokens (default: the model's).
     #[arg(long)]
     max_context: Option<usize>,
@@ -115,14 +100,7 @@ fn run(args: Args) -> Result<()> {
     let mut model = Model::load(&path, &load)?;
     let opts = GenerateOptions {
         max_tokens: args.max_tokens,
-        sampling: SamplingParams {
-            temperature: args.temperature,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            min_p: args.min_p,
-            repetition_penalty: args.repeat_penalty,
-            seed: args.seed,
-        },
+        sampling: args.sampling.params(),
         eos_ids: model.eos_ids(),
         keep_prompt_logits: false,
     };
@@ -162,11 +140,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    mllm::cli::exit_code(run(Args::parse()))
 }

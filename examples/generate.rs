@@ -16,11 +16,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
+use mllm::cli::SamplingArgs;
 use mllm::core::npy::write_npy_f32;
 use mllm::core::{Error, Result};
 use mllm::models::chat::Message;
 use mllm::models::tokenizer::TextStream;
-use mllm::models::{generate, GenerateOptions, LoadOptions, Model, SamplingParams};
+use mllm::models::{generate, GenerateOptions, LoadOptions, Model};
 
 #[derive(Parser, Debug)]
 #[command(about = "Generate a continuation of a prompt with a .mllm model")]
@@ -45,24 +46,8 @@ struct Args {
     /// Most new tokens to generate.
     #[arg(long, default_value_t = 32)]
     max_tokens: usize,
-    /// Sampling temperature; 0 means greedy.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    /// Keep only the k most likely tokens (0: off).
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    /// Nucleus sampling: keep the most likely tokens up to this probability mass (1: off).
-    #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
-    /// Drop tokens below this fraction of the top probability (0: off).
-    #[arg(long, default_value_t = 0.0)]
-    min_p: f32,
-    /// Penalty for tokens already in the prompt or output (1: off).
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    /// Random seed for sampling.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -96,14 +81,7 @@ fn run(args: Args) -> Result<()> {
     };
     let gen_opts = GenerateOptions {
         max_tokens: args.max_tokens,
-        sampling: SamplingParams {
-            temperature: args.temperature,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            min_p: args.min_p,
-            repetition_penalty: args.repeat_penalty,
-            seed: args.seed,
-        },
+        sampling: args.sampling.params(),
         eos_ids: if args.ignore_eos {
             Vec::new()
         } else {
@@ -163,11 +141,5 @@ fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    mllm::cli::exit_code(run(Args::parse()))
 }

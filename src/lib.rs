@@ -5,6 +5,8 @@
 //! [`ops`] (backends and kernels), [`models`] (architectures, tokenizer,
 //! generation) and [`convert`] (safetensors to `.mllm`).
 
+pub mod cli;
+
 pub use mllm_convert as convert;
 pub use mllm_core as core;
 pub use mllm_models as models;

@@ -1,0 +1,56 @@
+//! Command-line pieces shared by the example programs.
+
+use std::process::ExitCode;
+
+use crate::core::Result;
+use crate::models::SamplingParams;
+
+/// Sampling flags (`--temperature`, `--top-k`, `--top-p`, `--min-p`,
+/// `--repeat-penalty`, `--seed`), flattened into a program's arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 means greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep only the k most likely tokens (0: off).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Nucleus sampling: keep the most likely tokens up to this probability mass (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Drop tokens below this fraction of the top probability (0: off).
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Penalty for tokens already in the prompt or output (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    /// The sampler settings these flags describe.
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            seed: self.seed,
+        }
+    }
+}
+
+/// The exit code for a program's result: success, or `error: <message>` on
+/// stderr and exit code 1.
+pub fn exit_code(result: Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
