@@ -1,7 +1,17 @@
 //! Backends turn op descriptions into runnable ops for one device.
 
+use std::sync::Arc;
+
 use crate::op::{Op, OpDesc};
 use crate::Result;
+
+/// Runs a whole step in a backend's execution context, e.g. on a worker of
+/// its thread pool, so that the parallel ops inside the step start their
+/// work from a worker instead of handing it over from another thread.
+pub trait StepRunner: Send + Sync {
+    /// Calls `f` once, in the backend's context, and returns when it is done.
+    fn run(&self, f: &mut (dyn FnMut() + Send));
+}
 
 /// A device family (CPU, CUDA, ...) that can instantiate ops.
 pub trait Backend {
@@ -10,4 +20,9 @@ pub trait Backend {
 
     /// Creates the op for `desc`, or an error when this backend lacks it.
     fn create_op(&self, desc: &OpDesc) -> Result<Box<dyn Op>>;
+
+    /// Where the executor runs each step (`None`: on the calling thread).
+    fn step_runner(&self) -> Option<Arc<dyn StepRunner>> {
+        None
+    }
 }

@@ -2,9 +2,10 @@
 //! the step's shapes change, then executes every node in order.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, StepRunner};
 use crate::graph::Graph;
 use crate::op::{Op, OpInput, ValueKind};
 use crate::step::{LogitsMode, StepInput, StepLayout};
@@ -40,6 +41,7 @@ pub struct Executor {
     max_context: usize,
     reshapes: usize,
     profile: Option<Vec<Duration>>,
+    runner: Option<Arc<dyn StepRunner>>,
 }
 
 /// Time spent in one kind of op while profiling.
@@ -90,6 +92,7 @@ impl Executor {
             max_context,
             reshapes: 0,
             profile: None,
+            runner: backend.step_runner(),
         })
     }
 
@@ -189,7 +192,14 @@ impl Executor {
                 self.arena[i].resize(size, 0.0);
             }
         }
-        self.execute(&layout)?;
+        match self.runner.clone() {
+            Some(runner) => {
+                let mut result = Ok(());
+                runner.run(&mut || result = self.execute(&layout));
+                result?;
+            }
+            None => self.execute(&layout)?,
+        }
         for seq in &layout.seqs {
             if self.slot_lens.len() <= seq.slot {
                 self.slot_lens.resize(seq.slot + 1, 0);

@@ -6,6 +6,7 @@ pub mod weights;
 
 use std::sync::Arc;
 
+use mllm_core::backend::StepRunner;
 use mllm_core::op::{Op, OpDesc};
 use mllm_core::{Backend, Error, Result};
 use rayon::ThreadPool;
@@ -61,5 +62,22 @@ impl Backend for CpuBackend {
             OpDesc::Attention(p) => Box::new(AttentionOp::new(p.clone(), pool())?),
             OpDesc::SelectLogitsRows => Box::new(SelectLogitsRowsOp),
         })
+    }
+
+    /// Steps run on a worker of the pool: every parallel op inside then
+    /// splits its work from there (the caller helps and steals instead of
+    /// sleeping until another thread wakes it), which is what makes the
+    /// hundreds of small parallel ops of a decode step cheap.
+    fn step_runner(&self) -> Option<Arc<dyn StepRunner>> {
+        Some(Arc::new(PoolRunner(Arc::clone(&self.pool))))
+    }
+}
+
+/// Runs a step inside the backend's pool.
+struct PoolRunner(Arc<ThreadPool>);
+
+impl StepRunner for PoolRunner {
+    fn run(&self, f: &mut (dyn FnMut() + Send)) {
+        self.0.install(f)
     }
 }
