@@ -28,7 +28,8 @@ impl Int8Type {
 }
 
 /// An activation row quantized to 8 bits: per block of 32 values a scale
-/// `d = amax / 127`, the values `q = round(x / d)` in `−127..=127`, and
+/// `d = amax / 127`, the values `q = round(x / d)` (half to even) in
+/// `−127..=127`, and
 /// `s = d · Σq` (used by Q4_1's offset term).
 pub(crate) struct Q8Act {
     q: Vec<i8>,
@@ -48,6 +49,20 @@ pub(crate) struct Q8Row<'a> {
 }
 
 impl Q8Act {
+    /// An all-zero row of `len` values (a multiple of 32).
+    pub(crate) fn zeros(len: usize) -> Q8Act {
+        Q8Act {
+            q: vec![0; len],
+            d: vec![0.0; len / BLOCK],
+            s: vec![0.0; len / BLOCK],
+        }
+    }
+
+    /// The parts, to be filled by a SIMD quantizer.
+    pub(crate) fn parts_mut(&mut self) -> (&mut [i8], &mut [f32], &mut [f32]) {
+        (&mut self.q, &mut self.d, &mut self.s)
+    }
+
     /// Quantizes `x` (its length a multiple of 32).
     pub(crate) fn quantize(x: &[f32]) -> Q8Act {
         debug_assert!(x.len().is_multiple_of(BLOCK));
@@ -63,7 +78,7 @@ impl Q8Act {
             let id = if d == 0.0 { 0.0 } else { 1.0 / d };
             let mut sum = 0i32;
             for (q, &v) in qb.iter_mut().zip(xb) {
-                *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+                *q = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
                 sum += *q as i32;
             }
             out.d.push(d);

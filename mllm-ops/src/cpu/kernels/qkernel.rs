@@ -1,7 +1,7 @@
 //! The choice of quantized-kernel variant: activation path and instruction
 //! set, checked against the CPU at run time and then dispatched per row.
 
-use super::qact::{self, Int8Type, Q8Row};
+use super::qact::{self, Int8Type, Q8Act, Q8Row};
 use super::qdot;
 #[cfg(target_arch = "x86_64")]
 use super::simd;
@@ -28,7 +28,7 @@ pub enum QuantPath {
 pub enum SimdLevel {
     /// Portable scalar code.
     Scalar,
-    /// AVX2 and FMA (x86-64).
+    /// AVX2, FMA and F16C (x86-64).
     Avx2,
     /// AVX-512F, and for [`QuantPath::Int8Activations`] also AVX-512BW and
     /// AVX-512 VNNI (x86-64).
@@ -45,7 +45,11 @@ impl SimdLevel {
         match self {
             SimdLevel::Scalar => true,
             #[cfg(target_arch = "x86_64")]
-            SimdLevel::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            SimdLevel::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512 => {
                 SimdLevel::Avx2.is_available(path)
@@ -167,12 +171,43 @@ impl QuantKernel {
         }
         qact::dot_i8(it, w, x)
     }
+
+    /// [`QuantKernel::dot_i8`] of four weight rows with one activation row.
+    pub(crate) fn dot_i8_rows(self, it: Int8Type, w: [&[u8]; 4], x: Q8Row<'_>) -> [f32; 4] {
+        #[cfg(target_arch = "x86_64")]
+        match self.level {
+            SimdLevel::Avx512 if self.path == QuantPath::Int8Activations => {
+                return w.map(|w| self.dot_i8(it, w, x));
+            }
+            SimdLevel::Avx512 | SimdLevel::Avx2 => {
+                // SAFETY: both SIMD levels include AVX2, FMA and F16C,
+                // detected when the kernel was made.
+                return unsafe { simd::avx2_i8::dot_i8_rows(it, w, x) };
+            }
+            _ => {}
+        }
+        w.map(|w| self.dot_i8(it, w, x))
+    }
+
+    /// Quantizes an activation row (its length a multiple of 32) to 8 bits,
+    /// bit-exactly as `Q8Act::quantize`.
+    pub(crate) fn quantize_act(self, x: &[f32]) -> Q8Act {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512) {
+            let mut a = Q8Act::zeros(x.len());
+            let (q, d, s) = a.parts_mut();
+            // SAFETY: both SIMD levels include AVX2 and FMA, detected when
+            // the kernel was made.
+            unsafe { simd::avx2_i8::quantize_row(x, q, d, s) };
+            return a;
+        }
+        Q8Act::quantize(x)
+    }
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cpu::kernels::qact::Q8Act;
     use crate::cpu::kernels::test_util::Rng;
 
     /// `n` blocks of `qt` with random bytes and small finite f16 scales of
@@ -314,6 +349,61 @@ pub(crate) mod tests {
                         assert!(
                             ((g - w) as f64).abs() <= 1e-5 * mag,
                             "{k:?} nr={nr} no={no} k={kk} ({o},{t}): {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// SIMD activation quantization is bit-exact with the scalar one,
+    /// including values exactly halfway between two steps and zero blocks.
+    #[test]
+    fn simd_quantize_act_is_exact() {
+        let mut rng = Rng::new(25);
+        for k in simd_kernels(QuantPath::Int8Activations) {
+            let mut x = rng.vec(32 * 9, 3.0);
+            x[32..64].fill(0.0);
+            // Block 2: amax 127, so the values are their own quanta; k + 0.5
+            // are ties.
+            for (j, v) in x[64..96].iter_mut().enumerate() {
+                *v = j as f32 - 15.5;
+            }
+            x[64] = 127.0;
+            let want = Q8Act::quantize(&x);
+            let got = k.quantize_act(&x);
+            let (w, g) = (want.row(), got.row());
+            assert_eq!(w.q, g.q, "{k:?}");
+            assert_eq!(w.d, g.d, "{k:?}");
+            assert_eq!(w.s, g.s, "{k:?}");
+        }
+    }
+
+    /// The four-row integer dots equal four single-row dots at the same
+    /// level within f32 accumulation order: `|a − b| ≤ 1e-5 · Σ|w_i x_i|`,
+    /// and the scalar four-row dot equals the scalar dot exactly.
+    #[test]
+    fn int8_dot_rows_matches_single_rows() {
+        let mut rng = Rng::new(26);
+        let mut kernels = simd_kernels(QuantPath::Int8Activations);
+        kernels
+            .push(QuantKernel::with_level(QuantPath::Int8Activations, SimdLevel::Scalar).unwrap());
+        for k in kernels {
+            for qt in [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1] {
+                let it = Int8Type::from_quant(qt).unwrap();
+                for n in [1, 2, 5, 18] {
+                    let ws: Vec<Vec<u8>> = (0..4).map(|_| random_blocks(&mut rng, qt, n)).collect();
+                    let xq = Q8Act::quantize(&rng.vec(n * 32, 1.0));
+                    let x = xq.row();
+                    let xf: Vec<f32> = (0..n * 32).map(|i| x.q[i] as f32 * x.d[i / 32]).collect();
+                    let got = k.dot_i8_rows(it, std::array::from_fn(|r| &ws[r][..]), x);
+                    for r in 0..4 {
+                        let want = qact::dot_i8(it, &ws[r], x);
+                        let tol = 1e-5 * magnitude(qt, &ws[r], &xf);
+                        assert!(
+                            ((got[r] - want) as f64).abs() <= tol,
+                            "{k:?} {qt} n={n} row {r}: {} vs {want}",
+                            got[r]
                         );
                     }
                 }

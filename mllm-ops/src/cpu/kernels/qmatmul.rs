@@ -15,7 +15,7 @@ use mllm_core::{Error, Result};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
-use super::qact::{Int8Type, Q8Act};
+use super::qact::Int8Type;
 use super::qkernel::{QuantKernel, QuantPath};
 use super::PAR_THRESHOLD;
 use crate::quant::QuantType;
@@ -208,9 +208,9 @@ pub fn quant_linear(
     match int8 {
         _ if rows > 1 => tiled(kernel, x, rows, w, bias, y, &split),
         Some(it) => {
-            let xq = Q8Act::quantize(x);
+            let xq = kernel.quantize_act(x);
             let xr = xq.row();
-            matvec(w, bias, y, &split, |wr| kernel.dot_i8(it, wr, xr));
+            matvec_i8(w, bias, y, &split, |rows| kernel.dot_i8_rows(it, rows, xr));
         }
         None => matvec(w, bias, y, &split, |wr| kernel.dot_row(qt, wr, x)),
     }
@@ -247,6 +247,37 @@ fn matvec(
             let o0 = c * chunk;
             for (j, v) in ys.iter_mut().enumerate() {
                 *v = dot(w.row(o0 + j));
+            }
+            add_bias(ys, o0, bias, false);
+        },
+    );
+}
+
+/// One activation row on the integer path: `y[o] = dot(w[o]) + bias[o]`,
+/// four weight rows per call of `dot4` (the last rows of a task are padded
+/// with repeats of its first row).
+fn matvec_i8(
+    w: &QuantMatrix<'_>,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    split: &Split<'_>,
+    dot4: impl Fn([&[u8]; 4]) -> [f32; 4] + Sync + Send,
+) {
+    let chunk = split
+        .outputs_per_task(w.rows(), w.cols())
+        .next_multiple_of(4);
+    split.for_chunks(
+        y,
+        chunk,
+        || (),
+        |_, c, ys| {
+            let o0 = c * chunk;
+            for (g, yg) in ys.chunks_mut(4).enumerate() {
+                let first = o0 + 4 * g;
+                let last = first + yg.len() - 1;
+                let rows = std::array::from_fn(|r| w.row((first + r).min(last)));
+                let v = dot4(rows);
+                yg.copy_from_slice(&v[..yg.len()]);
             }
             add_bias(ys, o0, bias, false);
         },

@@ -26,14 +26,15 @@ pub struct LinearOp {
 
 impl LinearOp {
     /// An unloaded linear op; quantized weights use
-    /// [`QuantPath::F32Activations`].
+    /// [`QuantPath::Int8Activations`] (integer dot products for one row,
+    /// the f32 path otherwise).
     pub fn new(params: LinearParams, pool: Arc<ThreadPool>) -> Self {
         LinearOp {
             params,
             weight: None,
             bias: None,
             pool,
-            quant: QuantKernel::new(QuantPath::default()),
+            quant: QuantKernel::new(QuantPath::Int8Activations),
         }
     }
 

@@ -84,3 +84,125 @@ pub(crate) fn dot_i8(it: Int8Type, w: &[u8], x: Q8Row<'_>) -> f32 {
     }
     hsum(acc) + offset
 }
+
+/// The two f16 values in the first 4 bytes of `b` as `[a, b, 0, 0]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn f16_pair(b: &[u8]) -> __m128 {
+    let v = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    _mm_cvtph_ps(_mm_cvtsi32_si128(v as i32))
+}
+
+/// Rows per call of [`dot_i8_rows`].
+pub(crate) const ROWS: usize = 4;
+
+/// [`dot_i8`] of four weight rows with the same activation row: the
+/// activation block is loaded once for the four rows, the f16 scales are
+/// converted with F16C, and the four independent accumulator chains keep
+/// the pipelines busy.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot_i8_rows(it: Int8Type, w: [&[u8]; ROWS], x: Q8Row<'_>) -> [f32; ROWS] {
+    let xq: &[u8] = bytemuck::cast_slice(x.q);
+    let nb = x.d.len();
+    let mut acc = [_mm256_setzero_ps(); ROWS];
+    let mut off = [_mm_setzero_ps(); ROWS];
+    match it {
+        Int8Type::Q8_0 => {
+            let ws = w.map(|r| &r.as_chunks::<{ q8_0::BLOCK_BYTES }>().0[..nb]);
+            for i in 0..nb {
+                let xb = load32(&xq[i * BLOCK..]);
+                let dx = _mm_set_ss(x.d[i]);
+                for r in 0..ROWS {
+                    let b = &ws[r][i];
+                    let p = madd_i8_i8(load32(&b[2..]), xb);
+                    let s = _mm_mul_ss(f16_pair(&b[..4]), dx);
+                    acc[r] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(s), acc[r]);
+                }
+            }
+        }
+        Int8Type::Q4_0 => {
+            let ws = w.map(|r| &r.as_chunks::<{ q4_0::BLOCK_BYTES }>().0[..nb]);
+            for i in 0..nb {
+                let xb = load32(&xq[i * BLOCK..]);
+                let dx = _mm_set_ss(x.d[i]);
+                for r in 0..ROWS {
+                    let b = &ws[r][i];
+                    let q = _mm256_sub_epi8(nibbles(&b[2..]), _mm256_set1_epi8(8));
+                    let p = madd_i8_i8(q, xb);
+                    let s = _mm_mul_ss(f16_pair(&b[..4]), dx);
+                    acc[r] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(s), acc[r]);
+                }
+            }
+        }
+        Int8Type::Q4_1 => {
+            let ws = w.map(|r| &r.as_chunks::<{ q4_1::BLOCK_BYTES }>().0[..nb]);
+            for i in 0..nb {
+                let xb = load32(&xq[i * BLOCK..]);
+                // Lane 0: the scale product; lane 1: the offset term.
+                let xs = _mm_setr_ps(x.d[i], x.s[i], 0.0, 0.0);
+                for r in 0..ROWS {
+                    let b = &ws[r][i];
+                    let prod = _mm_mul_ps(f16_pair(&b[..4]), xs);
+                    off[r] = _mm_add_ps(off[r], prod);
+                    let p = madd_u8_i8(nibbles(&b[4..]), xb);
+                    acc[r] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(prod), acc[r]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        let o = _mm_cvtss_f32(_mm_movehdup_ps(off[r]));
+        hsum(acc[r]) + if it == Int8Type::Q4_1 { o } else { 0.0 }
+    })
+}
+
+/// Quantizes `x` (a multiple of 32 long) into 8-bit blocks exactly as the
+/// scalar `Q8Act::quantize` does (round half to even, same scale formula).
+#[target_feature(enable = "avx2,fma")]
+pub(crate) fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
+    let sign = _mm256_set1_ps(-0.0);
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let blocks = x.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK));
+    for ((xb, qb), (d, s)) in blocks.zip(d.iter_mut().zip(s.iter_mut())) {
+        let v: [__m256; 4] = std::array::from_fn(|j| {
+            let p = &xb[j * 8..j * 8 + 8];
+            // SAFETY: `p` holds 8 floats and `loadu` has no alignment
+            // requirement.
+            unsafe { _mm256_loadu_ps(p.as_ptr()) }
+        });
+        let m = v.map(|v| _mm256_andnot_ps(sign, v));
+        let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let dv = amax / 127.0;
+        let id = _mm256_set1_ps(if dv == 0.0 { 0.0 } else { 1.0 / dv });
+        let i = v.map(|v| {
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(v, id),
+            );
+            _mm256_cvtps_epi32(r)
+        });
+        let sum = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+        let sum = _mm_add_epi32(
+            _mm256_castsi256_si128(sum),
+            _mm256_extracti128_si256(sum, 1),
+        );
+        let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
+        let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
+        let packed = _mm256_packs_epi16(
+            _mm256_packs_epi32(i[0], i[1]),
+            _mm256_packs_epi32(i[2], i[3]),
+        );
+        let packed = _mm256_permutevar8x32_epi32(packed, order);
+        let qb: &mut [u8] = bytemuck::cast_slice_mut(qb);
+        // SAFETY: `qb` holds 32 bytes (one block) and `storeu` has no
+        // alignment requirement.
+        unsafe { _mm256_storeu_si256(qb.as_mut_ptr().cast(), packed) };
+        *d = dv;
+        *s = dv * _mm_cvtsi128_si32(sum) as f32;
+    }
+}
