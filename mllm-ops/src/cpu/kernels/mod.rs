@@ -18,7 +18,7 @@ pub mod qembedding;
 pub mod qkernel;
 pub mod qmatmul;
 pub mod rope;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod simd;
 pub mod softmax;
 

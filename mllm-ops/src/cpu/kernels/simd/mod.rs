@@ -1,17 +1,25 @@
-//! x86-64 SIMD variants of the quantized kernels.
+//! SIMD variants of the quantized kernels.
 //!
 //! * [`avx2`] and [`avx512`]: the f32-activation path (dequantize, fused
 //!   dequantize-dot, f32 tile product), AVX2 + FMA and AVX-512F;
 //! * [`avx2_i8`] and [`vnni`]: integer dot products of Q8_0, Q4_0 and Q4_1
 //!   weights with 8-bit activations, AVX2 (`maddubs`) and AVX-512 VNNI
-//!   (`dpbusd`).
+//!   (`dpbusd`);
+//! * `neon` (aarch64): both paths, the integer one with `sdot` where the
+//!   dot-product extension is present.
 //!
 //! All functions are safe `#[target_feature]` functions; the only way to
 //! reach them is through a `QuantKernel`, which checks the CPU first.
 
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_i8;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni;
 
 /// Activation columns per pass of the tile product, so that the panels of
