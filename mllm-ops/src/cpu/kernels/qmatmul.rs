@@ -7,6 +7,9 @@
 //!   dequantized once into an f32 scratch buffer and multiplied with a block
 //!   of activation rows by a register-blocked tile product, parallel over
 //!   tiles;
+//! * 16-bit activations ([`QuantPath::Int16Activations`], the default of the
+//!   linear op) work as the 8-bit ones below, with two byte dot products
+//!   per block;
 //! * 8-bit activations ([`QuantPath::Int8Activations`], one row, Q8_0/Q4_0/
 //!   Q4_1 weights): the row is quantized once and each output is an integer
 //!   dot product, parallel over output features.
@@ -201,12 +204,17 @@ pub fn quant_linear(
         parallel: threads > 1 && work >= PAR_THRESHOLD,
     };
     let qt = w.quant_type();
-    let int8 = match kernel.path() {
-        QuantPath::Int8Activations => Int8Type::from_quant(qt),
+    let int = match kernel.path() {
+        QuantPath::Int8Activations | QuantPath::Int16Activations => Int8Type::from_quant(qt),
         QuantPath::F32Activations => None,
     };
-    match int8 {
+    match int {
         _ if rows > 1 => tiled(kernel, x, rows, w, bias, y, &split),
+        Some(it) if kernel.path() == QuantPath::Int16Activations => {
+            let xq = kernel.quantize_act16(x);
+            let xr = xq.row();
+            matvec_i8(w, bias, y, &split, |rows| kernel.dot_i16_rows(it, rows, xr));
+        }
         Some(it) => {
             let xq = kernel.quantize_act(x);
             let xr = xq.row();
@@ -484,6 +492,36 @@ mod tests {
                     assert!(
                         (y[i] as f64 - want[i]).abs() <= 2e-2 * mag[i],
                         "{tag}: {} vs {}",
+                        y[i],
+                        want[i]
+                    );
+                }
+            }
+        }
+    }
+
+    /// On one activation row the 16-bit path at every level equals the f64
+    /// product of the dequantized weights with the f32 activations within
+    /// `1e-4 · (Σ|x·w| + |b|)` (16-bit activations round to 1/32512 of
+    /// each block's largest value), on two threads.
+    #[test]
+    fn int16_path_matches_dequantized_reference() {
+        let pool = pool2();
+        for level in SimdLevel::FASTEST_FIRST {
+            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                continue;
+            };
+            let one_row = cases()
+                .into_iter()
+                .filter(|c| c.qt.block_len() == 32 && c.rows == 1);
+            for c in one_row {
+                let (y, want, mag) = run(&mut Rng::new(34), k, &c, &pool);
+                for i in 0..y.len() {
+                    assert!(
+                        (y[i] as f64 - want[i]).abs() <= 1e-4 * mag[i],
+                        "{level:?} {} out={} idx={i}: {} vs {}",
+                        c.qt,
+                        c.out_f,
                         y[i],
                         want[i]
                     );

@@ -26,15 +26,15 @@ pub struct LinearOp {
 
 impl LinearOp {
     /// An unloaded linear op; quantized weights use
-    /// [`QuantPath::Int8Activations`] (integer dot products for one row,
-    /// the f32 path otherwise).
+    /// [`QuantPath::Int16Activations`] (integer dot products with 16-bit
+    /// activations for one row, the f32 path otherwise).
     pub fn new(params: LinearParams, pool: Arc<ThreadPool>) -> Self {
         LinearOp {
             params,
             weight: None,
             bias: None,
             pool,
-            quant: QuantKernel::new(QuantPath::Int8Activations),
+            quant: QuantKernel::new(QuantPath::Int16Activations),
         }
     }
 

@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::hsum;
-use crate::cpu::kernels::qact::{Int8Type, Q8Row, BLOCK};
+use crate::cpu::kernels::qact::{Int8Type, Q16Row, Q8Row, BLOCK, Q16_MAX};
 use crate::quant::{q4_0, q4_1, q8_0};
 
 /// The first 32 bytes of `b`.
@@ -93,6 +93,14 @@ fn f16_pair(b: &[u8]) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(v as i32))
 }
 
+/// Asks for the cache line at `p + ahead` (no access happens: a prefetch
+/// of an address past the data is harmless).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn prefetch(p: &[u8], ahead: usize) {
+    _mm_prefetch::<_MM_HINT_T0>(p.as_ptr().wrapping_add(ahead).cast());
+}
+
 /// Rows per call of [`dot_i8_rows`].
 pub(crate) const ROWS: usize = 4;
 
@@ -109,7 +117,13 @@ pub(crate) fn dot_i8_rows(it: Int8Type, w: [&[u8]; ROWS], x: Q8Row<'_>) -> [f32;
     match it {
         Int8Type::Q8_0 => {
             let ws = w.map(|r| &r.as_chunks::<{ q8_0::BLOCK_BYTES }>().0[..nb]);
+            // The weights of the call after next: rows are usually
+            // consecutive, so this runs ahead of the hardware prefetcher.
+            let ahead = 2 * ROWS * nb * q8_0::BLOCK_BYTES;
             for i in 0..nb {
+                for r in ws {
+                    prefetch(&r[i], ahead);
+                }
                 let xb = load32(&xq[i * BLOCK..]);
                 let dx = _mm_set_ss(x.d[i]);
                 for r in 0..ROWS {
@@ -123,7 +137,13 @@ pub(crate) fn dot_i8_rows(it: Int8Type, w: [&[u8]; ROWS], x: Q8Row<'_>) -> [f32;
         }
         Int8Type::Q4_0 => {
             let ws = w.map(|r| &r.as_chunks::<{ q4_0::BLOCK_BYTES }>().0[..nb]);
+            // The weights of the call after next: rows are usually
+            // consecutive, so this runs ahead of the hardware prefetcher.
+            let ahead = 2 * ROWS * nb * q4_0::BLOCK_BYTES;
             for i in 0..nb {
+                for r in ws {
+                    prefetch(&r[i], ahead);
+                }
                 let xb = load32(&xq[i * BLOCK..]);
                 let dx = _mm_set_ss(x.d[i]);
                 for r in 0..ROWS {
@@ -138,7 +158,13 @@ pub(crate) fn dot_i8_rows(it: Int8Type, w: [&[u8]; ROWS], x: Q8Row<'_>) -> [f32;
         }
         Int8Type::Q4_1 => {
             let ws = w.map(|r| &r.as_chunks::<{ q4_1::BLOCK_BYTES }>().0[..nb]);
+            // The weights of the call after next: rows are usually
+            // consecutive, so this runs ahead of the hardware prefetcher.
+            let ahead = 2 * ROWS * nb * q4_1::BLOCK_BYTES;
             for i in 0..nb {
+                for r in ws {
+                    prefetch(&r[i], ahead);
+                }
                 let xb = load32(&xq[i * BLOCK..]);
                 // Lane 0: the scale product; lane 1: the offset term.
                 let xs = _mm_setr_ps(x.d[i], x.s[i], 0.0, 0.0);
@@ -204,5 +230,156 @@ pub(crate) fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]
         unsafe { _mm256_storeu_si256(qb.as_mut_ptr().cast(), packed) };
         *d = dv;
         *s = dv * _mm_cvtsi128_si32(sum) as f32;
+    }
+}
+
+/// `Σ a·q` of unsigned bytes `a` with a 16-bit activation block given as its
+/// planes (`q = 128·hi + lo`): eight exact 32-bit partial sums.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn madd_u8_q16(a: __m256i, hi: __m256i, lo: __m256i) -> __m256i {
+    _mm256_add_epi32(_mm256_slli_epi32::<7>(madd_u8_i8(a, hi)), madd_u8_i8(a, lo))
+}
+
+/// As [`madd_u8_q16`] for signed bytes `a` (`|a| · (plane with a's sign)`).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn madd_i8_q16(a: __m256i, hi: __m256i, lo: __m256i) -> __m256i {
+    let abs = _mm256_sign_epi8(a, a);
+    madd_u8_q16(abs, _mm256_sign_epi8(hi, a), _mm256_sign_epi8(lo, a))
+}
+
+/// `qact::dot_i16` of four weight rows with one 16-bit activation row,
+/// organized as [`dot_i8_rows`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn dot_i16_rows(it: Int8Type, w: [&[u8]; ROWS], x: Q16Row<'_>) -> [f32; ROWS] {
+    let xh: &[u8] = bytemuck::cast_slice(x.hi);
+    let xl: &[u8] = bytemuck::cast_slice(x.lo);
+    let nb = x.d.len();
+    let mut acc = [_mm256_setzero_ps(); ROWS];
+    let mut off = [_mm_setzero_ps(); ROWS];
+    match it {
+        Int8Type::Q8_0 => {
+            let ws = w.map(|r| &r.as_chunks::<{ q8_0::BLOCK_BYTES }>().0[..nb]);
+            let ahead = 2 * ROWS * nb * q8_0::BLOCK_BYTES;
+            for i in 0..nb {
+                for r in ws {
+                    prefetch(&r[i], ahead);
+                }
+                let (hi, lo) = (load32(&xh[i * BLOCK..]), load32(&xl[i * BLOCK..]));
+                let dx = _mm_set_ss(x.d[i]);
+                for r in 0..ROWS {
+                    let b = &ws[r][i];
+                    let p = madd_i8_q16(load32(&b[2..]), hi, lo);
+                    let s = _mm_mul_ss(f16_pair(&b[..4]), dx);
+                    acc[r] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(s), acc[r]);
+                }
+            }
+        }
+        Int8Type::Q4_0 => {
+            let ws = w.map(|r| &r.as_chunks::<{ q4_0::BLOCK_BYTES }>().0[..nb]);
+            let ahead = 2 * ROWS * nb * q4_0::BLOCK_BYTES;
+            for i in 0..nb {
+                for r in ws {
+                    prefetch(&r[i], ahead);
+                }
+                let (hi, lo) = (load32(&xh[i * BLOCK..]), load32(&xl[i * BLOCK..]));
+                let dx = _mm_set_ss(x.d[i]);
+                for r in 0..ROWS {
+                    let b = &ws[r][i];
+                    let q = _mm256_sub_epi8(nibbles(&b[2..]), _mm256_set1_epi8(8));
+                    let p = madd_i8_q16(q, hi, lo);
+                    let s = _mm_mul_ss(f16_pair(&b[..4]), dx);
+                    acc[r] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(s), acc[r]);
+                }
+            }
+        }
+        Int8Type::Q4_1 => {
+            let ws = w.map(|r| &r.as_chunks::<{ q4_1::BLOCK_BYTES }>().0[..nb]);
+            let ahead = 2 * ROWS * nb * q4_1::BLOCK_BYTES;
+            for i in 0..nb {
+                for r in ws {
+                    prefetch(&r[i], ahead);
+                }
+                let (hi, lo) = (load32(&xh[i * BLOCK..]), load32(&xl[i * BLOCK..]));
+                // Lane 0: the scale product; lane 1: the offset term.
+                let xs = _mm_setr_ps(x.d[i], x.s[i], 0.0, 0.0);
+                for r in 0..ROWS {
+                    let b = &ws[r][i];
+                    let prod = _mm_mul_ps(f16_pair(&b[..4]), xs);
+                    off[r] = _mm_add_ps(off[r], prod);
+                    let p = madd_u8_q16(nibbles(&b[4..]), hi, lo);
+                    acc[r] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcastss_ps(prod), acc[r]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        let o = _mm_cvtss_f32(_mm_movehdup_ps(off[r]));
+        hsum(acc[r]) + if it == Int8Type::Q4_1 { o } else { 0.0 }
+    })
+}
+
+/// Quantizes `x` (a multiple of 32 long) into 16-bit blocks stored as two
+/// planes, exactly as the scalar `Q16Act::quantize` does.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) fn quantize_row_q16(
+    x: &[f32],
+    hi: &mut [i8],
+    lo: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+) {
+    let sign = _mm256_set1_ps(-0.0);
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let pack = |v: [__m256i; 4]| {
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(v[0], v[1]),
+            _mm256_packs_epi32(v[2], v[3]),
+        );
+        _mm256_permutevar8x32_epi32(p, order)
+    };
+    let store = |dst: &mut [i8], v: __m256i| {
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut dst[..BLOCK]);
+        // SAFETY: `dst` holds 32 bytes (sliced above) and `storeu` has no
+        // alignment requirement.
+        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) };
+    };
+    for (b, xb) in x.chunks_exact(BLOCK).enumerate() {
+        let v: [__m256; 4] = std::array::from_fn(|j| {
+            let p = &xb[j * 8..j * 8 + 8];
+            // SAFETY: `p` holds 8 floats and `loadu` has no alignment
+            // requirement.
+            unsafe { _mm256_loadu_ps(p.as_ptr()) }
+        });
+        let m = v.map(|v| _mm256_andnot_ps(sign, v));
+        let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let dv = amax / Q16_MAX;
+        let id = _mm256_set1_ps(if dv == 0.0 { 0.0 } else { 1.0 / dv });
+        let q = v.map(|v| {
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(v, id),
+            );
+            _mm256_cvtps_epi32(r)
+        });
+        let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        let sum = _mm_add_epi32(
+            _mm256_castsi256_si128(sum),
+            _mm256_extracti128_si256(sum, 1),
+        );
+        let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
+        let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
+        let h = q.map(|q| _mm256_srai_epi32::<7>(q));
+        let l = q.map(|q| _mm256_and_si256(q, _mm256_set1_epi32(127)));
+        store(&mut hi[b * BLOCK..], pack(h));
+        store(&mut lo[b * BLOCK..], pack(l));
+        d[b] = dv;
+        s[b] = dv * _mm_cvtsi128_si32(sum) as f32;
     }
 }
