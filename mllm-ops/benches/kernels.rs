@@ -1,0 +1,97 @@
+//! Micro-benchmarks of the main CPU kernels at SmolLM2-135M sizes, so that
+//! regressions show: quantized matrix-vector products (decode), quantized
+//! GEMM (prefill) and attention.
+//!
+//! ```text
+//! cargo bench -p mllm-ops --bench kernels
+//! ```
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use mllm_core::DType;
+use mllm_ops::cpu::kernels::{
+    attention, quant_linear, AttnShape, QuantKernel, QuantMatrix, QuantPath,
+};
+use mllm_ops::quant::{quantize, QuantType};
+
+/// Deterministic values in `[-1, 1)`.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("thread pool")
+}
+
+/// `[out_f, in_f]` weights of `dtype`, activations of `rows` rows.
+fn linear_case(dtype: DType, out_f: usize, in_f: usize, rows: usize) -> (Vec<u8>, Vec<f32>) {
+    let w = quantize(dtype, &values(out_f * in_f, 1)).expect("quantize");
+    (w, values(rows * in_f, 2))
+}
+
+fn bench_linear(c: &mut Criterion) {
+    let pool = pool(2);
+    let mut g = c.benchmark_group("quant_linear");
+    // (name, dtype, out_f, in_f, rows): an FFN projection and the tied
+    // LM head for decode; an FFN projection for a 128-token prefill.
+    let cases = [
+        ("q4_1 ffn decode", DType::Q4_1, 1536, 576, 1),
+        ("q8_0 lm_head decode", DType::Q8_0, 49152, 576, 1),
+        ("q4_1 ffn prefill128", DType::Q4_1, 1536, 576, 128),
+    ];
+    for (name, dtype, out_f, in_f, rows) in cases {
+        let (w, x) = linear_case(dtype, out_f, in_f, rows);
+        let qt = QuantType::from_dtype(dtype).expect("quantized dtype");
+        let m = QuantMatrix::new(qt, &w, out_f, in_f).expect("matrix");
+        let mut y = vec![0.0f32; rows * out_f];
+        g.throughput(Throughput::Elements((rows * out_f * in_f) as u64));
+        for path in [
+            QuantPath::Int16Activations,
+            QuantPath::Int8Activations,
+            QuantPath::F32Activations,
+        ] {
+            let k = QuantKernel::new(path);
+            g.bench_function(BenchmarkId::new(name, format!("{path:?}")), |b| {
+                b.iter(|| quant_linear(k, &x, rows, &m, None, &mut y, &pool))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn bench_attention(c: &mut Criterion) {
+    let pool = pool(2);
+    let mut g = c.benchmark_group("attention");
+    let shape = AttnShape {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+        scale: 0.125,
+        sliding_window: None,
+    };
+    // (name, n_q, past): one decode token after 512, a 128-token prefill.
+    for (name, n_q, past) in [("decode@512", 1, 512), ("prefill128", 128, 0)] {
+        let kv = past + n_q;
+        let q = values(n_q * 9 * 64, 3);
+        let k = values(kv * 3 * 64, 4);
+        let v = values(kv * 3 * 64, 5);
+        let mut out = vec![0.0f32; n_q * 9 * 64];
+        g.bench_function(name, |b| {
+            b.iter(|| attention(&q, n_q, past, &k, &v, &shape, &mut out, &pool))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_linear, bench_attention);
+criterion_main!(benches);
