@@ -3,7 +3,7 @@
 
 use super::qact::{self, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row};
 use super::qdot;
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::simd;
 use crate::quant::QuantType;
 
@@ -39,12 +39,19 @@ pub enum SimdLevel {
     /// AVX-512F, and for [`QuantPath::Int8Activations`] also AVX-512BW and
     /// AVX-512 VNNI (x86-64).
     Avx512,
+    /// NEON (aarch64); [`QuantPath::Int8Activations`] also uses the
+    /// dot-product extension (`sdot`) where the CPU has it.
+    Neon,
 }
 
 impl SimdLevel {
     /// Every level, fastest first.
-    pub const FASTEST_FIRST: [SimdLevel; 3] =
-        [SimdLevel::Avx512, SimdLevel::Avx2, SimdLevel::Scalar];
+    pub const FASTEST_FIRST: [SimdLevel; 4] = [
+        SimdLevel::Avx512,
+        SimdLevel::Avx2,
+        SimdLevel::Neon,
+        SimdLevel::Scalar,
+    ];
 
     /// Whether this CPU runs `path`'s kernels at this level.
     pub fn is_available(self, path: QuantPath) -> bool {
@@ -66,6 +73,15 @@ impl SimdLevel {
             }
             #[cfg(not(target_arch = "x86_64"))]
             SimdLevel::Avx2 | SimdLevel::Avx512 => false,
+            #[cfg(target_arch = "aarch64")]
+            SimdLevel::Neon => {
+                // Both paths need only NEON: the int8 kernel picks its
+                // variant by the dot-product extension when it runs.
+                let _ = path;
+                std::arch::is_aarch64_feature_detected!("neon")
+            }
+            #[cfg(not(target_arch = "aarch64"))]
+            SimdLevel::Neon => false,
         }
     }
 }
@@ -115,7 +131,13 @@ impl QuantKernel {
             SimdLevel::Avx512 => return unsafe { simd::avx512::dot_row(qt, w, x) },
             // SAFETY: the level is available: AVX2 and FMA were detected.
             SimdLevel::Avx2 => return unsafe { simd::avx2::dot_row(qt, w, x) },
-            SimdLevel::Scalar => {}
+            SimdLevel::Scalar | SimdLevel::Neon => {}
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.level == SimdLevel::Neon {
+            // SAFETY: the level is available (struct invariant): NEON was
+            // detected.
+            return unsafe { simd::neon::dot_row(qt, w, x) };
         }
         qdot::dot_row(qt, w, x)
     }
@@ -130,7 +152,13 @@ impl QuantKernel {
             SimdLevel::Avx512 => return unsafe { simd::avx512::dequantize_row(qt, w, out) },
             // SAFETY: the level is available: AVX2 and FMA were detected.
             SimdLevel::Avx2 => return unsafe { simd::avx2::dequantize_row(qt, w, out) },
-            SimdLevel::Scalar => {}
+            SimdLevel::Scalar | SimdLevel::Neon => {}
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.level == SimdLevel::Neon {
+            // SAFETY: the level is available (struct invariant): NEON was
+            // detected.
+            return unsafe { simd::neon::dequantize_row(qt, w, out) };
         }
         qt.dequantize_blocks(w, out);
     }
@@ -153,7 +181,13 @@ impl QuantKernel {
             SimdLevel::Avx512 => return unsafe { simd::avx512::gemm_tile(xb, nr, k, wb, no, dst) },
             // SAFETY: the level is available: AVX2 and FMA were detected.
             SimdLevel::Avx2 => return unsafe { simd::avx2::gemm_tile(xb, nr, k, wb, no, dst) },
-            SimdLevel::Scalar => {}
+            SimdLevel::Scalar | SimdLevel::Neon => {}
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.level == SimdLevel::Neon {
+            // SAFETY: the level is available (struct invariant): NEON was
+            // detected.
+            return unsafe { simd::neon::gemm_tile(xb, nr, k, wb, no, dst) };
         }
         qdot::gemm_tile(xb, nr, k, wb, no, dst);
     }
@@ -173,7 +207,13 @@ impl QuantKernel {
                 // the kernel was made.
                 return unsafe { simd::avx2_i8::dot_i8(it, w, x) };
             }
-            SimdLevel::Scalar => {}
+            SimdLevel::Scalar | SimdLevel::Neon => {}
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.level == SimdLevel::Neon {
+            // SAFETY: the level is available (struct invariant): NEON was
+            // detected; the kernel checks the dot-product extension itself.
+            return unsafe { simd::neon::dot_i8(it, w, x) };
         }
         qact::dot_i8(it, w, x)
     }
@@ -274,7 +314,7 @@ pub(crate) mod tests {
 
     /// SIMD levels (not scalar) for `path` that this CPU runs.
     fn simd_kernels(path: QuantPath) -> Vec<QuantKernel> {
-        [SimdLevel::Avx2, SimdLevel::Avx512]
+        [SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Neon]
             .into_iter()
             .filter_map(|l| kernel_or_skip(path, l))
             .collect()
