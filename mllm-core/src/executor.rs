@@ -192,10 +192,13 @@ impl Executor {
                 self.arena[i].resize(size, 0.0);
             }
         }
+        for (op, node) in self.ops.iter_mut().zip(self.graph.nodes()) {
+            op.prepare(&layout).map_err(|e| annotate(e, &node.name))?;
+        }
         match self.runner.clone() {
             Some(runner) => {
                 let mut result = Ok(());
-                runner.run(&mut || result = self.execute(&layout));
+                runner.run(layout.n_tokens(), &mut || result = self.execute(&layout));
                 result?;
             }
             None => self.execute(&layout)?,

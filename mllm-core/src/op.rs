@@ -240,6 +240,7 @@ impl<'a> OpInput<'a> {
 /// - `load` runs once, binding weights (zero-copy where possible);
 /// - `reshape` runs when the step's shapes change and returns the output
 ///   shape for the given input shapes;
+/// - `prepare` runs before every step on the caller's thread;
 /// - `execute` computes into the output buffer the executor planned.
 pub trait Op: Send {
     /// Binds weights. Ops without weights keep the default.
@@ -250,6 +251,14 @@ pub trait Op: Send {
     /// The output shape for these input shapes (`Tokens` inputs have shape
     /// `[n_tokens]`, `State` inputs an empty shape), or a shape error.
     fn reshape(&mut self, inputs: &[&Shape], step: &StepLayout) -> Result<Shape>;
+
+    /// Runs before every step on the thread that called the executor, before
+    /// the step is handed to the backend's step runner: ops that keep state
+    /// grow it here (the KV cache), so that long-lived buffers are allocated
+    /// on the caller's thread. Stateless ops keep the default.
+    fn prepare(&mut self, _step: &StepLayout) -> Result<()> {
+        Ok(())
+    }
 
     /// Computes the output (`output` is empty for `State`-producing ops).
     fn execute(

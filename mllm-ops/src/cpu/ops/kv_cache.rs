@@ -58,6 +58,20 @@ impl KvCacheState {
         self.slots.get(slot).map_or(0, |s| s.keys.len() / self.row)
     }
 
+    /// Grows `slot` (in whole chunks) to hold at least `len` positions.
+    fn reserve(&mut self, slot: usize, len: usize) {
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, SlotCache::default);
+        }
+        let (row, chunk) = (self.row, self.chunk);
+        let s = &mut self.slots[slot];
+        if len > s.keys.len() / row {
+            let grown = len.div_ceil(chunk) * chunk;
+            s.keys.resize(grown * row, 0.0);
+            s.values.resize(grown * row, 0.0);
+        }
+    }
+
     fn write(&mut self, slot: usize, past: usize, k: &[f32], v: &[f32]) -> Result<()> {
         if self.slots.len() <= slot {
             self.slots.resize_with(slot + 1, SlotCache::default);
@@ -71,12 +85,8 @@ impl KvCacheState {
             )));
         }
         let new_len = past + k.len() / row;
-        let capacity = s.keys.len() / row;
-        if new_len > capacity {
-            let grown = new_len.div_ceil(self.chunk) * self.chunk;
-            s.keys.resize(grown * row, 0.0);
-            s.values.resize(grown * row, 0.0);
-        }
+        self.reserve(slot, new_len);
+        let s = &mut self.slots[slot];
         s.keys[past * row..new_len * row].copy_from_slice(k);
         s.values[past * row..new_len * row].copy_from_slice(v);
         s.len = new_len;
@@ -134,6 +144,15 @@ impl Op for KvCacheOp {
             let range = seq.start * row..(seq.start + seq.len) * row;
             self.state
                 .write(seq.slot, seq.past, &k[range.clone()], &v[range])?;
+        }
+        Ok(())
+    }
+
+    /// Grows every slot of the step to its new length, on the caller's
+    /// thread (`execute` then only copies).
+    fn prepare(&mut self, step: &StepLayout) -> Result<()> {
+        for seq in &step.seqs {
+            self.state.reserve(seq.slot, seq.past + seq.len);
         }
         Ok(())
     }
