@@ -441,34 +441,7 @@ pub fn linear<W: WeightElem>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
-
-    /// f64 reference on the f32-converted weights.
-    fn reference(
-        x: &[f32],
-        rows: usize,
-        in_f: usize,
-        w: &[f32],
-        out_f: usize,
-        bias: Option<&[f32]>,
-    ) -> (Vec<f64>, Vec<f64>) {
-        let mut y = vec![0.0f64; rows * out_f];
-        let mut mag = vec![0.0f64; rows * out_f];
-        for t in 0..rows {
-            for o in 0..out_f {
-                let mut s = bias.map_or(0.0, |b| b[o] as f64);
-                let mut m = s.abs();
-                for i in 0..in_f {
-                    let p = x[t * in_f + i] as f64 * w[o * in_f + i] as f64;
-                    s += p;
-                    m += p.abs();
-                }
-                y[t * out_f + o] = s;
-                mag[t * out_f + o] = m;
-            }
-        }
-        (y, mag)
-    }
+    use crate::cpu::kernels::test_util::{linear_reference, pool1, pool2, Rng};
 
     /// Tolerance: `|y - ref| <= 1e-5 * (1 + Σ_i |x_i w_i| + |b|)`.
     fn check<W: WeightElem>(
@@ -487,7 +460,7 @@ mod tests {
         let bias = with_bias.then_some(&b[..]);
         let mut y = vec![f32::NAN; rows * out_f];
         linear(&x, rows, in_f, &w, out_f, bias, &mut y, pool);
-        let (want, mag) = reference(&x, rows, in_f, &wf, out_f, bias);
+        let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
         for i in 0..y.len() {
             let err = (y[i] as f64 - want[i]).abs();
             assert!(

@@ -42,6 +42,34 @@ pub(crate) const PAR_THRESHOLD: usize = 32 * 1024;
 /// Helpers shared by the kernel tests.
 #[cfg(test)]
 pub(crate) mod test_util {
+
+    /// f64 reference of `y = x W^T + b` (W `[out_f, in_f]`) and the
+    /// magnitude `Σ |x·w| + |b|` of each output, for relative tolerances.
+    pub fn linear_reference(
+        x: &[f32],
+        rows: usize,
+        in_f: usize,
+        w: &[f32],
+        out_f: usize,
+        bias: Option<&[f32]>,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let mut y = vec![0.0f64; rows * out_f];
+        let mut mag = vec![0.0f64; rows * out_f];
+        for t in 0..rows {
+            for o in 0..out_f {
+                let mut s = bias.map_or(0.0, |b| b[o] as f64);
+                let mut m = s.abs();
+                for i in 0..in_f {
+                    let p = x[t * in_f + i] as f64 * w[o * in_f + i] as f64;
+                    s += p;
+                    m += p.abs();
+                }
+                y[t * out_f + o] = s;
+                mag[t * out_f + o] = m;
+            }
+        }
+        (y, mag)
+    }
     /// A tiny deterministic PRNG (xorshift64*).
     pub struct Rng(u64);
 

@@ -350,34 +350,7 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::SimdLevel;
-    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
-
-    /// f64 reference `Σ x·w + b` and magnitude `Σ |x·w| + |b|`.
-    fn reference(
-        x: &[f32],
-        rows: usize,
-        wf: &[f32],
-        in_f: usize,
-        out_f: usize,
-        bias: Option<&[f32]>,
-    ) -> (Vec<f64>, Vec<f64>) {
-        let mut y = vec![0.0; rows * out_f];
-        let mut mag = vec![0.0; rows * out_f];
-        for t in 0..rows {
-            for o in 0..out_f {
-                let b = bias.map_or(0.0, |b| b[o] as f64);
-                let (mut s, mut m) = (b, b.abs());
-                for i in 0..in_f {
-                    let p = x[t * in_f + i] as f64 * wf[o * in_f + i] as f64;
-                    s += p;
-                    m += p.abs();
-                }
-                y[t * out_f + o] = s;
-                mag[t * out_f + o] = m;
-            }
-        }
-        (y, mag)
-    }
+    use crate::cpu::kernels::test_util::{linear_reference, pool1, pool2, Rng};
 
     struct Case {
         qt: QuantType,
@@ -406,7 +379,7 @@ mod tests {
         let m = QuantMatrix::new(c.qt, &w, c.out_f, in_f).unwrap();
         let mut y = vec![f32::NAN; c.rows * c.out_f];
         quant_linear(k, &x, c.rows, &m, bias, &mut y, pool);
-        let (want, mag) = reference(&x, c.rows, &wf, in_f, c.out_f, bias);
+        let (want, mag) = linear_reference(&x, c.rows, in_f, &wf, c.out_f, bias);
         (y, want, mag)
     }
 
