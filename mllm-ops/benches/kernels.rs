@@ -79,8 +79,13 @@ fn bench_attention(c: &mut Criterion) {
         scale: 0.125,
         sliding_window: None,
     };
-    // (name, n_q, past): one decode token after 512, a 128-token prefill.
-    for (name, n_q, past) in [("decode@512", 1, 512), ("prefill128", 128, 0)] {
+    // (name, n_q, past): one decode token after 512, 128- and 512-token
+    // prefills.
+    for (name, n_q, past) in [
+        ("decode@512", 1, 512),
+        ("prefill128", 128, 0),
+        ("prefill512", 512, 0),
+    ] {
         let kv = past + n_q;
         let q = values(n_q * 9 * 64, 3);
         let k = values(kv * 3 * 64, 4);

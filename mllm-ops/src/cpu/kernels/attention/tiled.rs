@@ -1,0 +1,600 @@
+//! Tiled attention for prefill (many queries at once).
+//!
+//! The (query, head) pairs that share one kv head are the rows of a matrix;
+//! [`ROWS`] consecutive rows form a panel, processed against blocks of
+//! [`KEYS`] keys with an online softmax (flash-attention style): per block,
+//! the scores `S = Q·Kᵀ` and the update `O += P·V` are small register-blocked
+//! matrix products, and the running row maxima and sums rescale `O` whenever
+//! a maximum grows. Keys that no row of a panel sees are never visited, and
+//! the causal / sliding-window mask is applied only to blocks that need it.
+//!
+//! Panels are stored transposed (`[column][ROWS]`) so that one column of a
+//! panel is three 8-lane vectors: the softmax works on whole vectors without
+//! horizontal reductions, and the products broadcast single key or value
+//! entries against them.
+
+use rayon::prelude::*;
+use rayon::ThreadPool;
+
+use super::AttnShape;
+
+/// Rows (query, head pairs) per panel: three 8-lane vectors.
+pub(super) const ROWS: usize = 24;
+/// Keys per online-softmax step.
+const KEYS: usize = 64;
+
+/// Where one head lives in rows of the KV cache.
+#[derive(Clone, Copy)]
+pub(super) struct KvLayout {
+    /// Floats between consecutive cache rows.
+    pub stride: usize,
+    /// Offset of the head in a row.
+    pub off: usize,
+    /// Head dimension.
+    pub dim: usize,
+}
+
+impl KvLayout {
+    /// The head's part of one cache row.
+    #[inline]
+    fn head(self, row: &[f32]) -> &[f32] {
+        &row[self.off..][..self.dim]
+    }
+}
+
+/// Running state of the rows of one panel.
+pub(super) struct RowState {
+    /// Running maximum score of each row (`-inf` before any visible key).
+    pub max: [f32; ROWS],
+    /// Running sum of `exp(score - max)` of each row.
+    pub sum: [f32; ROWS],
+    /// First visible key position of each row.
+    pub lo: [i32; ROWS],
+    /// Last visible key position of each row.
+    pub hi: [i32; ROWS],
+}
+
+/// The three building blocks of a panel × key-block step. Implemented
+/// portably ([`Scalar`]) and with AVX2 + FMA (`Avx2`).
+pub(super) trait TileOps: Copy + Send + Sync {
+    /// Scores of every key of `keys` (cache rows, `kv` layout) against the
+    /// panel `qt` (`[dim][ROWS]`, pre-scaled): `st[j * ROWS + r] = q_r · k_j`.
+    fn scores(self, qt: &[f32], keys: &[f32], kv: KvLayout, st: &mut [f32]);
+
+    /// Online-softmax step over the first `nk` key columns of `st`: with
+    /// `masked = Some(j0)` (the keys are at positions `j0..j0 + nk`), first
+    /// sets the scores of keys outside each row's `lo..=hi` to `-inf`; then
+    /// updates the running maxima and sums of `state`, rescales the
+    /// accumulator `ot` (`[dim][ROWS]`) and turns the scores into
+    /// unnormalized probabilities.
+    fn softmax_step(
+        self,
+        st: &mut [f32],
+        nk: usize,
+        masked: Option<usize>,
+        state: &mut RowState,
+        ot: &mut [f32],
+    );
+
+    /// `ot[d * ROWS + r] += Σ_j st[j * ROWS + r] · v_j[d]` over the value
+    /// rows of `values` (`kv` layout).
+    fn accumulate(self, st: &[f32], values: &[f32], kv: KvLayout, ot: &mut [f32]);
+}
+
+/// Everything the tiled kernel reads (see [`super::attention`]).
+pub(super) struct Tiled<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    n_q: usize,
+    past: usize,
+    q_stride: usize,
+    kv_stride: usize,
+    head_dim: usize,
+    group: usize,
+    n_kv_heads: usize,
+    scale: f32,
+    window: Option<usize>,
+}
+
+/// Per-thread buffers of one panel.
+struct Scratch {
+    /// Scaled queries, `[dim][ROWS]`.
+    qt: Vec<f32>,
+    /// Scores, then probabilities, of one key block, `[KEYS][ROWS]`.
+    st: Vec<f32>,
+    /// Output accumulator, `[dim][ROWS]`.
+    ot: Vec<f32>,
+}
+
+impl Scratch {
+    /// Buffers for heads of `dim`.
+    fn new(dim: usize) -> Self {
+        Scratch {
+            qt: vec![0.0; dim * ROWS],
+            st: vec![0.0; KEYS * ROWS],
+            ot: vec![0.0; dim * ROWS],
+        }
+    }
+}
+
+impl<'a> Tiled<'a> {
+    /// The kernel's view of the arguments of [`super::attention`].
+    pub(super) fn new(
+        q: &'a [f32],
+        n_q: usize,
+        past: usize,
+        k: &'a [f32],
+        v: &'a [f32],
+        shape: &AttnShape,
+    ) -> Self {
+        Tiled {
+            q,
+            k,
+            v,
+            n_q,
+            past,
+            q_stride: shape.n_heads * shape.head_dim,
+            kv_stride: shape.n_kv_heads * shape.head_dim,
+            head_dim: shape.head_dim,
+            group: shape.n_heads / shape.n_kv_heads,
+            n_kv_heads: shape.n_kv_heads,
+            scale: shape.scale,
+            window: shape.sliding_window.map(|w| w.max(1)),
+        }
+    }
+
+    /// Queries per task: the smallest count whose rows fill whole panels.
+    fn block_queries(&self) -> usize {
+        let (mut a, mut b) = (self.group, ROWS);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        ROWS / a
+    }
+
+    /// Runs the whole attention into `out` with `ops`, in `pool` when
+    /// `parallel`. Tasks are (query block, kv head) pairs; each writes its
+    /// rows to a buffer of its own, copied into `out` afterwards.
+    pub(super) fn run<O: TileOps>(
+        &self,
+        ops: O,
+        out: &mut [f32],
+        pool: &ThreadPool,
+        parallel: bool,
+    ) {
+        let bq = self.block_queries();
+        let task_len = bq * self.group * self.head_dim;
+        let mut tmp = vec![0.0f32; self.n_q.div_ceil(bq) * self.n_kv_heads * task_len];
+        let task = |scratch: &mut Scratch, (t, o): (usize, &mut [f32])| {
+            self.task(ops, scratch, t / self.n_kv_heads, t % self.n_kv_heads, o)
+        };
+        let new_scratch = || Scratch::new(self.head_dim);
+        if parallel {
+            pool.install(|| {
+                tmp.par_chunks_mut(task_len)
+                    .enumerate()
+                    .for_each_init(new_scratch, task)
+            });
+        } else {
+            let mut scratch = new_scratch();
+            for item in tmp.chunks_mut(task_len).enumerate() {
+                task(&mut scratch, item);
+            }
+        }
+        let block_tasks = self.n_kv_heads * task_len;
+        let scatter = |(qb, o): (usize, &mut [f32])| {
+            self.scatter(&tmp[qb * block_tasks..][..block_tasks], task_len, o)
+        };
+        let block_out = bq * self.q_stride;
+        if parallel {
+            pool.install(|| out.par_chunks_mut(block_out).enumerate().for_each(scatter));
+        } else {
+            out.chunks_mut(block_out).enumerate().for_each(scatter);
+        }
+    }
+
+    /// Copies the task outputs of one query block (`tasks`: one buffer of
+    /// `task_len` per kv head) into its output rows `o`.
+    fn scatter(&self, tasks: &[f32], task_len: usize, o: &mut [f32]) {
+        let width = self.group * self.head_dim;
+        for (kvh, res) in tasks.chunks_exact(task_len).enumerate() {
+            for (orow, rrow) in o
+                .chunks_exact_mut(self.q_stride)
+                .zip(res.chunks_exact(width))
+            {
+                orow[kvh * width..][..width].copy_from_slice(rrow);
+            }
+        }
+    }
+
+    /// Query block `qb`, kv head `kvh`: rows `(query, head)` written to `o`
+    /// as `[query][head][dim]`, one panel at a time.
+    fn task<O: TileOps>(&self, ops: O, s: &mut Scratch, qb: usize, kvh: usize, o: &mut [f32]) {
+        let bq = self.block_queries();
+        let first = qb * bq;
+        let rows = bq.min(self.n_q - first) * self.group;
+        let dim = self.head_dim;
+        for (p, panel_out) in o[..rows * dim].chunks_mut(ROWS * dim).enumerate() {
+            self.panel(ops, s, kvh, first * self.group + p * ROWS, panel_out);
+        }
+    }
+
+    /// One panel: rows `row0..row0 + o.len() / dim` of kv head `kvh` (row
+    /// `r` is query `r / group`, head `kvh * group + r % group`).
+    fn panel<O: TileOps>(&self, ops: O, s: &mut Scratch, kvh: usize, row0: usize, o: &mut [f32]) {
+        let dim = self.head_dim;
+        let n = o.len() / dim;
+        let mut state = self.pack_queries(&mut s.qt, kvh, row0, n);
+        let kv = KvLayout {
+            stride: self.kv_stride,
+            off: kvh * dim,
+            dim,
+        };
+        s.ot.fill(0.0);
+        // Rows are in query order: bounds grow with the row.
+        let (lo_min, lo_max) = (state.lo[0] as usize, state.lo[ROWS - 1] as usize);
+        let (hi_min, hi_max) = (state.hi[0] as usize, state.hi[ROWS - 1] as usize);
+        let mut j0 = lo_min;
+        while j0 <= hi_max {
+            let j1 = (j0 + KEYS).min(hi_max + 1);
+            let masked = (j0 < lo_max || j1 - 1 > hi_min).then_some(j0);
+            let span = j0 * kv.stride..j1 * kv.stride;
+            ops.scores(&s.qt, &self.k[span.clone()], kv, &mut s.st);
+            ops.softmax_step(&mut s.st, j1 - j0, masked, &mut state, &mut s.ot);
+            ops.accumulate(&s.st[..(j1 - j0) * ROWS], &self.v[span], kv, &mut s.ot);
+            j0 = j1;
+        }
+        for (r, orow) in o.chunks_exact_mut(dim).enumerate() {
+            let inv = 1.0 / state.sum[r];
+            for (x, col) in orow.iter_mut().zip(s.ot.chunks_exact(ROWS)) {
+                *x = col[r] * inv;
+            }
+        }
+    }
+
+    /// Packs the `n` query rows of a panel, scaled, into `qt` (`[dim][ROWS]`,
+    /// zero beyond `n`) and returns their initial state. Padding rows copy
+    /// the visible range of the last real row.
+    fn pack_queries(&self, qt: &mut [f32], kvh: usize, row0: usize, n: usize) -> RowState {
+        let dim = self.head_dim;
+        qt.fill(0.0);
+        let mut state = RowState {
+            max: [f32::NEG_INFINITY; ROWS],
+            sum: [0.0; ROWS],
+            lo: [0; ROWS],
+            hi: [0; ROWS],
+        };
+        for r in 0..ROWS {
+            let row = row0 + r.min(n - 1);
+            let (i, h) = (row / self.group, kvh * self.group + row % self.group);
+            let p = self.past + i;
+            state.hi[r] = i32::try_from(p).expect("positions fit i32");
+            state.lo[r] = self.window.map_or(0, |w| (p + 1).saturating_sub(w)) as i32;
+            if r < n {
+                let qrow = &self.q[i * self.q_stride + h * dim..][..dim];
+                for (col, &x) in qt.chunks_exact_mut(ROWS).zip(qrow) {
+                    col[r] = x * self.scale;
+                }
+            }
+        }
+        state
+    }
+}
+
+/// Portable implementation of [`TileOps`] (loops over whole panel columns,
+/// which compilers vectorize).
+#[derive(Clone, Copy)]
+pub(super) struct Scalar;
+
+impl TileOps for Scalar {
+    fn scores(self, qt: &[f32], keys: &[f32], kv: KvLayout, st: &mut [f32]) {
+        for (row, s) in keys.chunks_exact(kv.stride).zip(st.chunks_exact_mut(ROWS)) {
+            s.fill(0.0);
+            for (&kd, qc) in kv.head(row).iter().zip(qt.chunks_exact(ROWS)) {
+                for (x, &qv) in s.iter_mut().zip(qc) {
+                    *x += qv * kd;
+                }
+            }
+        }
+    }
+
+    fn softmax_step(
+        self,
+        st: &mut [f32],
+        nk: usize,
+        masked: Option<usize>,
+        state: &mut RowState,
+        ot: &mut [f32],
+    ) {
+        let st = &mut st[..nk * ROWS];
+        if let Some(j0) = masked {
+            for (j, s) in st.chunks_exact_mut(ROWS).enumerate() {
+                let pos = (j0 + j) as i32;
+                for ((x, &lo), &hi) in s.iter_mut().zip(&state.lo).zip(&state.hi) {
+                    if pos < lo || pos > hi {
+                        *x = f32::NEG_INFINITY;
+                    }
+                }
+            }
+        }
+        let mut base = [0.0f32; ROWS];
+        let mut corr = [0.0f32; ROWS];
+        for r in 0..ROWS {
+            let block_max = st.iter().skip(r).step_by(ROWS).copied();
+            let m = block_max.fold(state.max[r], f32::max);
+            base[r] = if m == f32::NEG_INFINITY { 0.0 } else { m };
+            corr[r] = (state.max[r] - base[r]).exp();
+            state.max[r] = m;
+            state.sum[r] *= corr[r];
+        }
+        for col in ot.chunks_exact_mut(ROWS) {
+            for (x, &c) in col.iter_mut().zip(&corr) {
+                *x *= c;
+            }
+        }
+        for s in st.chunks_exact_mut(ROWS) {
+            for ((x, &b), l) in s.iter_mut().zip(&base).zip(&mut state.sum) {
+                *x = (*x - b).exp();
+                *l += *x;
+            }
+        }
+    }
+
+    fn accumulate(self, st: &[f32], values: &[f32], kv: KvLayout, ot: &mut [f32]) {
+        for (row, p) in values.chunks_exact(kv.stride).zip(st.chunks_exact(ROWS)) {
+            for (&vd, oc) in kv.head(row).iter().zip(ot.chunks_exact_mut(ROWS)) {
+                for (x, &pv) in oc.iter_mut().zip(p) {
+                    *x += pv * vd;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) use avx2::Avx2;
+
+/// [`TileOps`] with AVX2 + FMA: `ROWS` is three `__m256`.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::super::simd::exp8;
+    use super::{KvLayout, RowState, TileOps, ROWS};
+
+    /// Keys (score columns) or head dimensions (output columns) per
+    /// micro-tile: 3 × 3 accumulators plus the operands fit the 16
+    /// registers.
+    const TILE: usize = 3;
+
+    /// Three vectors: one panel column.
+    type Col = [__m256; 3];
+
+    /// Proof that AVX2 and FMA are available (only [`Avx2::detect`] makes
+    /// one).
+    #[derive(Clone, Copy)]
+    pub(in super::super) struct Avx2(());
+
+    impl Avx2 {
+        /// `Some` when the CPU has AVX2 and FMA.
+        pub(in super::super) fn detect() -> Option<Self> {
+            let ok = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+            ok.then_some(Avx2(()))
+        }
+    }
+
+    impl TileOps for Avx2 {
+        fn scores(self, qt: &[f32], keys: &[f32], kv: KvLayout, st: &mut [f32]) {
+            // SAFETY: an `Avx2` exists only once AVX2 and FMA were detected.
+            unsafe { scores(qt, keys, kv, st) }
+        }
+
+        fn softmax_step(
+            self,
+            st: &mut [f32],
+            nk: usize,
+            masked: Option<usize>,
+            state: &mut RowState,
+            ot: &mut [f32],
+        ) {
+            // SAFETY: an `Avx2` exists only once AVX2 and FMA were detected.
+            unsafe { softmax_step(st, nk, masked, state, ot) }
+        }
+
+        fn accumulate(self, st: &[f32], values: &[f32], kv: KvLayout, ot: &mut [f32]) {
+            // SAFETY: an `Avx2` exists only once AVX2 and FMA were detected.
+            unsafe { accumulate(st, values, kv, ot) }
+        }
+    }
+
+    /// Loads one panel column (the first `ROWS` floats of `s`).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn load(s: &[f32]) -> Col {
+        let s = &s[..ROWS];
+        // SAFETY: `s` holds 24 floats; `loadu` has no alignment requirement.
+        unsafe {
+            [
+                _mm256_loadu_ps(s.as_ptr()),
+                _mm256_loadu_ps(s.as_ptr().add(8)),
+                _mm256_loadu_ps(s.as_ptr().add(16)),
+            ]
+        }
+    }
+
+    /// Stores one panel column into the first `ROWS` floats of `s`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn store(s: &mut [f32], c: Col) {
+        let s = &mut s[..ROWS];
+        // SAFETY: `s` holds 24 floats; `storeu` has no alignment requirement.
+        unsafe {
+            _mm256_storeu_ps(s.as_mut_ptr(), c[0]);
+            _mm256_storeu_ps(s.as_mut_ptr().add(8), c[1]);
+            _mm256_storeu_ps(s.as_mut_ptr().add(16), c[2]);
+        }
+    }
+
+    /// Loads one row of visible-range bounds as three vectors.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn load_i32(s: &[i32; ROWS]) -> [__m256i; 3] {
+        // SAFETY: `s` holds 24 i32; `loadu` has no alignment requirement.
+        unsafe {
+            let p = s.as_ptr().cast::<__m256i>();
+            [
+                _mm256_loadu_si256(p),
+                _mm256_loadu_si256(p.add(1)),
+                _mm256_loadu_si256(p.add(2)),
+            ]
+        }
+    }
+
+    /// Scores of all keys, `TILE` at a time, then the remaining ones singly.
+    #[target_feature(enable = "avx2,fma")]
+    fn scores(qt: &[f32], keys: &[f32], kv: KvLayout, st: &mut [f32]) {
+        let qt = &qt[..kv.dim * ROWS];
+        let tiles = keys.chunks_exact(TILE * kv.stride);
+        let (rest, done) = (tiles.remainder(), tiles.len() * TILE);
+        for (tile, s) in tiles.zip(st.chunks_exact_mut(TILE * ROWS)) {
+            let mut rows: [&[f32]; TILE] = [&[]; TILE];
+            for (n, row) in rows.iter_mut().enumerate() {
+                *row = kv.head(&tile[n * kv.stride..]);
+            }
+            score_tile(qt, rows, s);
+        }
+        let tail = st[done * ROWS..].chunks_exact_mut(ROWS);
+        for (row, s) in rest.chunks_exact(kv.stride).zip(tail) {
+            score_tile(qt, [kv.head(row)], s);
+        }
+    }
+
+    /// `N` score columns: `s[n * ROWS + r] = Σ_d qt[d][r] · keys[n][d]`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn score_tile<const N: usize>(qt: &[f32], keys: [&[f32]; N], s: &mut [f32]) {
+        let mut acc = [[_mm256_setzero_ps(); 3]; N];
+        for (d, qc) in qt.chunks_exact(ROWS).enumerate() {
+            let q = load(qc);
+            for (a, key) in acc.iter_mut().zip(&keys) {
+                let kd = _mm256_set1_ps(key[d]);
+                for (x, &qv) in a.iter_mut().zip(&q) {
+                    *x = _mm256_fmadd_ps(qv, kd, *x);
+                }
+            }
+        }
+        for (col, a) in s.chunks_exact_mut(ROWS).zip(acc) {
+            store(col, a);
+        }
+    }
+
+    /// Vector form of [`TileOps::softmax_step`] (see there).
+    #[target_feature(enable = "avx2,fma")]
+    fn softmax_step(
+        st: &mut [f32],
+        nk: usize,
+        masked: Option<usize>,
+        state: &mut RowState,
+        ot: &mut [f32],
+    ) {
+        let st = &mut st[..nk * ROWS];
+        let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+        if let Some(j0) = masked {
+            let (lo, hi) = (load_i32(&state.lo), load_i32(&state.hi));
+            for (j, s) in st.chunks_exact_mut(ROWS).enumerate() {
+                let pos = _mm256_set1_epi32((j0 + j) as i32);
+                let mut c = load(s);
+                for v in 0..3 {
+                    let out = _mm256_or_si256(
+                        _mm256_cmpgt_epi32(lo[v], pos),
+                        _mm256_cmpgt_epi32(pos, hi[v]),
+                    );
+                    c[v] = _mm256_blendv_ps(c[v], neg_inf, _mm256_castsi256_ps(out));
+                }
+                store(s, c);
+            }
+        }
+        let old = load(&state.max);
+        let mut max = old;
+        for s in st.chunks_exact(ROWS) {
+            let c = load(s);
+            for v in 0..3 {
+                max[v] = _mm256_max_ps(max[v], c[v]);
+            }
+        }
+        let mut base = max;
+        let mut corr = max;
+        for v in 0..3 {
+            // Rows with no visible key yet subtract 0 (exp8(-inf) is 0).
+            let none = _mm256_cmp_ps::<_CMP_EQ_OQ>(max[v], neg_inf);
+            base[v] = _mm256_andnot_ps(none, max[v]);
+            corr[v] = exp8(_mm256_sub_ps(old[v], base[v]));
+        }
+        store(&mut state.max, max);
+        for col in ot.chunks_exact_mut(ROWS) {
+            let mut c = load(col);
+            for v in 0..3 {
+                c[v] = _mm256_mul_ps(c[v], corr[v]);
+            }
+            store(col, c);
+        }
+        let mut sum = load(&state.sum);
+        for v in 0..3 {
+            sum[v] = _mm256_mul_ps(sum[v], corr[v]);
+        }
+        for s in st.chunks_exact_mut(ROWS) {
+            let mut c = load(s);
+            for v in 0..3 {
+                c[v] = exp8(_mm256_sub_ps(c[v], base[v]));
+                sum[v] = _mm256_add_ps(sum[v], c[v]);
+            }
+            store(s, c);
+        }
+        store(&mut state.sum, sum);
+    }
+
+    /// `ot += Pᵀ·V`, `TILE` head dimensions at a time, then the rest singly.
+    #[target_feature(enable = "avx2,fma")]
+    fn accumulate(st: &[f32], values: &[f32], kv: KvLayout, ot: &mut [f32]) {
+        let ot = &mut ot[..kv.dim * ROWS];
+        let mut quads = ot.chunks_exact_mut(TILE * ROWS);
+        for (t, o) in (&mut quads).enumerate() {
+            accumulate_tile::<TILE>(st, values, kv.stride, kv.off + t * TILE, o);
+        }
+        let done = kv.dim / TILE * TILE;
+        for (t, o) in quads.into_remainder().chunks_exact_mut(ROWS).enumerate() {
+            accumulate_tile::<1>(st, values, kv.stride, kv.off + done + t, o);
+        }
+    }
+
+    /// `N` output columns `col..col + N` of the head: `o[n][r] += Σ_j
+    /// st[j][r] · v_j[col + n]`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn accumulate_tile<const N: usize>(
+        st: &[f32],
+        values: &[f32],
+        stride: usize,
+        col: usize,
+        o: &mut [f32],
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); 3]; N];
+        for (a, oc) in acc.iter_mut().zip(o.chunks_exact(ROWS)) {
+            *a = load(oc);
+        }
+        for (p, row) in st.chunks_exact(ROWS).zip(values.chunks_exact(stride)) {
+            let p = load(p);
+            let vals = &row[col..col + N];
+            for (a, &vd) in acc.iter_mut().zip(vals) {
+                let b = _mm256_set1_ps(vd);
+                for (x, &pv) in a.iter_mut().zip(&p) {
+                    *x = _mm256_fmadd_ps(pv, b, *x);
+                }
+            }
+        }
+        for (oc, a) in o.chunks_exact_mut(ROWS).zip(acc) {
+            store(oc, a);
+        }
+    }
+}
