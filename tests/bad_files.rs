@@ -291,3 +291,21 @@ fn failed_write_leaves_no_file_behind() {
     assert!(matches!(err, Error::SizeMismatch { .. }), "{err:?}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+/// Released pages read back from the file: every tensor keeps its bytes
+/// after `release_pages` (the packed linear layers release their mapped
+/// copies at load; a tied embedding may still read them).
+#[test]
+fn released_tensor_pages_read_back_unchanged() {
+    let (c, bytes) = good_file();
+    let file = MllmFile::open(&c.path).unwrap();
+    for (name, _) in &file.metadata().unwrap().tensors {
+        let e = &file.entries()[name];
+        let t = file.tensor(name).unwrap();
+        let before = t.bytes().to_vec();
+        t.release_pages();
+        assert_eq!(t.bytes(), &before[..], "{name}");
+        let (start, len) = (e.offset as usize, before.len());
+        assert_eq!(&bytes[start..start + len], t.bytes(), "{name}");
+    }
+}

@@ -5,10 +5,10 @@
 //! The tiny fixtures have random weights that are sensitive to rounding:
 //! f16 weights (relative rounding error ≤ 2⁻¹¹) already move tiny-llama's
 //! logits (up to about 7 in magnitude) by up to 0.0155. The quantized
-//! kernels add nothing measurable to the rounding of the weights: a
-//! quantized model's logits equal those of the f32 model holding its
-//! dequantized weights within 1e-5 (checked at [`KERNEL_TOL`] by every test
-//! here), so the bounds below measure the storage formats alone.
+//! kernels add little to the rounding of the weights: a quantized model's
+//! logits equal those of the f32 model holding its dequantized weights
+//! within [`KERNEL_TOL`] (checked by every test here), so the bounds below
+//! measure the storage formats.
 
 mod common;
 
@@ -20,9 +20,14 @@ use mllm::core::file::MllmFile;
 use mllm::core::{DType, LogitsMode, StepInput, Tensor};
 use mllm::models::{generate, GenerateOptions, Model};
 
-/// Quantized model against the f32 model with its dequantized weights
-/// (measured ≤ 1e-5 for every dtype and model here).
-const KERNEL_TOL: f32 = 1e-4;
+/// Quantized model against the f32 model with its dequantized weights.
+/// Measured: ≤ 1e-5 where the prompt runs through dequantized f32 tiles
+/// (q8_0, K-quants, and every dtype on CPUs without AVX2); up to 2.17e-3
+/// (q4_1 tiny-llama, `long`) where Q4_0 / Q4_1 layers run the packed kernel
+/// with 16-bit activations (each activation rounded to 1/32512 of its
+/// block's largest magnitude). 8-bit activations would be about 100 times
+/// further off.
+const KERNEL_TOL: f32 = 3e-3;
 
 /// q8_0 tiny-llama against the f32 reference: the largest absolute logit
 /// error measured is 0.4305 (prompt logits of `long`; `short` 0.2849; the

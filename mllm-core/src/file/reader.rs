@@ -66,6 +66,28 @@ impl TensorData {
     pub fn bytes(&self) -> &[u8] {
         &self.map[self.start..self.start + self.len]
     }
+
+    /// Tells the OS that this process does not need the tensor's pages in
+    /// memory any more (its bytes were copied, e.g. repacked for a kernel):
+    /// they leave the resident set. [`TensorData::bytes`] stays valid and
+    /// reads them back from the file if used again. A no-op where the OS
+    /// has no such advice.
+    pub fn release_pages(&self) {
+        #[cfg(unix)]
+        {
+            use memmap2::UncheckedAdvice;
+            // SAFETY: the map is a read-only shared mapping of a file that
+            // is never written in place (see `MllmFile::open`); dropping
+            // its pages only makes later reads fault them back in from the
+            // file with the same contents, so no reference into the map
+            // observes a change. The range is inside the map (checked when
+            // the index was parsed). Failure only means the pages stay.
+            let _ = unsafe {
+                self.map
+                    .unchecked_advise_range(UncheckedAdvice::DontNeed, self.start, self.len)
+            };
+        }
+    }
 }
 
 /// Reads little-endian fields from the index, reporting truncation by entry.

@@ -136,6 +136,15 @@ impl MatrixWeight {
         }
     }
 
+    /// Drops the mapped bytes of a quantized weight from memory (see
+    /// [`TensorData::release_pages`]); for a weight that was copied into a
+    /// kernel's own layout.
+    pub fn release_pages(&self) {
+        if let MatrixWeight::Quant { data, .. } = self {
+            data.release_pages();
+        }
+    }
+
     /// The weight as a typed view.
     pub fn slice(&self) -> MatrixSlice<'_> {
         match self {

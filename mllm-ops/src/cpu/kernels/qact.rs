@@ -137,12 +137,27 @@ pub(crate) fn dot_i8(it: Int8Type, w: &[u8], x: Q8Row<'_>) -> f32 {
 /// its high part `q >> 7` fits in `−127..=127`.
 pub(crate) const Q16_MAX: f32 = 16256.0;
 
+/// Largest magnitude of a wide 16-bit activation value ([`WIDE`] planes),
+/// `127 · 256 + 127`: both planes stay in `−127..=127` / `−128..=127`.
+pub(crate) const Q16_WIDE_MAX: f32 = 32639.0;
+
+/// The plane split of the row-by-row integer kernels: `q = 128·hi + lo`
+/// with `lo` in `0..=127` (their sign tricks need `lo ≠ −128`).
+pub(crate) const NARROW: u32 = 7;
+
+/// The plane split of the packed kernel: `q = 256·hi + lo` with `lo` in
+/// `−128..=127`, twice the resolution of [`NARROW`].
+pub(crate) const WIDE: u32 = 8;
+
 /// An activation row quantized to 16 bits per block of 32 and stored as two
-/// 8-bit planes for the byte dot-product instructions: `d = amax / 16256`,
-/// `q = round(x / d)` (half to even) in `−16256..=16256`, split as
-/// `q = 128·hi + lo` with `hi` in `−127..=127` and `lo` in `0..=127`, and
-/// `s = d · Σq`. Its rounding error is 1/128 of [`Q8Act`]'s.
-pub(crate) struct Q16Act {
+/// 8-bit planes for the byte dot-product instructions: `d = amax / max`,
+/// `q = round(x / d)` (half to even) in `−max..=max`, split as
+/// `q = 2^SHIFT·hi + lo`, and `s = d · Σq`. With [`NARROW`], `max` is
+/// [`Q16_MAX`], `hi = q >> 7` in `−127..=127` and `lo = q & 127`; with
+/// [`WIDE`], `max` is [`Q16_WIDE_MAX`], `hi = (q + 128) >> 8` and
+/// `lo = q − 256·hi` in `−128..=127`. Its rounding error is 1/128
+/// ([`NARROW`]) or 1/256 ([`WIDE`]) of [`Q8Act`]'s.
+pub(crate) struct Q16Act<const SHIFT: u32 = NARROW> {
     hi: Vec<i8>,
     lo: Vec<i8>,
     d: Vec<f32>,
@@ -151,10 +166,10 @@ pub(crate) struct Q16Act {
 
 /// A borrowed [`Q16Act`].
 #[derive(Clone, Copy)]
-pub(crate) struct Q16Row<'a> {
-    /// High planes, `q >> 7`.
+pub(crate) struct Q16Row<'a, const SHIFT: u32 = NARROW> {
+    /// High planes.
     pub hi: &'a [i8],
-    /// Low planes, `q & 127`.
+    /// Low planes.
     pub lo: &'a [i8],
     /// One scale per block.
     pub d: &'a [f32],
@@ -162,9 +177,28 @@ pub(crate) struct Q16Row<'a> {
     pub s: &'a [f32],
 }
 
-impl Q16Act {
+/// Largest `|q|` for a plane split.
+pub(crate) const fn q16_max(shift: u32) -> f32 {
+    if shift == WIDE {
+        Q16_WIDE_MAX
+    } else {
+        Q16_MAX
+    }
+}
+
+/// Splits a 16-bit value into its planes `(hi, lo)`.
+fn split<const SHIFT: u32>(q: i32) -> (i8, i8) {
+    let hi = if SHIFT == WIDE {
+        (q + 128) >> 8
+    } else {
+        q >> 7
+    };
+    (hi as i8, (q - (hi << SHIFT)) as i8)
+}
+
+impl<const SHIFT: u32> Q16Act<SHIFT> {
     /// An all-zero row of `len` values (a multiple of 32).
-    pub(crate) fn zeros(len: usize) -> Q16Act {
+    pub(crate) fn zeros(len: usize) -> Self {
         Q16Act {
             hi: vec![0; len],
             lo: vec![0; len],
@@ -180,19 +214,19 @@ impl Q16Act {
     }
 
     /// Quantizes `x` (its length a multiple of 32).
-    pub(crate) fn quantize(x: &[f32]) -> Q16Act {
+    pub(crate) fn quantize(x: &[f32]) -> Self {
         debug_assert!(x.len().is_multiple_of(BLOCK));
-        let mut out = Q16Act::zeros(x.len());
+        let max = q16_max(SHIFT);
+        let mut out = Self::zeros(x.len());
         let blocks = x.chunks_exact(BLOCK).enumerate();
         for (b, xb) in blocks {
             let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let d = amax / Q16_MAX;
+            let d = amax / max;
             let id = if d == 0.0 { 0.0 } else { 1.0 / d };
             let mut sum = 0i32;
             for (j, &v) in xb.iter().enumerate() {
-                let q = (v * id).round_ties_even().clamp(-Q16_MAX, Q16_MAX) as i32;
-                out.hi[b * BLOCK + j] = (q >> 7) as i8;
-                out.lo[b * BLOCK + j] = (q & 127) as i8;
+                let q = (v * id).round_ties_even().clamp(-max, max) as i32;
+                (out.hi[b * BLOCK + j], out.lo[b * BLOCK + j]) = split::<SHIFT>(q);
                 sum += q;
             }
             out.d[b] = d;
@@ -202,12 +236,32 @@ impl Q16Act {
     }
 
     /// The quantized row.
-    pub(crate) fn row(&self) -> Q16Row<'_> {
+    pub(crate) fn row(&self) -> Q16Row<'_, SHIFT> {
         Q16Row {
             hi: &self.hi,
             lo: &self.lo,
             d: &self.d,
             s: &self.s,
+        }
+    }
+}
+
+impl<'a, const SHIFT: u32> Q16Row<'a, SHIFT> {
+    /// The 16-bit value at `i`.
+    #[cfg(test)]
+    pub(crate) fn value(&self, i: usize) -> i32 {
+        ((self.hi[i] as i32) << SHIFT) + self.lo[i] as i32
+    }
+
+    /// Values `r·len..(r + 1)·len` (a whole number of blocks) of a row
+    /// holding several rows of `len` values.
+    pub(crate) fn sub_row(&self, r: usize, len: usize) -> Q16Row<'a, SHIFT> {
+        let nb = len / BLOCK;
+        Q16Row {
+            hi: &self.hi[r * len..(r + 1) * len],
+            lo: &self.lo[r * len..(r + 1) * len],
+            d: &self.d[r * nb..(r + 1) * nb],
+            s: &self.s[r * nb..(r + 1) * nb],
         }
     }
 }
@@ -284,12 +338,12 @@ mod tests {
     fn q16_activations_and_dot() {
         let mut rng = Rng::new(7);
         let x = rng.vec(32 * 7, 2.0);
-        let q = Q16Act::quantize(&x);
+        let q = Q16Act::<NARROW>::quantize(&x);
         let r = q.row();
         for (i, &v) in x.iter().enumerate() {
             let d = r.d[i / BLOCK];
             assert!((0..=127).contains(&r.lo[i]) && r.hi[i] >= -127);
-            let back = (128 * r.hi[i] as i32 + r.lo[i] as i32) as f32 * d;
+            let back = r.value(i) as f32 * d;
             assert!((back - v).abs() <= 0.5 * d * 1.0001, "{i}: {back} vs {v}");
         }
         for it in [Int8Type::Q8_0, Int8Type::Q4_0, Int8Type::Q4_1] {
@@ -310,6 +364,36 @@ mod tests {
             let got = dot_i16(it, &w, r) as f64;
             assert!((got - want).abs() <= 1e-4 * mag, "{it:?}: {got} vs {want}");
         }
+    }
+
+    /// Wide 16-bit activations: each value within half a step of `x`, the
+    /// planes in range (the block's largest magnitude reaches `±32639`,
+    /// `hi = ±127`), and a scale twice as fine as the narrow split's.
+    #[test]
+    fn wide_q16_activations() {
+        let mut rng = Rng::new(8);
+        let mut x = rng.vec(32 * 5, 2.0);
+        x[3] = 7.5;
+        x[40] = -7.5;
+        let (wide, narrow) = (Q16Act::<WIDE>::quantize(&x), Q16Act::<NARROW>::quantize(&x));
+        let (r, n) = (wide.row(), narrow.row());
+        for (i, &v) in x.iter().enumerate() {
+            let d = r.d[i / BLOCK];
+            assert!((-127..=127).contains(&r.hi[i]), "{i}: hi {}", r.hi[i]);
+            let back = r.value(i) as f32 * d;
+            assert!((back - v).abs() <= 0.5 * d * 1.0001, "{i}: {back} vs {v}");
+        }
+        assert_eq!((r.value(3), r.value(40)), (32639, -32639));
+        assert_eq!(
+            (r.hi[3], r.lo[3], r.hi[40], r.lo[40]),
+            (127, 127, -127, -127)
+        );
+        for b in 0..5 {
+            assert!((r.d[b] * Q16_WIDE_MAX - n.d[b] * Q16_MAX).abs() <= 1e-6 * n.d[b] * Q16_MAX);
+            let sum: i32 = (b * BLOCK..(b + 1) * BLOCK).map(|i| r.value(i)).sum();
+            assert_eq!(r.s[b], r.d[b] * sum as f32);
+        }
+        assert!(r.lo.iter().any(|&l| l < 0), "the low plane is signed");
     }
 
     /// The integer dot equals the f64 dot of the dequantized weights with

@@ -1,10 +1,10 @@
 //! The choice of quantized-kernel variant: activation path and instruction
 //! set, checked against the CPU at run time and then dispatched per row.
 
-use super::qact::{self, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row};
-use super::qdot;
+use super::qact::{self, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row, WIDE};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::simd;
+use super::{packed, qdot};
 use crate::quant::QuantType;
 
 /// How a linear layer with quantized weights treats its activations.
@@ -246,16 +246,42 @@ impl QuantKernel {
         w.map(|w| qact::dot_i16(it, w, x))
     }
 
+    /// Whether linear layers repack their Q4_0 and Q4_1 weights at load
+    /// (see `packed`): on the 16-bit path with AVX2, whose packed kernel
+    /// beats the row-by-row integer dot products.
+    pub fn packs_q4(self) -> bool {
+        self.path == QuantPath::Int16Activations
+            && matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512)
+    }
+
+    /// The eight outputs of a packed row group for each of one to four
+    /// 16-bit activation rows (see `packed::group_dot`).
+    pub(crate) fn packed_group_dot(
+        self,
+        group: &[u8],
+        xs: &[Q16Row<'_, WIDE>],
+        out: &mut [[f32; packed::GROUP_ROWS]],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512) {
+            // SAFETY: both SIMD levels include AVX2, FMA and F16C, detected
+            // when the kernel was made.
+            unsafe { simd::avx2_packed::group_dot(group, xs, out) };
+            return;
+        }
+        packed::group_dot(group, xs, out);
+    }
+
     /// Quantizes an activation row (its length a multiple of 32) to 16 bits,
     /// bit-exactly as `Q16Act::quantize`.
-    pub(crate) fn quantize_act16(self, x: &[f32]) -> Q16Act {
+    pub(crate) fn quantize_act16<const SHIFT: u32>(self, x: &[f32]) -> Q16Act<SHIFT> {
         #[cfg(target_arch = "x86_64")]
         if matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512) {
             let mut a = Q16Act::zeros(x.len());
             let (hi, lo, d, s) = a.parts_mut();
             // SAFETY: both SIMD levels include AVX2 and FMA, detected when
             // the kernel was made.
-            unsafe { simd::avx2_i8::quantize_row_q16(x, hi, lo, d, s) };
+            unsafe { simd::avx2_i8::quantize_row_q16::<SHIFT>(x, hi, lo, d, s) };
             return a;
         }
         Q16Act::quantize(x)
@@ -280,6 +306,7 @@ impl QuantKernel {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::cpu::kernels::qact::NARROW;
     use crate::cpu::kernels::test_util::Rng;
 
     /// `n` blocks of `qt` with random bytes and small finite f16 scales of
@@ -492,14 +519,20 @@ pub(crate) mod tests {
         for k in simd_kernels(QuantPath::Int16Activations) {
             let mut x = rng.vec(32 * 9, 3.0);
             x[32..64].fill(0.0);
-            let (want, got) = (Q16Act::quantize(&x), k.quantize_act16(&x));
+            let (want, got) = (
+                Q16Act::<NARROW>::quantize(&x),
+                k.quantize_act16::<NARROW>(&x),
+            );
             let (w, g) = (want.row(), got.row());
             assert_eq!((w.hi, w.lo, w.d, w.s), (g.hi, g.lo, g.d, g.s), "{k:?}");
+            let (want, got) = (Q16Act::<WIDE>::quantize(&x), k.quantize_act16::<WIDE>(&x));
+            let (w, g) = (want.row(), got.row());
+            assert_eq!((w.hi, w.lo, w.d, w.s), (g.hi, g.lo, g.d, g.s), "{k:?} wide");
             for qt in [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1] {
                 let it = Int8Type::from_quant(qt).unwrap();
                 for n in [1, 2, 5, 18] {
                     let ws: Vec<Vec<u8>> = (0..4).map(|_| random_blocks(&mut rng, qt, n)).collect();
-                    let xa = Q16Act::quantize(&rng.vec(n * 32, 1.0));
+                    let xa = Q16Act::<NARROW>::quantize(&rng.vec(n * 32, 1.0));
                     let x = xa.row();
                     let xf: Vec<f32> = (0..n * 32)
                         .map(|i| (128 * x.hi[i] as i32 + x.lo[i] as i32) as f32 * x.d[i / 32])

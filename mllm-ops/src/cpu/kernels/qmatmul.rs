@@ -18,7 +18,7 @@ use mllm_core::{Error, Result};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
-use super::qact::Int8Type;
+use super::qact::{Int8Type, NARROW};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::PAR_THRESHOLD;
 use crate::quant::QuantType;
@@ -124,22 +124,33 @@ impl<'a> QuantMatrix<'a> {
 }
 
 /// How the work of one call is split.
-struct Split<'p> {
+pub(crate) struct Split<'p> {
     pool: &'p ThreadPool,
     threads: usize,
     parallel: bool,
 }
 
-impl Split<'_> {
+impl<'p> Split<'p> {
+    /// The split of `work` multiply-adds over `pool`: serial when the pool
+    /// has one thread or the work is tiny.
+    pub(crate) fn new(pool: &'p ThreadPool, work: usize) -> Split<'p> {
+        let threads = pool.current_num_threads().max(1);
+        Split {
+            pool,
+            threads,
+            parallel: threads > 1 && work >= PAR_THRESHOLD,
+        }
+    }
+
     /// Output features per task: about four tasks per thread, none tiny.
-    fn outputs_per_task(&self, out_f: usize, weights_per_output: usize) -> usize {
+    pub(crate) fn outputs_per_task(&self, out_f: usize, weights_per_output: usize) -> usize {
         let min = MIN_TASK_WEIGHTS.div_ceil(weights_per_output.max(1));
         out_f.div_ceil(4 * self.threads).max(min).max(1)
     }
 
     /// Runs `f(chunk index, chunk)` over `chunk`-sized pieces of `data`, in
     /// the pool when the call is parallel; `init` makes per-task scratch.
-    fn for_chunks<S>(
+    pub(crate) fn for_chunks<S>(
         &self,
         data: &mut [f32],
         chunk: usize,
@@ -196,13 +207,7 @@ pub fn quant_linear(
         }
         return;
     }
-    let threads = pool.current_num_threads().max(1);
-    let work = rows.saturating_mul(in_f).saturating_mul(out_f);
-    let split = Split {
-        pool,
-        threads,
-        parallel: threads > 1 && work >= PAR_THRESHOLD,
-    };
+    let split = Split::new(pool, rows.saturating_mul(in_f).saturating_mul(out_f));
     let qt = w.quant_type();
     let int = match kernel.path() {
         QuantPath::Int8Activations | QuantPath::Int16Activations => Int8Type::from_quant(qt),
@@ -211,7 +216,7 @@ pub fn quant_linear(
     match int {
         _ if rows > 1 => tiled(kernel, x, rows, w, bias, y, &split),
         Some(it) if kernel.path() == QuantPath::Int16Activations => {
-            let xq = kernel.quantize_act16(x);
+            let xq = kernel.quantize_act16::<NARROW>(x);
             let xr = xq.row();
             matvec_i8(w, bias, y, &split, |rows| kernel.dot_i16_rows(it, rows, xr));
         }

@@ -10,14 +10,23 @@ use rayon::ThreadPool;
 
 use super::expect_rows;
 use crate::cpu::kernels::matmul::linear;
+use crate::cpu::kernels::packed::{packed_linear, PackedQ4};
 use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
 use crate::cpu::kernels::qmatmul::quant_linear;
 use crate::cpu::weights::{load_f32_vector, FloatSlice, MatrixSlice, MatrixWeight};
 
+/// A linear layer's weight as its kernels read it.
+enum LinearWeight {
+    /// In the file's layout (mostly read in place from the map).
+    Plain(MatrixWeight),
+    /// Q4_0 / Q4_1 repacked at load for the packed integer kernel.
+    Packed(PackedQ4),
+}
+
 /// The CPU linear layer.
 pub struct LinearOp {
     params: LinearParams,
-    weight: Option<MatrixWeight>,
+    weight: Option<LinearWeight>,
     bias: Option<Vec<f32>>,
     pool: Arc<ThreadPool>,
     /// The variant used for quantized weights, chosen once for this CPU.
@@ -26,8 +35,11 @@ pub struct LinearOp {
 
 impl LinearOp {
     /// An unloaded linear op; quantized weights use
-    /// [`QuantPath::Int16Activations`] (integer dot products with 16-bit
-    /// activations for one row, the f32 path otherwise).
+    /// [`QuantPath::Int16Activations`]: with AVX2, Q4_0 and Q4_1 weights
+    /// are repacked at load (see [`PackedQ4`]) and every step multiplies
+    /// them with 16-bit activations; other quantized weights use integer
+    /// dot products with 16-bit activations for one row and the f32 path
+    /// for several.
     pub fn new(params: LinearParams, pool: Arc<ThreadPool>) -> Self {
         LinearOp {
             params,
@@ -49,12 +61,13 @@ impl LinearOp {
 impl Op for LinearOp {
     fn load(&mut self, weights: &dyn WeightSource) -> Result<()> {
         let p = &self.params;
-        self.weight = Some(MatrixWeight::load(
+        let weight = MatrixWeight::load(
             weights,
             &p.weight,
             [p.out_features, p.in_features],
             "linear",
-        )?);
+        )?;
+        self.weight = Some(pack_if_faster(weight, self.quant));
         self.bias = p
             .bias
             .as_ref()
@@ -83,6 +96,13 @@ impl Op for LinearOp {
         let rows = x.shape.rows();
         let bias = self.bias.as_deref();
         let (inf, outf, pool) = (p.in_features, p.out_features, &*self.pool);
+        let w = match w {
+            LinearWeight::Packed(w) => {
+                packed_linear(self.quant, x.data, rows, w, bias, output, pool);
+                return Ok(());
+            }
+            LinearWeight::Plain(w) => w,
+        };
         match w.slice() {
             MatrixSlice::Float(FloatSlice::F32(w)) => {
                 linear(x.data, rows, inf, w, outf, bias, output, pool)
@@ -96,5 +116,25 @@ impl Op for LinearOp {
             MatrixSlice::Quant(w) => quant_linear(self.quant, x.data, rows, &w, bias, output, pool),
         }
         Ok(())
+    }
+}
+
+/// `weight` repacked for the packed Q4 kernel when `kernel` uses it and
+/// the weight is Q4_0 / Q4_1 with a row count that is a multiple of eight;
+/// the mapped bytes then leave memory. Otherwise `weight` unchanged.
+fn pack_if_faster(weight: MatrixWeight, kernel: QuantKernel) -> LinearWeight {
+    if !kernel.packs_q4() {
+        return LinearWeight::Plain(weight);
+    }
+    let packed = match weight.slice() {
+        MatrixSlice::Quant(m) => PackedQ4::pack(&m).ok(),
+        MatrixSlice::Float(_) => None,
+    };
+    match packed {
+        Some(p) => {
+            weight.release_pages();
+            LinearWeight::Packed(p)
+        }
+        None => LinearWeight::Plain(weight),
     }
 }

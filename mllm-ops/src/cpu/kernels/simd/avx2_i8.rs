@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::hsum;
-use crate::cpu::kernels::qact::{Int8Type, Q16Row, Q8Row, BLOCK, Q16_MAX};
+use crate::cpu::kernels::qact::{q16_max, Int8Type, Q16Row, Q8Row, BLOCK, WIDE};
 use crate::quant::{q4_0, q4_1, q8_0};
 
 /// The first 32 bytes of `b`.
@@ -324,9 +324,10 @@ pub(crate) fn dot_i16_rows(it: Int8Type, w: [&[u8]; ROWS], x: Q16Row<'_>) -> [f3
 }
 
 /// Quantizes `x` (a multiple of 32 long) into 16-bit blocks stored as two
-/// planes, exactly as the scalar `Q16Act::quantize` does.
+/// planes split at `SHIFT` bits, exactly as the scalar `Q16Act::quantize`
+/// does.
 #[target_feature(enable = "avx2,fma")]
-pub(crate) fn quantize_row_q16(
+pub(crate) fn quantize_row_q16<const SHIFT: u32>(
     x: &[f32],
     hi: &mut [i8],
     lo: &mut [i8],
@@ -348,6 +349,9 @@ pub(crate) fn quantize_row_q16(
         // alignment requirement.
         unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) };
     };
+    // `hi = (q + round) >> SHIFT`, `lo = q − (hi << SHIFT)`.
+    let shift = _mm_cvtsi32_si128(SHIFT as i32);
+    let round = _mm256_set1_epi32(if SHIFT == WIDE { 128 } else { 0 });
     for (b, xb) in x.chunks_exact(BLOCK).enumerate() {
         let v: [__m256; 4] = std::array::from_fn(|j| {
             let p = &xb[j * 8..j * 8 + 8];
@@ -360,7 +364,7 @@ pub(crate) fn quantize_row_q16(
         let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
         let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-        let dv = amax / Q16_MAX;
+        let dv = amax / q16_max(SHIFT);
         let id = _mm256_set1_ps(if dv == 0.0 { 0.0 } else { 1.0 / dv });
         let q = v.map(|v| {
             let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
@@ -375,8 +379,9 @@ pub(crate) fn quantize_row_q16(
         );
         let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
         let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
-        let h = q.map(|q| _mm256_srai_epi32::<7>(q));
-        let l = q.map(|q| _mm256_and_si256(q, _mm256_set1_epi32(127)));
+        let h = q.map(|q| _mm256_sra_epi32(_mm256_add_epi32(q, round), shift));
+        let l: [__m256i; 4] =
+            std::array::from_fn(|j| _mm256_sub_epi32(q[j], _mm256_sll_epi32(h[j], shift)));
         store(&mut hi[b * BLOCK..], pack(h));
         store(&mut lo[b * BLOCK..], pack(l));
         d[b] = dv;

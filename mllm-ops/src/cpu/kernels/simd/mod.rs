@@ -5,6 +5,8 @@
 //! * [`avx2_i8`] and [`vnni`]: integer dot products of Q8_0, Q4_0 and Q4_1
 //!   weights with 8-bit activations, AVX2 (`maddubs`) and AVX-512 VNNI
 //!   (`dpbusd`);
+//! * [`avx2_packed`]: Q4 weights repacked in groups of eight rows times
+//!   16-bit activations;
 //! * `neon` (aarch64): both paths, the integer one with `sdot` where the
 //!   dot-product extension is present.
 //!
@@ -15,6 +17,8 @@
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_i8;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_packed;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "aarch64")]

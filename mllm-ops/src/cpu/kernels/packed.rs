@@ -1,0 +1,328 @@
+//! Q4_0 and Q4_1 weights repacked at load for the 16-bit-activation integer
+//! kernels, and the linear layer over them.
+//!
+//! A packed matrix stores its rows in groups of eight, block by block: for
+//! each group and each block of 32 columns, 160 bytes hold the eight rows'
+//! f16 scales `d`, their f16 offsets `m` (Q4_0's `-8·d`), then four 32-byte
+//! chunks where chunk `j` is the fourth 4-byte word of each row's nibbles:
+//! bytes `4r..4r + 4` of chunk `j` are bytes `4j..4j + 4` of row `r`'s
+//! block, whose low nibbles are the values at columns `4j..4j + 4` and high
+//! nibbles those at `16 + 4j..16 + 4j + 4`. One 256-bit load therefore
+//! holds four consecutive weights of all eight rows, and one broadcast
+//! 4-byte activation word multiplies all of them at once: the block's sums
+//! for the eight rows end up in the eight lanes of one register, with no
+//! horizontal sums and one F16C conversion per eight scales.
+
+use half::f16;
+use mllm_core::{Error, Result};
+use rayon::ThreadPool;
+
+use super::qact::{Q16Act, Q16Row, BLOCK, WIDE};
+use super::qkernel::QuantKernel;
+use super::qmatmul::{QuantMatrix, Split};
+use crate::quant::{q4_0, q4_1, QuantType};
+
+/// Rows per packed group.
+pub(crate) const GROUP_ROWS: usize = 8;
+
+/// Bytes of one packed block: eight f16 scales, eight f16 offsets and
+/// 8 × 16 bytes of nibbles.
+pub(crate) const PACKED_BLOCK_BYTES: usize = 2 * 2 * GROUP_ROWS + GROUP_ROWS * BLOCK / 2;
+
+/// Activation rows multiplied with one pass over a weight group.
+pub(crate) const TILE_TOKENS: usize = 4;
+
+/// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows
+/// (see the module documentation).
+pub struct PackedQ4 {
+    data: Vec<u8>,
+    rows: usize,
+    cols: usize,
+}
+
+impl PackedQ4 {
+    /// Repacks `w`; fails when it is not Q4_0 or Q4_1, when its row count
+    /// is not a multiple of eight, or when a Q4_0 offset `-8·d` overflows
+    /// f16.
+    pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4> {
+        let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
+        if !matches!(qt, QuantType::Q4_0 | QuantType::Q4_1) {
+            return Err(Error::UnsupportedDType(format!(
+                "only q4_0 and q4_1 weights can be packed, not {qt}"
+            )));
+        }
+        if !rows.is_multiple_of(GROUP_ROWS) {
+            return Err(Error::InvalidInput(format!(
+                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
+            )));
+        }
+        let nb = cols / BLOCK;
+        let mut data = vec![0u8; rows / GROUP_ROWS * nb * PACKED_BLOCK_BYTES];
+        let packed = data.chunks_exact_mut(PACKED_BLOCK_BYTES);
+        let mut packed = packed.enumerate();
+        for g in 0..rows / GROUP_ROWS {
+            for i in 0..nb {
+                let (_, out) = packed.next().expect("sized for every block");
+                for r in 0..GROUP_ROWS {
+                    let (d, m, qs) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
+                    out[2 * r..2 * r + 2].copy_from_slice(&d);
+                    out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&m);
+                    for j in 0..4 {
+                        let at = 32 + 32 * j + 4 * r;
+                        out[at..at + 4].copy_from_slice(&qs[4 * j..4 * j + 4]);
+                    }
+                }
+            }
+        }
+        Ok(PackedQ4 { data, rows, cols })
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Values per row (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The packed blocks of row group `g`.
+    pub(crate) fn group(&self, g: usize) -> &[u8] {
+        let len = self.cols / BLOCK * PACKED_BLOCK_BYTES;
+        &self.data[g * len..(g + 1) * len]
+    }
+}
+
+/// The f16 scale, the f16 offset and the 16 nibble bytes of block `i` of a
+/// Q4_0 or Q4_1 row.
+fn block_parts(qt: QuantType, row: &[u8], i: usize) -> Result<([u8; 2], [u8; 2], [u8; 16])> {
+    let bytes = qt.block_bytes();
+    let b = &row[i * bytes..(i + 1) * bytes];
+    let d = [b[0], b[1]];
+    if qt == QuantType::Q4_1 {
+        let qs = b[4..q4_1::BLOCK_BYTES].try_into().expect("16 bytes");
+        return Ok((d, [b[2], b[3]], qs));
+    }
+    let m = f16::from_f32(-8.0 * f16::from_le_bytes(d).to_f32());
+    if !m.is_finite() {
+        return Err(Error::InvalidInput(format!(
+            "q4_0 scale {} is too large to pack",
+            f16::from_le_bytes(d)
+        )));
+    }
+    let qs = b[2..q4_0::BLOCK_BYTES].try_into().expect("16 bytes");
+    Ok((d, m.to_le_bytes(), qs))
+}
+
+/// The eight outputs of one packed group for each activation row of `xs`
+/// (one to [`TILE_TOKENS`] rows), in portable code: per block and row
+/// `d·d_x·Σ q_w q_x + m·s_x`, accumulated in f32.
+pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+    for (x, out) in xs.iter().zip(out.iter_mut()) {
+        *out = [0.0; GROUP_ROWS];
+        let blocks = group.chunks_exact(PACKED_BLOCK_BYTES);
+        let xb = x.hi.chunks_exact(BLOCK).zip(x.lo.chunks_exact(BLOCK));
+        for ((blk, (hi, lo)), (&dx, &sx)) in blocks.zip(xb).zip(x.d.iter().zip(x.s)) {
+            for (r, acc) in out.iter_mut().enumerate() {
+                let f = |at: usize| f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
+                let (d, m) = (f(2 * r), f(16 + 2 * r));
+                let mut sum = 0i32;
+                for j in 0..4 {
+                    for c in 0..4 {
+                        let byte = blk[32 + 32 * j + 4 * r + c];
+                        let (k_lo, k_hi) = (4 * j + c, 16 + 4 * j + c);
+                        let q = |k: usize| 256 * hi[k] as i32 + lo[k] as i32;
+                        sum += (byte & 15) as i32 * q(k_lo) + (byte >> 4) as i32 * q(k_hi);
+                    }
+                }
+                *acc += d * dx * sum as f32 + m * sx;
+            }
+        }
+    }
+}
+
+/// Linear layer over a packed matrix: `y[t, o] = Σ_i x[t, i] · W[o, i] +
+/// bias[o]` with the activation rows quantized to 16 bits (two 8-bit
+/// planes per block of 32 split at [`WIDE`], see `Q16Act`). `x` is `[rows, w.cols()]`, `y`
+/// `[rows, w.rows()]`. Parallel over row groups in `pool` unless the work
+/// is tiny; [`TILE_TOKENS`] activation rows share each pass over a group.
+/// Slice lengths are checked with `debug_assert!`.
+pub fn packed_linear(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedQ4,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
+    let (in_f, out_f) = (w.cols(), w.rows());
+    debug_assert_eq!(x.len(), rows * in_f, "x must be [rows, in_f]");
+    debug_assert_eq!(y.len(), rows * out_f, "y must be [rows, out_f]");
+    if rows == 0 || out_f == 0 {
+        return;
+    }
+    let split = Split::new(pool, rows * in_f * out_f);
+    let act: Q16Act<WIDE> = k.quantize_act16(x);
+    let act = act.row();
+    let token = |t: usize| act.sub_row(t, in_f);
+    if rows == 1 {
+        group_outputs(k, w, &[token(0)], &split, y);
+        add_bias(y, bias);
+        return;
+    }
+    // Per group, `rows` × 8 outputs; then scattered into `y`.
+    let xs: Vec<Q16Row<'_, WIDE>> = (0..rows).map(token).collect();
+    let mut yt = vec![0.0f32; out_f * rows];
+    group_outputs(k, w, &xs, &split, &mut yt);
+    for (g, src) in yt.chunks_exact(rows * GROUP_ROWS).enumerate() {
+        for (t, o) in src.chunks_exact(GROUP_ROWS).enumerate() {
+            y[t * out_f + g * GROUP_ROWS..][..GROUP_ROWS].copy_from_slice(o);
+        }
+    }
+    for row in y.chunks_exact_mut(out_f) {
+        add_bias(row, bias);
+    }
+}
+
+/// Writes the outputs of every row group of `w` for the activation rows
+/// `xs` into `dst`, group after group (`xs.len()` × 8 values per group),
+/// parallel over groups.
+fn group_outputs(
+    k: QuantKernel,
+    w: &PackedQ4,
+    xs: &[Q16Row<'_, WIDE>],
+    split: &Split<'_>,
+    dst: &mut [f32],
+) {
+    let rows = xs.len();
+    let per_task = split
+        .outputs_per_task(w.rows(), w.cols())
+        .div_ceil(GROUP_ROWS);
+    split.for_chunks(
+        dst,
+        per_task * rows * GROUP_ROWS,
+        || [[0.0f32; GROUP_ROWS]; TILE_TOKENS],
+        |tile_out, c, dst| {
+            for (gi, gdst) in dst.chunks_exact_mut(rows * GROUP_ROWS).enumerate() {
+                let group = w.group(c * per_task + gi);
+                for (ti, tile) in xs.chunks(TILE_TOKENS).enumerate() {
+                    let out = &mut tile_out[..tile.len()];
+                    k.packed_group_dot(group, tile, out);
+                    let at = ti * TILE_TOKENS * GROUP_ROWS;
+                    gdst[at..at + out.len() * GROUP_ROWS].copy_from_slice(out.as_flattened());
+                }
+            }
+        },
+    );
+}
+
+/// Adds `bias` to one output row.
+fn add_bias(row: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for (v, &bv) in row.iter_mut().zip(b) {
+            *v += bv;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
+    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
+    use crate::cpu::kernels::test_util::{linear_reference, pool1, pool2, Rng};
+
+    /// Packing keeps every value: the portable packed dot with wide
+    /// activations equals the f64 dot of each unpacked row's dequantized
+    /// weights with the dequantized activations.
+    #[test]
+    fn packed_dot_equals_row_dot() {
+        let mut rng = Rng::new(41);
+        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+            let (rows, nb) = (16, 5);
+            let w = random_blocks(&mut rng, qt, rows * nb);
+            let m = QuantMatrix::new(qt, &w, rows, nb * BLOCK).unwrap();
+            let p = PackedQ4::pack(&m).unwrap();
+            let x = Q16Act::<WIDE>::quantize(&rng.vec(nb * BLOCK, 1.0));
+            let xr = x.row();
+            let xf: Vec<f64> = (0..nb * BLOCK)
+                .map(|i| xr.value(i) as f64 * xr.d[i / BLOCK] as f64)
+                .collect();
+            let mut wf = vec![0.0f32; rows * nb * BLOCK];
+            qt.dequantize_blocks(&w, &mut wf);
+            for g in 0..rows / GROUP_ROWS {
+                let mut out = [[0.0; GROUP_ROWS]];
+                group_dot(p.group(g), &[xr], &mut out);
+                for (r, &got) in out[0].iter().enumerate() {
+                    let row = &wf[(g * GROUP_ROWS + r) * nb * BLOCK..][..nb * BLOCK];
+                    let want: f64 = row.iter().zip(&xf).map(|(&a, &b)| a as f64 * b).sum();
+                    let mag: f64 = row
+                        .iter()
+                        .zip(&xf)
+                        .map(|(&a, &b)| (a as f64 * b).abs())
+                        .sum();
+                    assert!((got as f64 - want).abs() <= 1e-5 * mag, "{qt} {g} {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_packed_is_an_error() {
+        let w = vec![0u8; 7 * 20];
+        let m = QuantMatrix::new(QuantType::Q4_1, &w, 7, 32).unwrap();
+        let err = PackedQ4::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("7 rows"), "{err}");
+        let w = vec![0u8; 8 * 34];
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, 8, 32).unwrap();
+        let err = PackedQ4::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("q8_0"), "{err}");
+        let mut w = vec![0u8; 8 * 18];
+        w[..2].copy_from_slice(&f16::from_f32(10000.0).to_le_bytes());
+        let m = QuantMatrix::new(QuantType::Q4_0, &w, 8, 32).unwrap();
+        let err = PackedQ4::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("too large"), "{err}");
+    }
+
+    /// The packed linear layer at every level and thread count equals the
+    /// f64 product of the dequantized weights with the f32 activations
+    /// within `1e-4 · (Σ|x·w| + |b|)`, for one row (decode), row counts
+    /// that do and do not fill the token tile, and with and without bias.
+    #[test]
+    fn packed_linear_matches_reference() {
+        let mut rng = Rng::new(42);
+        for level in SimdLevel::FASTEST_FIRST {
+            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                continue;
+            };
+            for pool in [pool1(), pool2()] {
+                for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+                    for &(rows, nb, out_f) in &[(1, 3, 8), (1, 18, 200), (5, 7, 64), (70, 9, 136)] {
+                        let in_f = nb * BLOCK;
+                        let w = random_blocks(&mut rng, qt, out_f * nb);
+                        let mut wf = vec![0.0; out_f * in_f];
+                        qt.dequantize_blocks(&w, &mut wf);
+                        let m = QuantMatrix::new(qt, &w, out_f, in_f).unwrap();
+                        let p = PackedQ4::pack(&m).unwrap();
+                        let x = rng.vec(rows * in_f, 1.0);
+                        let b = rng.vec(out_f, 1.0);
+                        let bias = (rows % 2 == 1).then_some(&b[..]);
+                        let mut y = vec![f32::NAN; rows * out_f];
+                        packed_linear(k, &x, rows, &p, bias, &mut y, &pool);
+                        let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
+                        for i in 0..y.len() {
+                            assert!(
+                                (y[i] as f64 - want[i]).abs() <= 1e-4 * mag[i],
+                                "{level:?} {qt} rows={rows} out={out_f} idx={i}: {} vs {}",
+                                y[i],
+                                want[i]
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

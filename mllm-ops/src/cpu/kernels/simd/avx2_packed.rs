@@ -1,0 +1,107 @@
+//! AVX2 product of a packed Q4 row group (see `packed`) with one to four
+//! 16-bit activation rows.
+//!
+//! Per block, each 32-byte chunk splits into two registers of nibbles (four
+//! consecutive columns of each of the eight rows); `maddubs` with a
+//! broadcast 4-byte word of an activation plane gives two 16-bit partial
+//! sums per row, and the eight chunks' sums of a block add up in 16 bits
+//! without overflow (`16 · 15 · 127 < 2¹⁵`). One `madd` per plane then
+//! leaves each row's 32-bit block sum in its own lane.
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use crate::cpu::kernels::packed::{GROUP_ROWS, PACKED_BLOCK_BYTES, TILE_TOKENS};
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+
+/// Eight f16 values at the start of `b` as f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn f16x8(b: &[u8]) -> __m256 {
+    let b = &b[..16];
+    // SAFETY: `b` holds 16 bytes (sliced above) and `loadu` has no
+    // alignment requirement.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(b.as_ptr().cast()) })
+}
+
+/// The 4-byte word at `at` of a 32-byte activation block in every lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn word(x: &[i8; BLOCK], at: usize) -> __m256i {
+    let w = [x[at], x[at + 1], x[at + 2], x[at + 3]].map(|b| b as u8);
+    _mm256_set1_epi32(i32::from_le_bytes(w))
+}
+
+/// The eight outputs of one packed group for `T` activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
+    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].d.len();
+    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let nibble = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let blocks = group[..nb * PACKED_BLOCK_BYTES]
+        .as_chunks::<PACKED_BLOCK_BYTES>()
+        .0;
+    for (i, blk) in blocks.iter().enumerate() {
+        let mut sum_hi = [_mm256_setzero_si256(); T];
+        let mut sum_lo = [_mm256_setzero_si256(); T];
+        for j in 0..4 {
+            let chunk = &blk[32 + 32 * j..32 + 32 * j + 32];
+            // SAFETY: `chunk` holds 32 bytes and `loadu` has no alignment
+            // requirement.
+            let v = unsafe { _mm256_loadu_si256(chunk.as_ptr().cast()) };
+            let w_lo = _mm256_and_si256(v, nibble);
+            let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+            for t in 0..T {
+                let (h, l) = (&his[t][i], &los[t][i]);
+                let ph = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(w_lo, word(h, 4 * j)),
+                    _mm256_maddubs_epi16(w_hi, word(h, 16 + 4 * j)),
+                );
+                let pl = _mm256_add_epi16(
+                    _mm256_maddubs_epi16(w_lo, word(l, 4 * j)),
+                    _mm256_maddubs_epi16(w_hi, word(l, 16 + 4 * j)),
+                );
+                sum_hi[t] = _mm256_add_epi16(sum_hi[t], ph);
+                sum_lo[t] = _mm256_add_epi16(sum_lo[t], pl);
+            }
+        }
+        let d = f16x8(&blk[..16]);
+        let m = f16x8(&blk[16..32]);
+        for t in 0..T {
+            let h = _mm256_madd_epi16(sum_hi[t], ones);
+            let l = _mm256_madd_epi16(sum_lo[t], ones);
+            let s = _mm256_add_epi32(_mm256_slli_epi32::<8>(h), l);
+            let scale = _mm256_mul_ps(d, _mm256_set1_ps(xs[t].d[i]));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t]);
+            acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xs[t].s[i]), acc[t]);
+        }
+    }
+    acc
+}
+
+/// `packed::group_dot` for one to [`TILE_TOKENS`] activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+    debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
+    let mut store = |acc: &[__m256]| {
+        for (o, a) in out.iter_mut().zip(acc) {
+            // SAFETY: `o` holds 8 floats and `storeu` has no alignment
+            // requirement.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
+        }
+    };
+    match xs.len() {
+        0 => {}
+        1 => store(&tile::<1>(group, xs)),
+        2 => store(&tile::<2>(group, xs)),
+        3 => store(&tile::<3>(group, xs)),
+        _ => store(&tile::<4>(group, xs)),
+    }
+}
