@@ -74,6 +74,9 @@ impl Executor {
             op.load(weights)?;
             ops.push(op);
         }
+        for op in &mut ops {
+            op.loaded();
+        }
         let mut last_use = vec![0; graph.n_values()];
         for (i, node) in graph.nodes().iter().enumerate() {
             for v in &node.inputs {

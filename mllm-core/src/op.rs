@@ -237,7 +237,8 @@ impl<'a> OpInput<'a> {
 
 /// An op instance on some backend, with mllm's three phases.
 ///
-/// - `load` runs once, binding weights (zero-copy where possible);
+/// - `load` runs once, binding weights (zero-copy where possible), and
+///   `loaded` once after every op of the graph has loaded;
 /// - `reshape` runs when the step's shapes change and returns the output
 ///   shape for the given input shapes;
 /// - `prepare` runs before every step on the caller's thread;
@@ -247,6 +248,12 @@ pub trait Op: Send {
     fn load(&mut self, _weights: &dyn WeightSource) -> Result<()> {
         Ok(())
     }
+
+    /// Runs once after every op of the graph has loaded: ops that copied
+    /// their weights out of the map release its pages here, which loading
+    /// the other ops' weights may have mapped back in. Others keep the
+    /// default.
+    fn loaded(&mut self) {}
 
     /// The output shape for these input shapes (`Tokens` inputs have shape
     /// `[n_tokens]`, `State` inputs an empty shape), or a shape error.

@@ -32,6 +32,9 @@ pub(crate) const PACKED_BLOCK_BYTES: usize = 2 * 2 * GROUP_ROWS + GROUP_ROWS * B
 /// Activation rows multiplied with one pass over a weight group.
 pub(crate) const TILE_TOKENS: usize = 4;
 
+/// Activation rows per block of a many-row call (bounds its scratch).
+const ROW_BLOCK: usize = 128;
+
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows
 /// (see the module documentation).
 pub struct PackedQ4 {
@@ -144,9 +147,10 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
 
 /// Linear layer over a packed matrix: `y[t, o] = Σ_i x[t, i] · W[o, i] +
 /// bias[o]` with the activation rows quantized to 16 bits (two 8-bit
-/// planes per block of 32 split at [`WIDE`], see `Q16Act`). `x` is `[rows, w.cols()]`, `y`
-/// `[rows, w.rows()]`. Parallel over row groups in `pool` unless the work
-/// is tiny; [`TILE_TOKENS`] activation rows share each pass over a group.
+/// planes per block of 32 split at [`WIDE`], see `Q16Act`). `x` is
+/// `[rows, w.cols()]`, `y` `[rows, w.rows()]`. Parallel over row groups in
+/// `pool` unless the work is tiny; [`TILE_TOKENS`] activation rows share
+/// each pass over a group, blocks of [`ROW_BLOCK`] rows one scratch.
 /// Slice lengths are checked with `debug_assert!`.
 pub fn packed_linear(
     k: QuantKernel,
@@ -164,25 +168,33 @@ pub fn packed_linear(
         return;
     }
     let split = Split::new(pool, rows * in_f * out_f);
-    let act: Q16Act<WIDE> = k.quantize_act16(x);
-    let act = act.row();
-    let token = |t: usize| act.sub_row(t, in_f);
     if rows == 1 {
-        group_outputs(k, w, &[token(0)], &split, y);
+        let act: Q16Act<WIDE> = k.quantize_act16(x);
+        group_outputs(k, w, &[act.row()], &split, y);
         add_bias(y, bias);
         return;
     }
-    // Per group, `rows` × 8 outputs; then scattered into `y`.
-    let xs: Vec<Q16Row<'_, WIDE>> = (0..rows).map(token).collect();
-    let mut yt = vec![0.0f32; out_f * rows];
-    group_outputs(k, w, &xs, &split, &mut yt);
-    for (g, src) in yt.chunks_exact(rows * GROUP_ROWS).enumerate() {
-        for (t, o) in src.chunks_exact(GROUP_ROWS).enumerate() {
-            y[t * out_f + g * GROUP_ROWS..][..GROUP_ROWS].copy_from_slice(o);
+    // Blocks of activation rows bound the scratch: per group, the block's
+    // rows × 8 outputs, then scattered into `y`.
+    let mut yt = vec![0.0f32; out_f * rows.min(ROW_BLOCK)];
+    for (xb, yb) in x
+        .chunks(ROW_BLOCK * in_f)
+        .zip(y.chunks_mut(ROW_BLOCK * out_f))
+    {
+        let n = xb.len() / in_f;
+        let act: Q16Act<WIDE> = k.quantize_act16(xb);
+        let act = act.row();
+        let xs: Vec<Q16Row<'_, WIDE>> = (0..n).map(|t| act.sub_row(t, in_f)).collect();
+        let yt = &mut yt[..out_f * n];
+        group_outputs(k, w, &xs, &split, yt);
+        for (g, src) in yt.chunks_exact(n * GROUP_ROWS).enumerate() {
+            for (t, o) in src.chunks_exact(GROUP_ROWS).enumerate() {
+                yb[t * out_f + g * GROUP_ROWS..][..GROUP_ROWS].copy_from_slice(o);
+            }
         }
-    }
-    for row in y.chunks_exact_mut(out_f) {
-        add_bias(row, bias);
+        for row in yb.chunks_exact_mut(out_f) {
+            add_bias(row, bias);
+        }
     }
 }
 
@@ -299,7 +311,13 @@ mod tests {
             };
             for pool in [pool1(), pool2()] {
                 for qt in [QuantType::Q4_0, QuantType::Q4_1] {
-                    for &(rows, nb, out_f) in &[(1, 3, 8), (1, 18, 200), (5, 7, 64), (70, 9, 136)] {
+                    for &(rows, nb, out_f) in &[
+                        (1, 3, 8),
+                        (1, 18, 200),
+                        (5, 7, 64),
+                        (70, 9, 136),
+                        (300, 2, 16),
+                    ] {
                         let in_f = nb * BLOCK;
                         let w = random_blocks(&mut rng, qt, out_f * nb);
                         let mut wf = vec![0.0; out_f * in_f];

@@ -19,8 +19,9 @@ use crate::cpu::weights::{load_f32_vector, FloatSlice, MatrixSlice, MatrixWeight
 enum LinearWeight {
     /// In the file's layout (mostly read in place from the map).
     Plain(MatrixWeight),
-    /// Q4_0 / Q4_1 repacked at load for the packed integer kernel.
-    Packed(PackedQ4),
+    /// Q4_0 / Q4_1 repacked at load for the packed integer kernel, with
+    /// the mapped weight it was copied from (kept to release its pages).
+    Packed(PackedQ4, MatrixWeight),
 }
 
 /// The CPU linear layer.
@@ -76,6 +77,12 @@ impl Op for LinearOp {
         Ok(())
     }
 
+    fn loaded(&mut self) {
+        if let Some(LinearWeight::Packed(_, source)) = &self.weight {
+            source.release_pages();
+        }
+    }
+
     fn reshape(&mut self, inputs: &[&Shape], _step: &StepLayout) -> Result<Shape> {
         let rows = expect_rows("linear", "input", inputs[0], self.params.in_features)?;
         Ok(Shape::new([rows, self.params.out_features]))
@@ -97,7 +104,7 @@ impl Op for LinearOp {
         let bias = self.bias.as_deref();
         let (inf, outf, pool) = (p.in_features, p.out_features, &*self.pool);
         let w = match w {
-            LinearWeight::Packed(w) => {
+            LinearWeight::Packed(w, _) => {
                 packed_linear(self.quant, x.data, rows, w, bias, output, pool);
                 return Ok(());
             }
@@ -133,7 +140,7 @@ fn pack_if_faster(weight: MatrixWeight, kernel: QuantKernel) -> LinearWeight {
     match packed {
         Some(p) => {
             weight.release_pages();
-            LinearWeight::Packed(p)
+            LinearWeight::Packed(p, weight)
         }
         None => LinearWeight::Plain(weight),
     }
