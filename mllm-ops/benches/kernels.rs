@@ -9,7 +9,8 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use mllm_core::DType;
 use mllm_ops::cpu::kernels::{
-    attention, quant_linear, AttnShape, QuantKernel, QuantMatrix, QuantPath,
+    attention, packed_linear, quant_linear, AttnShape, PackedQ4, QuantKernel, QuantMatrix,
+    QuantPath,
 };
 use mllm_ops::quant::{quantize, QuantType};
 
@@ -65,6 +66,12 @@ fn bench_linear(c: &mut Criterion) {
                 b.iter(|| quant_linear(k, &x, rows, &m, None, &mut y, &pool))
             });
         }
+        let k = QuantKernel::new(QuantPath::Int16Activations);
+        if let (true, Ok(p)) = (k.packs_q4(), PackedQ4::pack(&m)) {
+            g.bench_function(BenchmarkId::new(name, "Packed"), |b| {
+                b.iter(|| packed_linear(k, &x, rows, &p, None, &mut y, &pool))
+            });
+        }
     }
     g.finish();
 }
@@ -79,9 +86,10 @@ fn bench_attention(c: &mut Criterion) {
         scale: 0.125,
         sliding_window: None,
     };
-    // (name, n_q, past): one decode token after 512, 128- and 512-token
-    // prefills.
+    // (name, n_q, past): one decode token after 64 and 512, 128- and
+    // 512-token prefills.
     for (name, n_q, past) in [
+        ("decode@64", 1, 64),
         ("decode@512", 1, 512),
         ("prefill128", 128, 0),
         ("prefill512", 512, 0),

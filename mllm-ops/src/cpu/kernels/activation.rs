@@ -53,6 +53,12 @@ pub fn erf(x: f32) -> f32 {
 /// SiLU / swish: `out[i] = x[i] · sigmoid(x[i])`.
 pub fn silu(x: &[f32], out: &mut [f32]) {
     debug_assert_eq!(x.len(), out.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: AVX2 and FMA were detected just above.
+        unsafe { avx2::swiglu(x, None, out) };
+        return;
+    }
     for (o, &v) in out.iter_mut().zip(x) {
         *o = silu1(v);
     }
@@ -88,8 +94,53 @@ pub fn relu(x: &[f32], out: &mut [f32]) {
 pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     debug_assert_eq!(gate.len(), up.len());
     debug_assert_eq!(gate.len(), out.len());
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: AVX2 and FMA were detected just above.
+        unsafe { avx2::swiglu(gate, Some(up), out) };
+        return;
+    }
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = silu1(g) * u;
+    }
+}
+
+/// SiLU and SwiGLU 8 lanes at a time (within 2e-7 relative of the scalar
+/// forms), the tail in scalar code.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::silu1;
+    use crate::cpu::kernels::simd::vmath::silu8;
+
+    /// Whether this CPU runs [`swiglu`].
+    pub(super) fn available() -> bool {
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    }
+
+    /// `out = silu(gate) · up`, or `silu(gate)` without `up`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn swiglu(gate: &[f32], up: Option<&[f32]>, out: &mut [f32]) {
+        let n = out.len().min(gate.len()) / 8 * 8;
+        for i in (0..n).step_by(8) {
+            let g = &gate[i..i + 8];
+            // SAFETY: `g` holds 8 floats and `loadu` has no alignment
+            // requirement.
+            let mut v = silu8(unsafe { _mm256_loadu_ps(g.as_ptr()) });
+            if let Some(up) = up {
+                let u = &up[i..i + 8];
+                // SAFETY: as above, for `u`.
+                v = _mm256_mul_ps(v, unsafe { _mm256_loadu_ps(u.as_ptr()) });
+            }
+            let o = &mut out[i..i + 8];
+            // SAFETY: `o` holds 8 floats and `storeu` has no alignment
+            // requirement.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+        }
+        for i in n..out.len() {
+            out[i] = silu1(gate[i]) * up.map_or(1.0, |u| u[i]);
+        }
     }
 }
 

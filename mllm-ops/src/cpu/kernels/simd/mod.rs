@@ -5,6 +5,7 @@
 //! * [`avx2_i8`] and [`vnni`]: integer dot products of Q8_0, Q4_0 and Q4_1
 //!   weights with 8-bit activations, AVX2 (`maddubs`) and AVX-512 VNNI
 //!   (`dpbusd`);
+//! * [`vmath`]: vectorized `exp` and SiLU for the softmax and activations;
 //! * [`avx2_packed`]: Q4 weights repacked in groups of eight rows times
 //!   16-bit activations;
 //! * `neon` (aarch64): both paths, the integer one with `sdot` where the
@@ -23,6 +24,8 @@ pub(crate) mod avx2_packed;
 pub(crate) mod avx512;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vmath;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni;
 
