@@ -241,18 +241,107 @@ impl Task<'_> {
     }
 }
 
-/// The attention task compiled for AVX2 + FMA (the portable dot and axpy
-/// loops vectorize 8 wide) with a vectorized softmax.
+/// The attention task compiled for AVX2 + FMA with a vectorized softmax:
+/// for head dimensions that are multiples of 64, scores of eight keys at a
+/// time (one horizontal reduction per eight keys) and the weighted sum of
+/// values in registers, 64 dimensions per pass; otherwise `Task::run` (whose
+/// portable dot and axpy loops vectorize 8 wide).
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::*;
 
-    use super::Task;
+    use super::{dot, Task};
 
-    /// Runs `ctx.run` with AVX2 code generation and [`softmax`].
+    /// Runs task `idx` (see `Task::run`).
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn task(ctx: &Task<'_>, scratch: &mut Vec<f32>, idx: usize, o: &mut [f32]) {
-        ctx.run(scratch, idx, o, |row| softmax(row));
+        let hd = ctx.head_dim;
+        if !hd.is_multiple_of(64) {
+            ctx.run(scratch, idx, o, |row| softmax(row));
+            return;
+        }
+        let i = idx / ctx.tasks_per_row;
+        let h0 = (idx % ctx.tasks_per_row) * ctx.hpt;
+        let kvh = (h0 / ctx.group).min(ctx.n_kv_heads - 1);
+        let p = ctx.past + i;
+        let lo = ctx.window.map_or(0, |w| (p + 1).saturating_sub(w));
+        let len = p + 1 - lo;
+        let qrow = &ctx.q[i * ctx.q_stride + h0 * hd..][..ctx.hpt * hd];
+        let krow = |j: usize| &ctx.k[j * ctx.kv_stride + kvh * hd..][..hd];
+        let vrow = |j: usize| &ctx.v[j * ctx.kv_stride + kvh * hd..][..hd];
+        scratch.clear();
+        scratch.resize(ctx.hpt * len, 0.0);
+        let scale = _mm256_set1_ps(ctx.scale);
+        for (qh, scores) in qrow.chunks_exact(hd).zip(scratch.chunks_exact_mut(len)) {
+            let full = len / 8 * 8;
+            for j0 in (0..full).step_by(8) {
+                let rows: [&[f32]; 8] = std::array::from_fn(|t| krow(lo + j0 + t));
+                let s = _mm256_mul_ps(dots8(qh, rows), scale);
+                store(&mut scores[j0..j0 + 8], s);
+            }
+            for (jj, sc) in scores.iter_mut().enumerate().skip(full) {
+                *sc = dot(qh, krow(lo + jj)) * ctx.scale;
+            }
+            softmax(scores);
+        }
+        for (oh, probs) in o.chunks_exact_mut(hd).zip(scratch.chunks_exact(len)) {
+            for d0 in (0..hd).step_by(64) {
+                let mut acc = [_mm256_setzero_ps(); 8];
+                for (jj, &pr) in probs.iter().enumerate() {
+                    let v = &vrow(lo + jj)[d0..d0 + 64];
+                    let pr = _mm256_set1_ps(pr);
+                    for (c, a) in acc.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(pr, load(&v[8 * c..8 * c + 8]), *a);
+                    }
+                }
+                for (c, a) in acc.iter().enumerate() {
+                    store(&mut oh[d0 + 8 * c..d0 + 8 * c + 8], *a);
+                }
+            }
+        }
+    }
+
+    /// Eight floats from the start of `x`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn load(x: &[f32]) -> __m256 {
+        let x = &x[..8];
+        // SAFETY: `x` holds 8 floats (sliced above) and `loadu` has no
+        // alignment requirement.
+        unsafe { _mm256_loadu_ps(x.as_ptr()) }
+    }
+
+    /// Stores `v` into the first eight floats of `x`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn store(x: &mut [f32], v: __m256) {
+        let x = &mut x[..8];
+        // SAFETY: `x` holds 8 floats (sliced above) and `storeu` has no
+        // alignment requirement.
+        unsafe { _mm256_storeu_ps(x.as_mut_ptr(), v) }
+    }
+
+    /// The dot products of `q` with eight rows of its length (a multiple
+    /// of 8), as the eight lanes of one register.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn dots8(q: &[f32], rows: [&[f32]; 8]) -> __m256 {
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for d in (0..q.len()).step_by(8) {
+            let qv = load(&q[d..]);
+            for (a, r) in acc.iter_mut().zip(rows) {
+                *a = _mm256_fmadd_ps(qv, load(&r[d..]), *a);
+            }
+        }
+        // Pairwise sums: after two rounds each 128-bit half holds partial
+        // sums of four rows; adding the halves gives rows 0..8 in order.
+        let t = [0, 2, 4, 6].map(|r| _mm256_hadd_ps(acc[r], acc[r + 1]));
+        let u0 = _mm256_hadd_ps(t[0], t[1]);
+        let u1 = _mm256_hadd_ps(t[2], t[3]);
+        _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(u0, u1),
+            _mm256_permute2f128_ps::<0x31>(u0, u1),
+        )
     }
 
     pub(super) use crate::cpu::kernels::simd::vmath::exp8;
@@ -401,10 +490,19 @@ mod tests {
     fn attention_matches_reference() {
         let mut rng = Rng::new(61);
         let pools = [pool1(), pool2()];
-        // (n_heads, n_kv_heads, head_dim): MHA, GQA, MQA, odd head dims.
-        let heads = [(2, 2, 8), (4, 2, 7), (6, 3, 33), (3, 1, 16), (8, 1, 64)];
+        // (n_heads, n_kv_heads, head_dim): MHA, GQA, MQA, odd head dims,
+        // and multiples of 64 (the AVX2 eight-keys-at-a-time task).
+        let heads = [
+            (2, 2, 8),
+            (4, 2, 7),
+            (6, 3, 33),
+            (3, 1, 16),
+            (8, 1, 64),
+            (9, 3, 64),
+            (2, 1, 128),
+        ];
         // (n_q, past): prefill, decode, chunked prefill.
-        let steps = [(1, 0), (5, 0), (1, 9), (3, 4), (17, 20), (40, 0)];
+        let steps = [(1, 0), (5, 0), (1, 9), (3, 4), (17, 20), (40, 0), (1, 40)];
         for pool in &pools {
             for &(n_heads, n_kv_heads, head_dim) in &heads {
                 for &(n_q, past) in &steps {
