@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the main CPU kernels at SmolLM2-135M sizes, so that
 //! regressions show: quantized matrix-vector products (decode), quantized
-//! GEMM (prefill) and attention.
+//! GEMM (prefill) and attention. Every kernel is called from a thread of
+//! its pool, as the model's decode steps run.
 //!
 //! ```text
 //! cargo bench -p mllm-ops --bench kernels
@@ -43,12 +44,16 @@ fn linear_case(dtype: DType, out_f: usize, in_f: usize, rows: usize) -> (Vec<u8>
 fn bench_linear(c: &mut Criterion) {
     let pool = pool(2);
     let mut g = c.benchmark_group("quant_linear");
-    // (name, dtype, out_f, in_f, rows): an FFN projection and the tied
-    // LM head for decode; an FFN projection for a 128-token prefill.
+    // (name, dtype, out_f, in_f, rows): an FFN projection, a key
+    // projection and the tied LM head for decode; FFN, key and down
+    // projections for a 128-token prefill.
     let cases = [
         ("q4_1 ffn decode", DType::Q4_1, 1536, 576, 1),
+        ("q4_1 k_proj decode", DType::Q4_1, 192, 576, 1),
         ("q8_0 lm_head decode", DType::Q8_0, 49152, 576, 1),
         ("q4_1 ffn prefill128", DType::Q4_1, 1536, 576, 128),
+        ("q4_1 k_proj prefill128", DType::Q4_1, 192, 576, 128),
+        ("q4_1 down prefill128", DType::Q4_1, 576, 1536, 128),
     ];
     for (name, dtype, out_f, in_f, rows) in cases {
         let (w, x) = linear_case(dtype, out_f, in_f, rows);
@@ -63,13 +68,13 @@ fn bench_linear(c: &mut Criterion) {
         ] {
             let k = QuantKernel::new(path);
             g.bench_function(BenchmarkId::new(name, format!("{path:?}")), |b| {
-                b.iter(|| quant_linear(k, &x, rows, &m, None, &mut y, &pool))
+                pool.install(|| b.iter(|| quant_linear(k, &x, rows, &m, None, &mut y, &pool)))
             });
         }
         let k = QuantKernel::new(QuantPath::Int16Activations);
         if let (true, Ok(p)) = (k.packs_q4(), PackedQ4::pack(&m)) {
             g.bench_function(BenchmarkId::new(name, "Packed"), |b| {
-                b.iter(|| packed_linear(k, &x, rows, &p, None, &mut y, &pool))
+                pool.install(|| b.iter(|| packed_linear(k, &x, rows, &p, None, &mut y, &pool)))
             });
         }
     }
@@ -100,7 +105,7 @@ fn bench_attention(c: &mut Criterion) {
         let v = values(kv * 3 * 64, 5);
         let mut out = vec![0.0f32; n_q * 9 * 64];
         g.bench_function(name, |b| {
-            b.iter(|| attention(&q, n_q, past, &k, &v, &shape, &mut out, &pool))
+            pool.install(|| b.iter(|| attention(&q, n_q, past, &k, &v, &shape, &mut out, &pool)))
         });
     }
     g.finish();
