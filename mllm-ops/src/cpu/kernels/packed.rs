@@ -15,6 +15,7 @@
 
 use half::f16;
 use mllm_core::{Error, Result};
+use rayon::prelude::*;
 use rayon::ThreadPool;
 
 use super::qact::{Q16Act, Q16Row, BLOCK, WIDE};
@@ -182,7 +183,7 @@ pub fn packed_linear(
         .zip(y.chunks_mut(ROW_BLOCK * out_f))
     {
         let n = xb.len() / in_f;
-        let act: Q16Act<WIDE> = k.quantize_act16(xb);
+        let act = quantize_rows(k, xb, in_f, &split);
         let act = act.row();
         let xs: Vec<Q16Row<'_, WIDE>> = (0..n).map(|t| act.sub_row(t, in_f)).collect();
         let yt = &mut yt[..out_f * n];
@@ -196,6 +197,31 @@ pub fn packed_linear(
             add_bias(row, bias);
         }
     }
+}
+
+/// Quantizes the rows of `x` (each `in_f` long), split over the pool by
+/// rows when the call is parallel.
+fn quantize_rows(k: QuantKernel, x: &[f32], in_f: usize, split: &Split<'_>) -> Q16Act<WIDE> {
+    let mut act = Q16Act::zeros(x.len());
+    let Some(pool) = split.pool() else {
+        let (hi, lo, d, s) = act.parts_mut();
+        k.quantize_act16_into::<WIDE>(x, hi, lo, d, s);
+        return act;
+    };
+    let rows = x.len() / in_f;
+    let per_task = rows.div_ceil(4 * pool.current_num_threads()).max(1);
+    let (vals, blocks) = (per_task * in_f, per_task * (in_f / BLOCK));
+    let (hi, lo, d, s) = act.parts_mut();
+    let parts = hi
+        .par_chunks_mut(vals)
+        .zip(lo.par_chunks_mut(vals))
+        .zip(d.par_chunks_mut(blocks))
+        .zip(s.par_chunks_mut(blocks))
+        .zip(x.par_chunks(vals));
+    pool.install(|| {
+        parts.for_each(|((((hi, lo), d), s), x)| k.quantize_act16_into::<WIDE>(x, hi, lo, d, s))
+    });
+    act
 }
 
 /// Writes the outputs of every row group of `w` for the activation rows

@@ -214,24 +214,11 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
     }
 
     /// Quantizes `x` (its length a multiple of 32).
+    #[cfg(test)]
     pub(crate) fn quantize(x: &[f32]) -> Self {
-        debug_assert!(x.len().is_multiple_of(BLOCK));
-        let max = q16_max(SHIFT);
         let mut out = Self::zeros(x.len());
-        let blocks = x.chunks_exact(BLOCK).enumerate();
-        for (b, xb) in blocks {
-            let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let d = amax / max;
-            let id = if d == 0.0 { 0.0 } else { 1.0 / d };
-            let mut sum = 0i32;
-            for (j, &v) in xb.iter().enumerate() {
-                let q = (v * id).round_ties_even().clamp(-max, max) as i32;
-                (out.hi[b * BLOCK + j], out.lo[b * BLOCK + j]) = split::<SHIFT>(q);
-                sum += q;
-            }
-            out.d[b] = d;
-            out.s[b] = d * sum as f32;
-        }
+        let (hi, lo, d, s) = out.parts_mut();
+        quantize_q16_into::<SHIFT>(x, hi, lo, d, s);
         out
     }
 
@@ -243,6 +230,32 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
             d: &self.d,
             s: &self.s,
         }
+    }
+}
+
+/// Quantizes `x` (its length a multiple of 32) into the parts of a
+/// [`Q16Act`] (see there), sized for it.
+pub(crate) fn quantize_q16_into<const SHIFT: u32>(
+    x: &[f32],
+    hi: &mut [i8],
+    lo: &mut [i8],
+    d: &mut [f32],
+    s: &mut [f32],
+) {
+    debug_assert!(x.len().is_multiple_of(BLOCK));
+    let max = q16_max(SHIFT);
+    for (b, xb) in x.chunks_exact(BLOCK).enumerate() {
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let db = amax / max;
+        let id = if db == 0.0 { 0.0 } else { 1.0 / db };
+        let mut sum = 0i32;
+        for (j, &v) in xb.iter().enumerate() {
+            let q = (v * id).round_ties_even().clamp(-max, max) as i32;
+            (hi[b * BLOCK + j], lo[b * BLOCK + j]) = split::<SHIFT>(q);
+            sum += q;
+        }
+        d[b] = db;
+        s[b] = db * sum as f32;
     }
 }
 

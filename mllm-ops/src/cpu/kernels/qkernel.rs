@@ -275,16 +275,30 @@ impl QuantKernel {
     /// Quantizes an activation row (its length a multiple of 32) to 16 bits,
     /// bit-exactly as `Q16Act::quantize`.
     pub(crate) fn quantize_act16<const SHIFT: u32>(self, x: &[f32]) -> Q16Act<SHIFT> {
+        let mut a = Q16Act::zeros(x.len());
+        let (hi, lo, d, s) = a.parts_mut();
+        self.quantize_act16_into::<SHIFT>(x, hi, lo, d, s);
+        a
+    }
+
+    /// [`QuantKernel::quantize_act16`] into the parts of a `Q16Act` sized
+    /// for `x`.
+    pub(crate) fn quantize_act16_into<const SHIFT: u32>(
+        self,
+        x: &[f32],
+        hi: &mut [i8],
+        lo: &mut [i8],
+        d: &mut [f32],
+        s: &mut [f32],
+    ) {
         #[cfg(target_arch = "x86_64")]
         if matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512) {
-            let mut a = Q16Act::zeros(x.len());
-            let (hi, lo, d, s) = a.parts_mut();
             // SAFETY: both SIMD levels include AVX2 and FMA, detected when
             // the kernel was made.
             unsafe { simd::avx2_i8::quantize_row_q16::<SHIFT>(x, hi, lo, d, s) };
-            return a;
+            return;
         }
-        Q16Act::quantize(x)
+        qact::quantize_q16_into::<SHIFT>(x, hi, lo, d, s);
     }
 
     /// Quantizes an activation row (its length a multiple of 32) to 8 bits,

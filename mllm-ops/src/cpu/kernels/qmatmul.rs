@@ -142,6 +142,11 @@ impl<'p> Split<'p> {
         }
     }
 
+    /// The pool, and whether this call runs in it.
+    pub(crate) fn pool(&self) -> Option<&'p ThreadPool> {
+        self.parallel.then_some(self.pool)
+    }
+
     /// Output features per task: about four tasks per thread, none tiny.
     pub(crate) fn outputs_per_task(&self, out_f: usize, weights_per_output: usize) -> usize {
         let min = MIN_TASK_WEIGHTS.div_ceil(weights_per_output.max(1));
