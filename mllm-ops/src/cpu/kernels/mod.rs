@@ -72,6 +72,18 @@ pub(crate) mod test_util {
         }
         (y, mag)
     }
+
+    /// Asserts `|y[i] − want[i]| ≤ tol · mag[i]` for every output (`mag`
+    /// from [`linear_reference`]), naming `what` and the index.
+    pub fn assert_within(y: &[f32], want: &[f64], mag: &[f64], tol: f64, what: &str) {
+        for (i, ((&got, &w), &m)) in y.iter().zip(want).zip(mag).enumerate() {
+            assert!(
+                (got as f64 - w).abs() <= tol * m,
+                "{what} idx={i}: {got} vs {w}"
+            );
+        }
+    }
+
     /// A tiny deterministic PRNG (xorshift64*).
     pub struct Rng(u64);
 

@@ -270,7 +270,7 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
-    use crate::cpu::kernels::test_util::{linear_reference, pool1, pool2, Rng};
+    use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
 
     /// Packing keeps every value: the portable packed dot with wide
     /// activations equals the f64 dot of each unpacked row's dequantized
@@ -356,14 +356,8 @@ mod tests {
                         let mut y = vec![f32::NAN; rows * out_f];
                         packed_linear(k, &x, rows, &p, bias, &mut y, &pool);
                         let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
-                        for i in 0..y.len() {
-                            assert!(
-                                (y[i] as f64 - want[i]).abs() <= 1e-4 * mag[i],
-                                "{level:?} {qt} rows={rows} out={out_f} idx={i}: {} vs {}",
-                                y[i],
-                                want[i]
-                            );
-                        }
+                        let what = format!("{level:?} {qt} rows={rows} out={out_f}");
+                        assert_within(&y, &want, &mag, 1e-4, &what);
                     }
                 }
             }

@@ -360,7 +360,7 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::SimdLevel;
-    use crate::cpu::kernels::test_util::{linear_reference, pool1, pool2, Rng};
+    use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
 
     struct Case {
         qt: QuantType,
@@ -426,17 +426,8 @@ mod tests {
             for pool in [pool1(), pool2()] {
                 for c in cases() {
                     let (y, want, mag) = run(&mut rng, k, &c, &pool);
-                    for i in 0..y.len() {
-                        assert!(
-                            (y[i] as f64 - want[i]).abs() <= 1e-4 * mag[i],
-                            "{level:?} {} rows={} out={} idx={i}: {} vs {}",
-                            c.qt,
-                            c.rows,
-                            c.out_f,
-                            y[i],
-                            want[i]
-                        );
-                    }
+                    let what = format!("{level:?} {} rows={} out={}", c.qt, c.rows, c.out_f);
+                    assert_within(&y, &want, &mag, 1e-4, &what);
                 }
             }
         }
@@ -464,21 +455,10 @@ mod tests {
                 // The same seed gives both runs the same data.
                 let (y, want, mag) = run(&mut Rng::new(32), k, &c, &pool);
                 let (ys, _, _) = run(&mut Rng::new(32), scalar, &c, &pool);
-                for i in 0..y.len() {
-                    let tag = format!("{level:?} {} out={} idx={i}", c.qt, c.out_f);
-                    assert!(
-                        (y[i] - ys[i]).abs() as f64 <= 1e-5 * mag[i],
-                        "{tag}: {} vs {}",
-                        y[i],
-                        ys[i]
-                    );
-                    assert!(
-                        (y[i] as f64 - want[i]).abs() <= 2e-2 * mag[i],
-                        "{tag}: {} vs {}",
-                        y[i],
-                        want[i]
-                    );
-                }
+                let what = format!("{level:?} {} out={}", c.qt, c.out_f);
+                let scalar: Vec<f64> = ys.iter().map(|&v| v as f64).collect();
+                assert_within(&y, &scalar, &mag, 1e-5, &what);
+                assert_within(&y, &want, &mag, 2e-2, &what);
             }
         }
     }
@@ -499,16 +479,8 @@ mod tests {
                 .filter(|c| c.qt.block_len() == 32 && c.rows == 1);
             for c in one_row {
                 let (y, want, mag) = run(&mut Rng::new(34), k, &c, &pool);
-                for i in 0..y.len() {
-                    assert!(
-                        (y[i] as f64 - want[i]).abs() <= 1e-4 * mag[i],
-                        "{level:?} {} out={} idx={i}: {} vs {}",
-                        c.qt,
-                        c.out_f,
-                        y[i],
-                        want[i]
-                    );
-                }
+                let what = format!("{level:?} {} out={}", c.qt, c.out_f);
+                assert_within(&y, &want, &mag, 1e-4, &what);
             }
         }
     }
