@@ -4,7 +4,7 @@
 //! A packed matrix stores its rows in groups of eight, block by block: for
 //! each group and each block of 32 columns, 160 bytes hold the eight rows'
 //! f16 scales `d`, their f16 offsets `m` (Q4_0's `-8·d`), then four 32-byte
-//! chunks where chunk `j` is the fourth 4-byte word of each row's nibbles:
+//! chunks where chunk `j` holds the `j`-th 4-byte word of each row's nibbles:
 //! bytes `4r..4r + 4` of chunk `j` are bytes `4j..4j + 4` of row `r`'s
 //! block, whose low nibbles are the values at columns `4j..4j + 4` and high
 //! nibbles those at `16 + 4j..16 + 4j + 4`. One 256-bit load therefore
