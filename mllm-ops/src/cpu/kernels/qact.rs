@@ -50,6 +50,7 @@ pub(crate) struct Q8Row<'a> {
 
 impl Q8Act {
     /// An all-zero row of `len` values (a multiple of 32).
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn zeros(len: usize) -> Q8Act {
         Q8Act {
             q: vec![0; len],
@@ -59,6 +60,7 @@ impl Q8Act {
     }
 
     /// The parts, to be filled by a SIMD quantizer.
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn parts_mut(&mut self) -> (&mut [i8], &mut [f32], &mut [f32]) {
         (&mut self.q, &mut self.d, &mut self.s)
     }
