@@ -112,6 +112,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::silu1;
+    use crate::cpu::kernels::simd::avx2::{load, store};
     use crate::cpu::kernels::simd::vmath::silu8;
 
     /// Whether this CPU runs [`swiglu`].
@@ -124,19 +125,11 @@ mod avx2 {
     pub(super) fn swiglu(gate: &[f32], up: Option<&[f32]>, out: &mut [f32]) {
         let n = out.len().min(gate.len()) / 8 * 8;
         for i in (0..n).step_by(8) {
-            let g = &gate[i..i + 8];
-            // SAFETY: `g` holds 8 floats and `loadu` has no alignment
-            // requirement.
-            let mut v = silu8(unsafe { _mm256_loadu_ps(g.as_ptr()) });
+            let mut v = silu8(load(&gate[i..]));
             if let Some(up) = up {
-                let u = &up[i..i + 8];
-                // SAFETY: as above, for `u`.
-                v = _mm256_mul_ps(v, unsafe { _mm256_loadu_ps(u.as_ptr()) });
+                v = _mm256_mul_ps(v, load(&up[i..]));
             }
-            let o = &mut out[i..i + 8];
-            // SAFETY: `o` holds 8 floats and `storeu` has no alignment
-            // requirement.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+            store(&mut out[i..], v);
         }
         for i in n..out.len() {
             out[i] = silu1(gate[i]) * up.map_or(1.0, |u| u[i]);

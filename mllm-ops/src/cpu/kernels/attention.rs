@@ -202,24 +202,58 @@ struct Task<'a> {
     window: Option<usize>,
 }
 
-impl Task<'_> {
-    /// Task `idx`: query `idx / tasks_per_row`, `hpt` heads of one kv head,
-    /// written to `o`; `softmax` normalizes one row of scores in place.
+/// What task `idx` reads: its `hpt` query heads, its kv head and the
+/// positions of the keys it sees.
+struct Span<'a> {
+    /// The task's query heads, `hpt · head_dim` values.
+    qrow: &'a [f32],
+    /// The kv head they share.
+    kvh: usize,
+    /// First visible key position.
+    lo: usize,
+    /// Number of visible keys (positions `lo..lo + len`).
+    len: usize,
+}
+
+impl<'a> Task<'a> {
+    /// The query heads, kv head and visible keys of task `idx`: query
+    /// `idx / tasks_per_row`, `hpt` heads of one kv head.
     #[inline(always)]
-    fn run(&self, scratch: &mut Vec<f32>, idx: usize, o: &mut [f32], softmax: impl Fn(&mut [f32])) {
-        let (head_dim, hpt) = (self.head_dim, self.hpt);
+    fn span(&self, idx: usize) -> Span<'a> {
         let i = idx / self.tasks_per_row;
-        let h0 = (idx % self.tasks_per_row) * hpt;
-        let kvh = (h0 / self.group).min(self.n_kv_heads - 1);
+        let h0 = (idx % self.tasks_per_row) * self.hpt;
         let p = self.past + i;
         let lo = self.window.map_or(0, |w| (p + 1).saturating_sub(w));
-        let len = p + 1 - lo;
-        let qrow = &self.q[i * self.q_stride + h0 * head_dim..][..hpt * head_dim];
+        Span {
+            qrow: &self.q[i * self.q_stride + h0 * self.head_dim..][..self.hpt * self.head_dim],
+            kvh: (h0 / self.group).min(self.n_kv_heads - 1),
+            lo,
+            len: p + 1 - lo,
+        }
+    }
+
+    /// Key row `j` of kv head `kvh`.
+    #[inline(always)]
+    fn key(&self, j: usize, kvh: usize) -> &'a [f32] {
+        &self.k[j * self.kv_stride + kvh * self.head_dim..][..self.head_dim]
+    }
+
+    /// Value row `j` of kv head `kvh`.
+    #[inline(always)]
+    fn value(&self, j: usize, kvh: usize) -> &'a [f32] {
+        &self.v[j * self.kv_stride + kvh * self.head_dim..][..self.head_dim]
+    }
+
+    /// Task `idx` (see [`Task::span`]), written to `o`; `softmax`
+    /// normalizes one row of scores in place.
+    #[inline(always)]
+    fn run(&self, scratch: &mut Vec<f32>, idx: usize, o: &mut [f32], softmax: impl Fn(&mut [f32])) {
+        let Span { qrow, kvh, lo, len } = self.span(idx);
         scratch.clear();
-        scratch.resize(hpt * len, 0.0);
-        for (jj, j) in (lo..=p).enumerate() {
-            let krow = &self.k[j * self.kv_stride + kvh * head_dim..][..head_dim];
-            for (hh, qh) in qrow.chunks_exact(head_dim).enumerate() {
+        scratch.resize(self.hpt * len, 0.0);
+        for jj in 0..len {
+            let krow = self.key(lo + jj, kvh);
+            for (hh, qh) in qrow.chunks_exact(self.head_dim).enumerate() {
                 scratch[hh * len + jj] = dot(qh, krow) * self.scale;
             }
         }
@@ -227,9 +261,9 @@ impl Task<'_> {
             softmax(scores);
         }
         o.fill(0.0);
-        for (jj, j) in (lo..=p).enumerate() {
-            let vrow = &self.v[j * self.kv_stride + kvh * head_dim..][..head_dim];
-            for (hh, oh) in o.chunks_exact_mut(head_dim).enumerate() {
+        for jj in 0..len {
+            let vrow = self.value(lo + jj, kvh);
+            for (hh, oh) in o.chunks_exact_mut(self.head_dim).enumerate() {
                 axpy(scratch[hh * len + jj], vrow, oh);
             }
         }
@@ -245,7 +279,8 @@ impl Task<'_> {
 mod simd {
     use std::arch::x86_64::*;
 
-    use super::{dot, Task};
+    use super::{dot, Span, Task};
+    use crate::cpu::kernels::simd::avx2::{load, store};
 
     /// Runs task `idx` (see `Task::run`).
     #[target_feature(enable = "avx2,fma")]
@@ -255,27 +290,19 @@ mod simd {
             ctx.run(scratch, idx, o, |row| softmax(row));
             return;
         }
-        let i = idx / ctx.tasks_per_row;
-        let h0 = (idx % ctx.tasks_per_row) * ctx.hpt;
-        let kvh = (h0 / ctx.group).min(ctx.n_kv_heads - 1);
-        let p = ctx.past + i;
-        let lo = ctx.window.map_or(0, |w| (p + 1).saturating_sub(w));
-        let len = p + 1 - lo;
-        let qrow = &ctx.q[i * ctx.q_stride + h0 * hd..][..ctx.hpt * hd];
-        let krow = |j: usize| &ctx.k[j * ctx.kv_stride + kvh * hd..][..hd];
-        let vrow = |j: usize| &ctx.v[j * ctx.kv_stride + kvh * hd..][..hd];
+        let Span { qrow, kvh, lo, len } = ctx.span(idx);
         scratch.clear();
         scratch.resize(ctx.hpt * len, 0.0);
         let scale = _mm256_set1_ps(ctx.scale);
         for (qh, scores) in qrow.chunks_exact(hd).zip(scratch.chunks_exact_mut(len)) {
             let full = len / 8 * 8;
             for j0 in (0..full).step_by(8) {
-                let rows: [&[f32]; 8] = std::array::from_fn(|t| krow(lo + j0 + t));
+                let rows: [&[f32]; 8] = std::array::from_fn(|t| ctx.key(lo + j0 + t, kvh));
                 let s = _mm256_mul_ps(dots8(qh, rows), scale);
                 store(&mut scores[j0..j0 + 8], s);
             }
             for (jj, sc) in scores.iter_mut().enumerate().skip(full) {
-                *sc = dot(qh, krow(lo + jj)) * ctx.scale;
+                *sc = dot(qh, ctx.key(lo + jj, kvh)) * ctx.scale;
             }
             softmax(scores);
         }
@@ -283,7 +310,7 @@ mod simd {
             for d0 in (0..hd).step_by(64) {
                 let mut acc = [_mm256_setzero_ps(); 8];
                 for (jj, &pr) in probs.iter().enumerate() {
-                    let v = &vrow(lo + jj)[d0..d0 + 64];
+                    let v = &ctx.value(lo + jj, kvh)[d0..d0 + 64];
                     let pr = _mm256_set1_ps(pr);
                     for (c, a) in acc.iter_mut().enumerate() {
                         *a = _mm256_fmadd_ps(pr, load(&v[8 * c..8 * c + 8]), *a);
@@ -294,26 +321,6 @@ mod simd {
                 }
             }
         }
-    }
-
-    /// Eight floats from the start of `x`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn load(x: &[f32]) -> __m256 {
-        let x = &x[..8];
-        // SAFETY: `x` holds 8 floats (sliced above) and `loadu` has no
-        // alignment requirement.
-        unsafe { _mm256_loadu_ps(x.as_ptr()) }
-    }
-
-    /// Stores `v` into the first eight floats of `x`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn store(x: &mut [f32], v: __m256) {
-        let x = &mut x[..8];
-        // SAFETY: `x` holds 8 floats (sliced above) and `storeu` has no
-        // alignment requirement.
-        unsafe { _mm256_storeu_ps(x.as_mut_ptr(), v) }
     }
 
     /// The dot products of `q` with eight rows of its length (a multiple

@@ -16,7 +16,7 @@ pub(crate) const LANES: usize = 8;
 /// Loads 8 floats from the start of `x`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn load(x: &[f32]) -> __m256 {
+pub(crate) fn load(x: &[f32]) -> __m256 {
     let x = &x[..LANES];
     // SAFETY: `x` holds 8 floats (sliced above) and `loadu` has no alignment
     // requirement.
@@ -26,7 +26,7 @@ fn load(x: &[f32]) -> __m256 {
 /// Stores 8 floats at the start of `out`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn store(out: &mut [f32], v: __m256) {
+pub(crate) fn store(out: &mut [f32], v: __m256) {
     let out = &mut out[..LANES];
     // SAFETY: `out` holds 8 floats (sliced above) and `storeu` has no
     // alignment requirement.

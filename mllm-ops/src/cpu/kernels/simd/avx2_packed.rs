@@ -13,6 +13,8 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2::store;
+use super::avx2_i8::load32;
 use crate::cpu::kernels::packed::{GROUP_ROWS, PACKED_BLOCK_BYTES, TILE_TOKENS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
@@ -52,10 +54,7 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
         let mut sum_hi = [_mm256_setzero_si256(); T];
         let mut sum_lo = [_mm256_setzero_si256(); T];
         for j in 0..4 {
-            let chunk = &blk[32 + 32 * j..32 + 32 * j + 32];
-            // SAFETY: `chunk` holds 32 bytes and `loadu` has no alignment
-            // requirement.
-            let v = unsafe { _mm256_loadu_si256(chunk.as_ptr().cast()) };
+            let v = load32(&blk[32 + 32 * j..]);
             let w_lo = _mm256_and_si256(v, nibble);
             let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
             for t in 0..T {
@@ -90,18 +89,16 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
     debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
-    let mut store = |acc: &[__m256]| {
+    let mut store_all = |acc: &[__m256]| {
         for (o, a) in out.iter_mut().zip(acc) {
-            // SAFETY: `o` holds 8 floats and `storeu` has no alignment
-            // requirement.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), *a) };
+            store(o, *a);
         }
     };
     match xs.len() {
         0 => {}
-        1 => store(&tile::<1>(group, xs)),
-        2 => store(&tile::<2>(group, xs)),
-        3 => store(&tile::<3>(group, xs)),
-        _ => store(&tile::<4>(group, xs)),
+        1 => store_all(&tile::<1>(group, xs)),
+        2 => store_all(&tile::<2>(group, xs)),
+        3 => store_all(&tile::<3>(group, xs)),
+        _ => store_all(&tile::<4>(group, xs)),
     }
 }
