@@ -492,6 +492,26 @@ pub(crate) mod tests {
         }
     }
 
+    /// Asserts that each of the four-row results `got` equals `want` of its
+    /// weight row within `1e-5 · Σ|w_i x_i|` (f32 accumulation order).
+    fn assert_rows_close(
+        qt: QuantType,
+        ws: &[Vec<u8>],
+        xf: &[f32],
+        got: [f32; 4],
+        want: impl Fn(&[u8]) -> f32,
+        what: &str,
+    ) {
+        for (r, (w, got)) in ws.iter().zip(got).enumerate() {
+            let want = want(w);
+            let tol = 1e-5 * magnitude(qt, w, xf);
+            assert!(
+                ((got - want) as f64).abs() <= tol,
+                "{what} row {r}: {got} vs {want}"
+            );
+        }
+    }
+
     /// The four-row integer dots equal four single-row dots at the same
     /// level within f32 accumulation order: `|a − b| ≤ 1e-5 · Σ|w_i x_i|`,
     /// and the scalar four-row dot equals the scalar dot exactly.
@@ -510,15 +530,8 @@ pub(crate) mod tests {
                     let x = xq.row();
                     let xf: Vec<f32> = (0..n * 32).map(|i| x.q[i] as f32 * x.d[i / 32]).collect();
                     let got = k.dot_i8_rows(it, std::array::from_fn(|r| &ws[r][..]), x);
-                    for r in 0..4 {
-                        let want = qact::dot_i8(it, &ws[r], x);
-                        let tol = 1e-5 * magnitude(qt, &ws[r], &xf);
-                        assert!(
-                            ((got[r] - want) as f64).abs() <= tol,
-                            "{k:?} {qt} n={n} row {r}: {} vs {want}",
-                            got[r]
-                        );
-                    }
+                    let what = format!("{k:?} {qt} n={n}");
+                    assert_rows_close(qt, &ws, &xf, got, |w| qact::dot_i8(it, w, x), &what);
                 }
             }
         }
@@ -549,18 +562,11 @@ pub(crate) mod tests {
                     let xa = Q16Act::<NARROW>::quantize(&rng.vec(n * 32, 1.0));
                     let x = xa.row();
                     let xf: Vec<f32> = (0..n * 32)
-                        .map(|i| (128 * x.hi[i] as i32 + x.lo[i] as i32) as f32 * x.d[i / 32])
+                        .map(|i| x.value(i) as f32 * x.d[i / 32])
                         .collect();
                     let got = k.dot_i16_rows(it, std::array::from_fn(|r| &ws[r][..]), x);
-                    for r in 0..4 {
-                        let want = qact::dot_i16(it, &ws[r], x);
-                        let tol = 1e-5 * magnitude(qt, &ws[r], &xf);
-                        assert!(
-                            ((got[r] - want) as f64).abs() <= tol,
-                            "{k:?} {qt} n={n} row {r}: {} vs {want}",
-                            got[r]
-                        );
-                    }
+                    let what = format!("{k:?} {qt} n={n}");
+                    assert_rows_close(qt, &ws, &xf, got, |w| qact::dot_i16(it, w, x), &what);
                 }
             }
         }
