@@ -503,6 +503,33 @@ mod tests {
         }
     }
 
+    /// Batch invariance: each row of a multi-row call equals the same row
+    /// computed alone, for every weight type, on one or two threads.
+    #[test]
+    fn each_row_equals_the_row_alone() {
+        let mut rng = Rng::new(77);
+        let (p1, p2) = (pool1(), pool2());
+        for &(rows, in_f, out_f) in &[(2, 40, 9), (5, 64, 130), (70, 96, 300)] {
+            let x = rng.vec(rows * in_f, 1.0);
+            let w32 = rng.vec(out_f * in_f, 0.5);
+            let w16: Vec<f16> = w32.iter().map(|&v| f16::from_f32(v)).collect();
+            let wb: Vec<bf16> = w32.iter().map(|&v| bf16::from_f32(v)).collect();
+            let b = rng.vec(out_f, 1.0);
+            let check = |run: &dyn Fn(&[f32], usize, &mut [f32], &ThreadPool)| {
+                let mut all = vec![f32::NAN; rows * out_f];
+                run(&x, rows, &mut all, &p2);
+                for (t, want) in all.chunks_exact(out_f).enumerate() {
+                    let mut one = vec![f32::NAN; out_f];
+                    run(&x[t * in_f..(t + 1) * in_f], 1, &mut one, &p1);
+                    assert_eq!(one, want, "row {t} of {rows}");
+                }
+            };
+            check(&|x, r, y, p| linear(x, r, in_f, &w32, out_f, Some(&b), y, p));
+            check(&|x, r, y, p| linear(x, r, in_f, &w16, out_f, None, y, p));
+            check(&|x, r, y, p| linear(x, r, in_f, &wb, out_f, Some(&b), y, p));
+        }
+    }
+
     #[test]
     fn linear_degenerate() {
         let pool = pool2();

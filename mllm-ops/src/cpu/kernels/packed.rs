@@ -363,4 +363,36 @@ mod tests {
             }
         }
     }
+
+    /// Batch invariance: each activation row gets exactly the result it
+    /// gets alone, whatever shares its token tile or row block and however
+    /// the groups are split over threads.
+    #[test]
+    fn each_row_equals_the_row_alone() {
+        let mut rng = Rng::new(43);
+        let (p1, p2) = (pool1(), pool2());
+        for level in SimdLevel::FASTEST_FIRST {
+            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                continue;
+            };
+            for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+                for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24)] {
+                    let in_f = nb * BLOCK;
+                    let w = random_blocks(&mut rng, qt, out_f * nb);
+                    let m = QuantMatrix::new(qt, &w, out_f, in_f).unwrap();
+                    let p = PackedQ4::pack(&m).unwrap();
+                    let x = rng.vec(rows * in_f, 1.0);
+                    let b = rng.vec(out_f, 1.0);
+                    let mut all = vec![f32::NAN; rows * out_f];
+                    packed_linear(k, &x, rows, &p, Some(&b), &mut all, &p2);
+                    for (t, want) in all.chunks_exact(out_f).enumerate() {
+                        let mut one = vec![f32::NAN; out_f];
+                        let xt = &x[t * in_f..(t + 1) * in_f];
+                        packed_linear(k, xt, 1, &p, Some(&b), &mut one, &p1);
+                        assert_eq!(one, want, "{level:?} {qt} row {t} of {rows}");
+                    }
+                }
+            }
+        }
+    }
 }

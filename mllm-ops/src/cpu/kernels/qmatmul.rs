@@ -218,19 +218,38 @@ pub fn quant_linear(
         QuantPath::Int8Activations | QuantPath::Int16Activations => Int8Type::from_quant(qt),
         QuantPath::F32Activations => None,
     };
+    // The path depends only on the weight type and the kernel, never on the
+    // number of rows, so a row's result is the same whatever shares the call.
     match int {
-        _ if rows > 1 => tiled(kernel, x, rows, w, bias, y, &split),
         Some(it) if kernel.path() == QuantPath::Int16Activations => {
-            let xq = kernel.quantize_act16::<NARROW>(x);
-            let xr = xq.row();
-            matvec_i8(w, bias, y, &split, |rows| kernel.dot_i16_rows(it, rows, xr));
+            let acts: Vec<_> = x
+                .chunks_exact(in_f)
+                .map(|r| kernel.quantize_act16::<NARROW>(r))
+                .collect();
+            if let [one] = acts.as_slice() {
+                let xr = one.row();
+                matvec_i8(w, bias, y, &split, |ws| kernel.dot_i16_rows(it, ws, xr));
+            } else {
+                matmul_i8(w, rows, bias, y, &split, |ws, t| {
+                    kernel.dot_i16_rows(it, ws, acts[t].row())
+                });
+            }
         }
         Some(it) => {
-            let xq = kernel.quantize_act(x);
-            let xr = xq.row();
-            matvec_i8(w, bias, y, &split, |rows| kernel.dot_i8_rows(it, rows, xr));
+            let acts: Vec<_> = x
+                .chunks_exact(in_f)
+                .map(|r| kernel.quantize_act(r))
+                .collect();
+            if let [one] = acts.as_slice() {
+                let xr = one.row();
+                matvec_i8(w, bias, y, &split, |ws| kernel.dot_i8_rows(it, ws, xr));
+            } else {
+                matmul_i8(w, rows, bias, y, &split, |ws, t| {
+                    kernel.dot_i8_rows(it, ws, acts[t].row())
+                });
+            }
         }
-        None => matvec(w, bias, y, &split, |wr| kernel.dot_row(qt, wr, x)),
+        None => tiled(kernel, x, rows, w, bias, y, &split),
     }
 }
 
@@ -245,30 +264,6 @@ fn add_bias(ys: &mut [f32], o0: usize, bias: Option<&[f32]>, overwrite: bool) {
         None if overwrite => ys.fill(0.0),
         None => {}
     }
-}
-
-/// One activation row: `y[o] = dot(w[o]) + bias[o]` with `dot` a fused
-/// dequantize-dot or an integer dot product.
-fn matvec(
-    w: &QuantMatrix<'_>,
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-    split: &Split<'_>,
-    dot: impl Fn(&[u8]) -> f32 + Sync + Send,
-) {
-    let chunk = split.outputs_per_task(w.rows(), w.cols());
-    split.for_chunks(
-        y,
-        chunk,
-        || (),
-        |_, c, ys| {
-            let o0 = c * chunk;
-            for (j, v) in ys.iter_mut().enumerate() {
-                *v = dot(w.row(o0 + j));
-            }
-            add_bias(ys, o0, bias, false);
-        },
-    );
 }
 
 /// One activation row on the integer path: `y[o] = dot(w[o]) + bias[o]`,
@@ -300,6 +295,51 @@ fn matvec_i8(
             add_bias(ys, o0, bias, false);
         },
     );
+}
+
+/// Several activation rows on the integer path: for each four weight rows,
+/// `dot4(weights, t)` for every activation row `t` while those weights are
+/// in cache. Every output is computed as [`matvec_i8`] computes it for a
+/// single row, so a row's result does not depend on the other rows.
+fn matmul_i8(
+    w: &QuantMatrix<'_>,
+    rows: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    split: &Split<'_>,
+    dot4: impl Fn([&[u8]; 4], usize) -> [f32; 4] + Sync + Send,
+) {
+    let out_f = w.rows();
+    let chunk = split.outputs_per_task(out_f, w.cols()).next_multiple_of(4);
+    // Blocks of activation rows bound the transposed scratch.
+    let rb = row_block(rows, out_f);
+    let mut yt = vec![0.0f32; out_f * rb];
+    for (b, y_block) in y.chunks_mut(rb * out_f).enumerate() {
+        let nr = y_block.len() / out_f;
+        let t0 = b * rb;
+        let yt = &mut yt[..out_f * nr];
+        split.for_chunks(
+            yt,
+            chunk * nr,
+            || (),
+            |_, c, ys| {
+                let o0 = c * chunk;
+                let no = ys.len() / nr;
+                for g in (0..no).step_by(4) {
+                    let first = o0 + g;
+                    let n = 4.min(no - g);
+                    let ws = std::array::from_fn(|r| w.row(first + r.min(n - 1)));
+                    for t in 0..nr {
+                        let v = dot4(ws, t0 + t);
+                        for (r, &vr) in v.iter().enumerate().take(n) {
+                            ys[(g + r) * nr + t] = vr;
+                        }
+                    }
+                }
+            },
+        );
+        transpose_bias(yt, nr, out_f, bias, y_block);
+    }
 }
 
 /// Activation rows per block for `out_f` outputs.
@@ -433,7 +473,7 @@ mod tests {
         }
     }
 
-    /// On one activation row the int8 path at every SIMD level agrees with
+    /// The int8 path at every SIMD level agrees with
     /// the scalar int8 path within `1e-5 · (Σ|x·w| + |b|)` (the integer block
     /// sums are exact, only the f32 accumulation order differs), and with
     /// the f32 reference within the activations' rounding (`2e-2 ·
@@ -448,10 +488,8 @@ mod tests {
             let Some(k) = kernel_or_skip(QuantPath::Int8Activations, level) else {
                 continue;
             };
-            let one_row = cases()
-                .into_iter()
-                .filter(|c| c.qt.block_len() == 32 && c.rows == 1);
-            for c in one_row {
+            let int_types = cases().into_iter().filter(|c| c.qt.block_len() == 32);
+            for c in int_types {
                 // The same seed gives both runs the same data.
                 let (y, want, mag) = run(&mut Rng::new(32), k, &c, &pool);
                 let (ys, _, _) = run(&mut Rng::new(32), scalar, &c, &pool);
@@ -463,7 +501,7 @@ mod tests {
         }
     }
 
-    /// On one activation row the 16-bit path at every level equals the f64
+    /// The 16-bit path at every level equals the f64
     /// product of the dequantized weights with the f32 activations within
     /// `1e-4 · (Σ|x·w| + |b|)` (16-bit activations round to 1/32512 of
     /// each block's largest value), on two threads.
@@ -474,10 +512,8 @@ mod tests {
             let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
                 continue;
             };
-            let one_row = cases()
-                .into_iter()
-                .filter(|c| c.qt.block_len() == 32 && c.rows == 1);
-            for c in one_row {
+            let int_types = cases().into_iter().filter(|c| c.qt.block_len() == 32);
+            for c in int_types {
                 let (y, want, mag) = run(&mut Rng::new(34), k, &c, &pool);
                 let what = format!("{level:?} {} out={}", c.qt, c.out_f);
                 assert_within(&y, &want, &mag, 1e-4, &what);
@@ -485,20 +521,60 @@ mod tests {
         }
     }
 
-    /// Several activation rows, and K-quant weights, take the f32 path on
-    /// the int8 path too: exactly the same result.
+    /// K-quant weights take the f32 path on the integer paths too, for any
+    /// number of rows: exactly the same result.
     #[test]
-    fn int8_path_uses_f32_path_for_prefill_and_k_quants() {
+    fn integer_paths_use_f32_path_for_k_quants() {
         let pool = pool2();
-        let int8 = QuantKernel::new(QuantPath::Int8Activations);
-        let f32k = QuantKernel::with_level(QuantPath::F32Activations, int8.level()).unwrap();
-        for c in cases()
-            .into_iter()
-            .filter(|c| c.rows > 1 || c.qt.block_len() == 256)
-        {
-            let (a, _, _) = run(&mut Rng::new(33), int8, &c, &pool);
-            let (b, _, _) = run(&mut Rng::new(33), f32k, &c, &pool);
-            assert_eq!(a, b, "{} rows={}", c.qt, c.rows);
+        for path in [QuantPath::Int8Activations, QuantPath::Int16Activations] {
+            let int = QuantKernel::new(path);
+            let f32k = QuantKernel::with_level(QuantPath::F32Activations, int.level()).unwrap();
+            for c in cases().into_iter().filter(|c| c.qt.block_len() == 256) {
+                let (a, _, _) = run(&mut Rng::new(33), int, &c, &pool);
+                let (b, _, _) = run(&mut Rng::new(33), f32k, &c, &pool);
+                assert_eq!(a, b, "{path:?} {} rows={}", c.qt, c.rows);
+            }
+        }
+    }
+
+    /// Batch invariance: every path at every level gives each activation
+    /// row exactly the result it gets alone, whatever other rows share the
+    /// call and however the work is split over one or two threads.
+    #[test]
+    fn each_row_equals_the_row_alone() {
+        let paths = [
+            QuantPath::F32Activations,
+            QuantPath::Int8Activations,
+            QuantPath::Int16Activations,
+        ];
+        let (p1, p2) = (pool1(), pool2());
+        for path in paths {
+            for level in SimdLevel::FASTEST_FIRST {
+                let Some(k) = kernel_or_skip(path, level) else {
+                    continue;
+                };
+                for c in cases().into_iter().filter(|c| c.rows > 1) {
+                    let mut rng = Rng::new(35);
+                    let in_f = c.blocks * c.qt.block_len();
+                    let w = random_blocks(&mut rng, c.qt, c.out_f * c.blocks);
+                    let m = QuantMatrix::new(c.qt, &w, c.out_f, in_f).unwrap();
+                    let x = rng.vec(c.rows * in_f, 1.0);
+                    let b = rng.vec(c.out_f, 1.0);
+                    let bias = c.bias.then_some(&b[..]);
+                    let mut all = vec![f32::NAN; c.rows * c.out_f];
+                    quant_linear(k, &x, c.rows, &m, bias, &mut all, &p2);
+                    for (t, want) in all.chunks_exact(c.out_f).enumerate() {
+                        let mut one = vec![f32::NAN; c.out_f];
+                        let xt = &x[t * in_f..(t + 1) * in_f];
+                        quant_linear(k, xt, 1, &m, bias, &mut one, &p1);
+                        assert_eq!(
+                            one, want,
+                            "{path:?} {level:?} {} row {t} of {}",
+                            c.qt, c.rows
+                        );
+                    }
+                }
+            }
         }
     }
 
