@@ -503,6 +503,9 @@ mod tests {
         }
     }
 
+    /// `linear` over `rows` rows of `x` into `y` in a pool.
+    type RowsFn<'a> = dyn Fn(&[f32], usize, &mut [f32], &ThreadPool) + 'a;
+
     /// Batch invariance: each row of a multi-row call equals the same row
     /// computed alone, for every weight type, on one or two threads.
     #[test]
@@ -515,7 +518,7 @@ mod tests {
             let w16: Vec<f16> = w32.iter().map(|&v| f16::from_f32(v)).collect();
             let wb: Vec<bf16> = w32.iter().map(|&v| bf16::from_f32(v)).collect();
             let b = rng.vec(out_f, 1.0);
-            let check = |run: &dyn Fn(&[f32], usize, &mut [f32], &ThreadPool)| {
+            let check = |run: &RowsFn<'_>| {
                 let mut all = vec![f32::NAN; rows * out_f];
                 run(&x, rows, &mut all, &p2);
                 for (t, want) in all.chunks_exact(out_f).enumerate() {

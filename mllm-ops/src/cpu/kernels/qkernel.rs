@@ -122,26 +122,6 @@ impl QuantKernel {
         self.level
     }
 
-    /// `Σ_i w[i]·x[i]` for a row of `qt` blocks and f32 activations.
-    pub(crate) fn dot_row(self, qt: QuantType, w: &[u8], x: &[f32]) -> f32 {
-        #[cfg(target_arch = "x86_64")]
-        match self.level {
-            // SAFETY: the level is available (struct invariant): AVX-512F,
-            // AVX2 and FMA were detected.
-            SimdLevel::Avx512 => return unsafe { simd::avx512::dot_row(qt, w, x) },
-            // SAFETY: the level is available: AVX2 and FMA were detected.
-            SimdLevel::Avx2 => return unsafe { simd::avx2::dot_row(qt, w, x) },
-            SimdLevel::Scalar | SimdLevel::Neon => {}
-        }
-        #[cfg(target_arch = "aarch64")]
-        if self.level == SimdLevel::Neon {
-            // SAFETY: the level is available (struct invariant): NEON was
-            // detected.
-            return unsafe { simd::neon::dot_row(qt, w, x) };
-        }
-        qdot::dot_row(qt, w, x)
-    }
-
     /// Dequantizes consecutive `qt` blocks into `out` (bit-exact at every
     /// level).
     pub(crate) fn dequantize_row(self, qt: QuantType, w: &[u8], out: &mut [f32]) {
@@ -410,28 +390,6 @@ pub(crate) mod tests {
             .zip(x)
             .map(|(&a, &b)| (a as f64 * b as f64).abs())
             .sum()
-    }
-
-    /// SIMD fused dequantize-dots agree with the scalar one up to f32
-    /// rounding: `|simd − scalar| ≤ 1e-5 · Σ|w_i x_i|`.
-    #[test]
-    fn simd_dot_matches_scalar() {
-        let mut rng = Rng::new(22);
-        for k in simd_kernels(QuantPath::F32Activations) {
-            for qt in QuantType::ALL {
-                for n in [1, 2, 3, 7] {
-                    let w = random_blocks(&mut rng, qt, n);
-                    let x = rng.vec(n * qt.block_len(), 1.0);
-                    let want = SCALAR.dot_row(qt, &w, &x);
-                    let got = k.dot_row(qt, &w, &x);
-                    let tol = 1e-5 * magnitude(qt, &w, &x);
-                    assert!(
-                        ((got - want) as f64).abs() <= tol,
-                        "{k:?} {qt} n={n}: {got} vs {want}"
-                    );
-                }
-            }
-        }
     }
 
     /// SIMD tile products agree with the scalar one: `|simd − scalar| ≤

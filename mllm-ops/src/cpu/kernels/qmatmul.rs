@@ -1,18 +1,22 @@
 //! Linear layers with block-quantized weights: `y[t, o] = Σ_i x[t, i] ·
 //! W[o, i] + bias[o]` for `W` stored as rows of blocks.
 //!
-//! * f32 activations, one row (decode): a fused dequantize-dot of every
-//!   weight row with the activation row, parallel over output features;
-//! * f32 activations, several rows (prefill): tiles of weight rows are
-//!   dequantized once into an f32 scratch buffer and multiplied with a block
-//!   of activation rows by a register-blocked tile product, parallel over
-//!   tiles;
+//! * f32 activations (and K-quant weights on every path): tiles of weight
+//!   rows are dequantized once into an f32 scratch buffer and multiplied
+//!   with a block of activation rows by a register-blocked tile product,
+//!   parallel over tiles;
 //! * 16-bit activations ([`QuantPath::Int16Activations`], the default of the
 //!   linear op) work as the 8-bit ones below, with two byte dot products
 //!   per block;
-//! * 8-bit activations ([`QuantPath::Int8Activations`], one row, Q8_0/Q4_0/
-//!   Q4_1 weights): the row is quantized once and each output is an integer
-//!   dot product, parallel over output features.
+//! * 8-bit activations ([`QuantPath::Int8Activations`], Q8_0/Q4_0/Q4_1
+//!   weights): each row is quantized once and each output is an integer
+//!   dot product, parallel over output features; with several rows, each
+//!   group of four weight rows meets every activation row while in cache.
+//!
+//! The path depends on the weight type only, never on the number of rows,
+//! and every output is computed the same way whatever shares the call: a
+//! row's result does not depend on the rest of the batch (the server's
+//! outputs do not depend on the load).
 
 use mllm_core::{Error, Result};
 use rayon::prelude::*;

@@ -1,7 +1,6 @@
 //! AVX2 + FMA kernels for the f32-activation path: per-format dequantizers
-//! (bit-exact with [`crate::quant`]), fused dequantize-dot products of a
-//! weight row with an activation row, and a register-blocked f32 tile
-//! product for prefill.
+//! (bit-exact with [`crate::quant`]) and a register-blocked f32 tile
+//! product.
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2 and FMA (see `QuantKernel`).
@@ -232,19 +231,6 @@ pub(crate) fn dequantize_row(qt: QuantType, w: &[u8], out: &mut [f32]) {
     for_each_piece!(qt, w, |blk, piece| {
         store(&mut out[blk * n + piece.0..], piece.1);
     });
-}
-
-/// `Σ_i w[i]·x[i]` for a row of blocks `w` and f32 activations `x`.
-#[target_feature(enable = "avx2,fma")]
-pub(crate) fn dot_row(qt: QuantType, w: &[u8], x: &[f32]) -> f32 {
-    let n = qt.block_len();
-    let mut acc = [_mm256_setzero_ps(); 2];
-    let mut k = 0;
-    for_each_piece!(qt, w, |blk, piece| {
-        acc[k] = _mm256_fmadd_ps(piece.1, load(&x[blk * n + piece.0..]), acc[k]);
-        k ^= 1;
-    });
-    hsum(_mm256_add_ps(acc[0], acc[1]))
 }
 
 /// The `R × C` dot products of `R` activation rows with `C` weight rows,

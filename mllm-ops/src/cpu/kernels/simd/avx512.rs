@@ -220,19 +220,6 @@ pub(crate) fn dequantize_row(qt: QuantType, w: &[u8], out: &mut [f32]) {
     });
 }
 
-/// `Σ_i w[i]·x[i]` for a row of blocks `w` and f32 activations `x`.
-#[target_feature(enable = "avx512f")]
-pub(crate) fn dot_row(qt: QuantType, w: &[u8], x: &[f32]) -> f32 {
-    let n = qt.block_len();
-    let mut acc = [_mm512_setzero_ps(); 2];
-    let mut k = 0;
-    for_each_piece!(qt, w, |blk, piece| {
-        acc[k] = _mm512_fmadd_ps(piece.1, load(&x[blk * n + piece.0..]), acc[k]);
-        k ^= 1;
-    });
-    _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
-}
-
 /// The `R × C` dot products of `R` activation rows with `C` weight rows,
 /// all of length `k` (a multiple of [`LANES`]).
 #[target_feature(enable = "avx512f")]

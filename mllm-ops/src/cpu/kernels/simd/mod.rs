@@ -1,7 +1,7 @@
 //! SIMD variants of the quantized kernels.
 //!
-//! * [`avx2`] and [`avx512`]: the f32-activation path (dequantize, fused
-//!   dequantize-dot, f32 tile product), AVX2 + FMA and AVX-512F;
+//! * [`avx2`] and [`avx512`]: the f32-activation path (dequantize, f32
+//!   tile product), AVX2 + FMA and AVX-512F;
 //! * [`avx2_i8`] and [`vnni`]: integer dot products of Q8_0, Q4_0 and Q4_1
 //!   weights with 8-bit activations, AVX2 (`maddubs`) and AVX-512 VNNI
 //!   (`dpbusd`);

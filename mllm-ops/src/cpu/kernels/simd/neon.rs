@@ -1,8 +1,7 @@
 //! aarch64 NEON (Advanced SIMD) kernels of both activation paths:
 //!
 //! * f32 activations: per-format dequantizers (bit-exact with
-//!   [`crate::quant`]), fused dequantize-dot products of a weight row with an
-//!   activation row, and a register-blocked f32 tile product for prefill;
+//!   [`crate::quant`]) and a register-blocked f32 tile product;
 //! * 8-bit activations: integer dot products of Q8_0, Q4_0 and Q4_1 weight
 //!   rows, with the dot-product extension's `sdot` (four byte products
 //!   summed into each 32-bit lane) when the CPU has it, else with widening
@@ -249,23 +248,6 @@ pub(crate) fn dequantize_row(qt: QuantType, w: &[u8], out: &mut [f32]) {
             store(o, v);
         }
     });
-}
-
-/// `Σ_i w[i]·x[i]` for a row of blocks `w` and f32 activations `x`.
-#[target_feature(enable = "neon")]
-pub(crate) fn dot_row(qt: QuantType, w: &[u8], x: &[f32]) -> f32 {
-    let n = qt.block_len();
-    let mut acc = [vdupq_n_f32(0.0); 4];
-    for_each_piece!(qt, w, |blk, piece| {
-        let x = &x[blk * n + piece.0..][..16];
-        for ((a, v), xs) in acc.iter_mut().zip(piece.1).zip(x.chunks_exact(LANES)) {
-            *a = vfmaq_f32(*a, v, load(xs));
-        }
-    });
-    vaddvq_f32(vaddq_f32(
-        vaddq_f32(acc[0], acc[1]),
-        vaddq_f32(acc[2], acc[3]),
-    ))
 }
 
 /// The `R × C` dot products of `R` activation rows with `C` weight rows,
