@@ -36,7 +36,7 @@ pub enum SimdLevel {
     Scalar,
     /// AVX2, FMA and F16C (x86-64).
     Avx2,
-    /// AVX-512F, and for [`QuantPath::Int8Activations`] also AVX-512BW and
+    /// AVX-512F, and for the integer paths also AVX-512BW, AVX-512VL and
     /// AVX-512 VNNI (x86-64).
     Avx512,
     /// NEON (aarch64); [`QuantPath::Int8Activations`] also uses the
@@ -69,6 +69,7 @@ impl SimdLevel {
                     && is_x86_feature_detected!("avx512f")
                     && (path == QuantPath::F32Activations
                         || (is_x86_feature_detected!("avx512bw")
+                            && is_x86_feature_detected!("avx512vl")
                             && is_x86_feature_detected!("avx512vnni")))
             }
             #[cfg(not(target_arch = "x86_64"))]
@@ -243,11 +244,20 @@ impl QuantKernel {
         out: &mut [[f32; packed::GROUP_ROWS]],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512) {
-            // SAFETY: both SIMD levels include AVX2, FMA and F16C, detected
-            // when the kernel was made.
-            unsafe { simd::avx2_packed::group_dot(group, xs, out) };
-            return;
+        match self.level {
+            SimdLevel::Avx512 => {
+                // SAFETY: the integer paths' AVX-512 level includes AVX2,
+                // FMA, F16C, AVX-512F/VL/BW and VNNI (struct invariant).
+                unsafe { simd::vnni_packed::group_dot(group, xs, out) };
+                return;
+            }
+            SimdLevel::Avx2 => {
+                // SAFETY: AVX2, FMA and F16C were detected when the kernel
+                // was made.
+                unsafe { simd::avx2_packed::group_dot(group, xs, out) };
+                return;
+            }
+            SimdLevel::Scalar | SimdLevel::Neon => {}
         }
         packed::group_dot(group, xs, out);
     }

@@ -21,7 +21,7 @@ use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 /// Eight f16 values at the start of `b` as f32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn f16x8(b: &[u8]) -> __m256 {
+pub(crate) fn f16x8(b: &[u8]) -> __m256 {
     let b = &b[..16];
     // SAFETY: `b` holds 16 bytes (sliced above) and `loadu` has no
     // alignment requirement.
@@ -31,7 +31,7 @@ fn f16x8(b: &[u8]) -> __m256 {
 /// The 4-byte word at `at` of a 32-byte activation block in every lane.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn word(x: &[i8; BLOCK], at: usize) -> __m256i {
+pub(crate) fn word(x: &[i8; BLOCK], at: usize) -> __m256i {
     let w = [x[at], x[at + 1], x[at + 2], x[at + 3]].map(|b| b as u8);
     _mm256_set1_epi32(i32::from_le_bytes(w))
 }

@@ -6,8 +6,9 @@
 //!   weights with 8-bit activations, AVX2 (`maddubs`) and AVX-512 VNNI
 //!   (`dpbusd`);
 //! * [`vmath`]: vectorized `exp` and SiLU for the softmax and activations;
-//! * [`avx2_packed`]: Q4 weights repacked in groups of eight rows times
-//!   16-bit activations;
+//! * [`avx2_packed`] and [`vnni_packed`]: Q4 weights repacked in groups of
+//!   eight rows times 16-bit activations, AVX2 and AVX-512 VNNI (bit-exact
+//!   with each other);
 //! * `neon` (aarch64): both paths, the integer one with `sdot` where the
 //!   dot-product extension is present.
 //!
@@ -28,6 +29,8 @@ pub(crate) mod neon;
 pub(crate) mod vmath;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni_packed;
 
 /// Activation columns per pass of the tile product, so that the panels of
 /// activations and weights being multiplied stay in cache.
