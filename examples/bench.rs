@@ -10,7 +10,9 @@
 //! to `-d DEPTH` tokens when given. Each test runs once to warm up, then `-r`
 //! times; the table shows mean ± standard deviation of tokens/s. `--json`
 //! prints one JSON array with llama-bench's field names. `--profile` adds the
-//! time per op kind over all timed runs.
+//! time per op kind over all timed runs. `-b B` decodes B sequences together
+//! in the `tg` tests (one token each per step, in B KV slots, as a server
+//! does), and counts B tokens per step.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use mllm::convert::default_model;
 use mllm::core::file::MllmFile;
-use mllm::core::{Error, LogitsMode, Result, StepInput};
+use mllm::core::{Error, LogitsMode, Result, SeqChunk, StepInput};
 use mllm::models::{LoadOptions, Model};
 use serde_json::json;
 
@@ -54,6 +56,9 @@ struct Args {
     /// Timed repetitions per test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     reps: usize,
+    /// Sequences decoded together in the tg tests (each in its own KV slot).
+    #[arg(short = 'b', long = "batch", default_value_t = 1)]
+    batch: usize,
     /// Print one JSON array instead of a table.
     #[arg(long)]
     json: bool,
@@ -62,17 +67,21 @@ struct Args {
     profile: bool,
 }
 
-/// One test: prefill of `n_prompt` tokens or `n_gen` decode steps.
+/// One test: prefill of `n_prompt` tokens or `n_gen` decode steps of
+/// `batch` sequences.
 #[derive(Clone, Copy, Debug)]
 struct Test {
     n_prompt: usize,
     n_gen: usize,
+    batch: usize,
 }
 
 impl Test {
     fn name(&self, depth: usize) -> String {
         let base = if self.n_prompt > 0 {
             format!("pp{}", self.n_prompt)
+        } else if self.batch > 1 {
+            format!("tg{} x{}", self.n_gen, self.batch)
         } else {
             format!("tg{}", self.n_gen)
         };
@@ -83,8 +92,9 @@ impl Test {
         }
     }
 
+    /// Tokens one repetition processes.
     fn tokens(&self) -> usize {
-        self.n_prompt + self.n_gen
+        self.n_prompt + self.n_gen * self.batch
     }
 }
 
@@ -104,21 +114,35 @@ fn token_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
 /// Runs one repetition and returns its duration (depth filling not timed).
 fn run_once(model: &mut Model, test: Test, depth: usize, seed: u64) -> Result<Duration> {
     let vocab = model.vocab_size();
-    model.reset_slot(0);
-    if depth > 0 {
-        model.step(&StepInput::single(
-            0,
-            token_ids(depth, vocab, seed ^ 0xD),
-            LogitsMode::Last,
-        ))?;
+    for slot in 0..test.batch {
+        model.reset_slot(slot);
+        if depth > 0 {
+            model.step(&StepInput::single(
+                slot,
+                token_ids(depth, vocab, seed ^ 0xD ^ slot as u64),
+                LogitsMode::Last,
+            ))?;
+        }
     }
     let started = Instant::now();
     if test.n_prompt > 0 {
         let ids = token_ids(test.n_prompt, vocab, seed);
         model.step(&StepInput::single(0, ids, LogitsMode::Last))?;
     } else {
-        for id in token_ids(test.n_gen, vocab, seed) {
-            model.step(&StepInput::single(0, vec![id], LogitsMode::Last))?;
+        let ids = token_ids(test.n_gen * test.batch, vocab, seed);
+        for step in ids.chunks_exact(test.batch) {
+            let chunks = step
+                .iter()
+                .enumerate()
+                .map(|(slot, &id)| SeqChunk {
+                    slot,
+                    tokens: vec![id],
+                })
+                .collect();
+            model.step(&StepInput {
+                chunks,
+                logits: LogitsMode::Last,
+            })?;
         }
     }
     Ok(started.elapsed())
@@ -162,6 +186,9 @@ fn run(args: Args) -> Result<()> {
     if args.reps == 0 {
         return Err(Error::InvalidInput("-r must be at least 1".into()));
     }
+    if args.batch == 0 {
+        return Err(Error::InvalidInput("-b must be at least 1".into()));
+    }
     let path = match &args.model {
         Some(p) => p.clone(),
         None => default_model::ensure_model()?,
@@ -184,14 +211,16 @@ fn run(args: Args) -> Result<()> {
         .map(|&n| Test {
             n_prompt: n,
             n_gen: 0,
+            batch: 1,
         })
         .chain(args.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test {
             n_prompt: 0,
             n_gen: n,
+            batch: args.batch,
         }))
         .collect();
     for t in &tests {
-        let needed = args.depth + t.tokens();
+        let needed = args.depth + t.n_prompt + t.n_gen;
         if needed > model.max_context() {
             return Err(Error::ContextFull {
                 slot: 0,
@@ -233,6 +262,7 @@ fn run(args: Args) -> Result<()> {
                 "n_prompt": test.n_prompt,
                 "n_gen": test.n_gen,
                 "n_depth": args.depth,
+                "n_batch": test.batch,
                 "avg_ns": avg_ns.round() as u64,
                 "stddev_ns": stddev_ns.round() as u64,
                 "avg_ts": avg_ts,
