@@ -133,3 +133,61 @@ fn slots_are_independent_and_resettable() {
     assert_eq!(alone, again);
     assert_eq!(model.slot_len(1), 3);
 }
+
+/// Batch invariance at the model level: a sequence's logits are the same,
+/// bit for bit, whether its step runs alone or packed with other sequences
+/// (their decode tokens and prefill chunks), for f32 and quantized weights.
+#[test]
+fn a_sequence_gets_the_same_logits_alone_or_packed_with_others() {
+    use mllm::core::DType;
+    for dtype in [DType::F32, DType::Q8_0, DType::Q4_1] {
+        let c = convert_to(&fixture("tiny-llama"), dtype);
+        let mut model = load(&c.path);
+        let prompt: Vec<u32> = (1..20).collect();
+        // Alone: prefill, then three decode steps.
+        let mut alone = Vec::new();
+        let out = model
+            .step(&StepInput::single(0, prompt.clone(), LogitsMode::Last))
+            .unwrap();
+        alone.push(out.row(0).to_vec());
+        for t in [5, 9, 11] {
+            let out = model
+                .step(&StepInput::single(0, vec![t], LogitsMode::Last))
+                .unwrap();
+            alone.push(out.row(0).to_vec());
+        }
+        // Packed: the same sequence in slot 3, beside others of every kind.
+        for s in 0..5 {
+            model.reset_slot(s);
+        }
+        model
+            .step(&StepInput::single(1, vec![7; 9], LogitsMode::Last))
+            .unwrap();
+        let chunk = |slot, tokens: Vec<u32>| SeqChunk { slot, tokens };
+        let first = model
+            .step(&StepInput {
+                chunks: vec![
+                    chunk(1, vec![3]),
+                    chunk(3, prompt.clone()),
+                    chunk(2, vec![4; 33]),
+                ],
+                logits: LogitsMode::Last,
+            })
+            .unwrap();
+        let mut packed = vec![first.row(1).to_vec()];
+        for (i, t) in [5, 9, 11].into_iter().enumerate() {
+            let mut chunks = vec![chunk(3, vec![t]), chunk(1, vec![6]), chunk(2, vec![8])];
+            if i == 1 {
+                chunks.push(chunk(4, vec![2; 17]));
+            }
+            let out = model
+                .step(&StepInput {
+                    chunks,
+                    logits: LogitsMode::Last,
+                })
+                .unwrap();
+            packed.push(out.row(0).to_vec());
+        }
+        assert_eq!(alone, packed, "{dtype:?}");
+    }
+}
