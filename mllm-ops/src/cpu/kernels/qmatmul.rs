@@ -230,28 +230,18 @@ pub fn quant_linear(
                 .chunks_exact(in_f)
                 .map(|r| kernel.quantize_act16::<NARROW>(r))
                 .collect();
-            if let [one] = acts.as_slice() {
-                let xr = one.row();
-                matvec_i8(w, bias, y, &split, |ws| kernel.dot_i16_rows(it, ws, xr));
-            } else {
-                matmul_i8(w, rows, bias, y, &split, |ws, t| {
-                    kernel.dot_i16_rows(it, ws, acts[t].row())
-                });
-            }
+            matmul_i8(w, rows, bias, y, &split, |ws, t| {
+                kernel.dot_i16_rows(it, ws, acts[t].row())
+            });
         }
         Some(it) => {
             let acts: Vec<_> = x
                 .chunks_exact(in_f)
                 .map(|r| kernel.quantize_act(r))
                 .collect();
-            if let [one] = acts.as_slice() {
-                let xr = one.row();
-                matvec_i8(w, bias, y, &split, |ws| kernel.dot_i8_rows(it, ws, xr));
-            } else {
-                matmul_i8(w, rows, bias, y, &split, |ws, t| {
-                    kernel.dot_i8_rows(it, ws, acts[t].row())
-                });
-            }
+            matmul_i8(w, rows, bias, y, &split, |ws, t| {
+                kernel.dot_i8_rows(it, ws, acts[t].row())
+            });
         }
         None => tiled(kernel, x, rows, w, bias, y, &split),
     }
@@ -270,41 +260,11 @@ fn add_bias(ys: &mut [f32], o0: usize, bias: Option<&[f32]>, overwrite: bool) {
     }
 }
 
-/// One activation row on the integer path: `y[o] = dot(w[o]) + bias[o]`,
-/// four weight rows per call of `dot4` (the last rows of a task are padded
-/// with repeats of its first row).
-fn matvec_i8(
-    w: &QuantMatrix<'_>,
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-    split: &Split<'_>,
-    dot4: impl Fn([&[u8]; 4]) -> [f32; 4] + Sync + Send,
-) {
-    let chunk = split
-        .outputs_per_task(w.rows(), w.cols())
-        .next_multiple_of(4);
-    split.for_chunks(
-        y,
-        chunk,
-        || (),
-        |_, c, ys| {
-            let o0 = c * chunk;
-            for (g, yg) in ys.chunks_mut(4).enumerate() {
-                let first = o0 + 4 * g;
-                let last = first + yg.len() - 1;
-                let rows = std::array::from_fn(|r| w.row((first + r).min(last)));
-                let v = dot4(rows);
-                yg.copy_from_slice(&v[..yg.len()]);
-            }
-            add_bias(ys, o0, bias, false);
-        },
-    );
-}
-
-/// Several activation rows on the integer path: for each four weight rows,
-/// `dot4(weights, t)` for every activation row `t` while those weights are
-/// in cache. Every output is computed as [`matvec_i8`] computes it for a
-/// single row, so a row's result does not depend on the other rows.
+/// Activation rows on the integer path: for each four weight rows (the last
+/// group of a task padded with repeats of its last row), `dot4(weights, t)`
+/// for every activation row `t` while those weights are in cache. Every
+/// output is computed the same way whatever the other rows are, so a row's
+/// result does not depend on them.
 fn matmul_i8(
     w: &QuantMatrix<'_>,
     rows: usize,

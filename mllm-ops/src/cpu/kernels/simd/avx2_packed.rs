@@ -21,7 +21,7 @@ use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 /// Eight f16 values at the start of `b` as f32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn f16x8(b: &[u8]) -> __m256 {
+fn f16x8(b: &[u8]) -> __m256 {
     let b = &b[..16];
     // SAFETY: `b` holds 16 bytes (sliced above) and `loadu` has no
     // alignment requirement.
@@ -71,34 +71,72 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
                 sum_lo[t] = _mm256_add_epi16(sum_lo[t], pl);
             }
         }
-        let d = f16x8(&blk[..16]);
-        let m = f16x8(&blk[16..32]);
+        let scales = block_scales(blk);
         for t in 0..T {
             let h = _mm256_madd_epi16(sum_hi[t], ones);
             let l = _mm256_madd_epi16(sum_lo[t], ones);
-            let s = _mm256_add_epi32(_mm256_slli_epi32::<8>(h), l);
-            let scale = _mm256_mul_ps(d, _mm256_set1_ps(xs[t].d[i]));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t]);
-            acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xs[t].s[i]), acc[t]);
+            acc[t] = add_block(acc[t], scales, h, l, xs[t], i);
         }
     }
     acc
 }
 
-/// `packed::group_dot` for one to [`TILE_TOKENS`] activation rows.
+/// The eight rows' f16 scales `d` and offsets `m` (zero for Q4_0) of a
+/// packed block, as f32.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-    debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
-    let mut store_all = |acc: &[__m256]| {
-        for (o, a) in out.iter_mut().zip(acc) {
-            store(o, *a);
+#[inline]
+pub(crate) fn block_scales(blk: &[u8; PACKED_BLOCK_BYTES]) -> (__m256, __m256) {
+    (f16x8(&blk[..16]), f16x8(&blk[16..32]))
+}
+
+/// `acc` plus block `i`'s contribution to the eight rows, from its 32-bit
+/// sums over the high and low activation planes: `(256·hi + lo) · d·dx +
+/// m·sx` with the block's scales `(d, m)` and the activation block's
+/// scale `dx` and sum term `sx`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn add_block(
+    acc: __m256,
+    (d, m): (__m256, __m256),
+    hi: __m256i,
+    lo: __m256i,
+    x: Q16Row<'_, WIDE>,
+    i: usize,
+) -> __m256 {
+    let s = _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo);
+    let scale = _mm256_mul_ps(d, _mm256_set1_ps(x.d[i]));
+    let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc);
+    _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[i]), acc)
+}
+
+/// Defines `group_dot` (`packed::group_dot` for one to [`TILE_TOKENS`]
+/// activation rows) over a module's `tile::<T>`.
+macro_rules! packed_group_dot {
+    ($features:literal) => {
+        /// `packed::group_dot` for one to `TILE_TOKENS` activation rows.
+        #[target_feature(enable = $features)]
+        pub(crate) fn group_dot(
+            group: &[u8],
+            xs: &[Q16Row<'_, WIDE>],
+            out: &mut [[f32; GROUP_ROWS]],
+        ) {
+            debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
+            let mut store_all = |acc: &[__m256]| {
+                for (o, a) in out.iter_mut().zip(acc) {
+                    store(o, *a);
+                }
+            };
+            match xs.len() {
+                0 => {}
+                1 => store_all(&tile::<1>(group, xs)),
+                2 => store_all(&tile::<2>(group, xs)),
+                3 => store_all(&tile::<3>(group, xs)),
+                _ => store_all(&tile::<4>(group, xs)),
+            }
         }
     };
-    match xs.len() {
-        0 => {}
-        1 => store_all(&tile::<1>(group, xs)),
-        2 => store_all(&tile::<2>(group, xs)),
-        3 => store_all(&tile::<3>(group, xs)),
-        _ => store_all(&tile::<4>(group, xs)),
-    }
 }
+
+pub(crate) use packed_group_dot;
+
+packed_group_dot!("avx2,fma,f16c");

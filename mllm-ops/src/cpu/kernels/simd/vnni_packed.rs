@@ -16,7 +16,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::{f16x8, word};
+use super::avx2_packed::{add_block, block_scales, word};
 use crate::cpu::kernels::packed::{GROUP_ROWS, PACKED_BLOCK_BYTES, TILE_TOKENS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
@@ -48,32 +48,12 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
                 sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], w_hi, word(l, 16 + 4 * j));
             }
         }
-        let d = f16x8(&blk[..16]);
-        let m = f16x8(&blk[16..32]);
+        let scales = block_scales(blk);
         for t in 0..T {
-            let s = _mm256_add_epi32(_mm256_slli_epi32::<8>(sum_hi[t]), sum_lo[t]);
-            let scale = _mm256_mul_ps(d, _mm256_set1_ps(xs[t].d[i]));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc[t]);
-            acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(xs[t].s[i]), acc[t]);
+            acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
         }
     }
     acc
 }
 
-/// `packed::group_dot` for one to [`TILE_TOKENS`] activation rows.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-    debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
-    let mut store_all = |acc: &[__m256]| {
-        for (o, a) in out.iter_mut().zip(acc) {
-            store(o, *a);
-        }
-    };
-    match xs.len() {
-        0 => {}
-        1 => store_all(&tile::<1>(group, xs)),
-        2 => store_all(&tile::<2>(group, xs)),
-        3 => store_all(&tile::<3>(group, xs)),
-        _ => store_all(&tile::<4>(group, xs)),
-    }
-}
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni");
