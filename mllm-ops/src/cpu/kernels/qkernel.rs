@@ -227,6 +227,29 @@ impl QuantKernel {
         w.map(|w| qact::dot_i16(it, w, x))
     }
 
+    /// [`QuantKernel::dot_i16_rows`] of four weight rows with each of the
+    /// activation rows `xs` (at most four), into `out[t]`: with AVX-512
+    /// VNNI and Q8_0 weights each weight block is prepared once for all of
+    /// them (bit-identical results).
+    pub(crate) fn dot_i16_tile(
+        self,
+        it: Int8Type,
+        w: [&[u8]; 4],
+        xs: &[Q16Row<'_>],
+        out: &mut [[f32; 4]],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.level == SimdLevel::Avx512 && it == Int8Type::Q8_0 {
+            // SAFETY: the integer paths' AVX-512 level includes AVX2, FMA,
+            // F16C, AVX-512F/VL/BW and VNNI (struct invariant).
+            unsafe { simd::vnni_i8::dot_i16_tile_q8_0(w, xs, out) };
+            return;
+        }
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = self.dot_i16_rows(it, w, x);
+        }
+    }
+
     /// Whether linear layers repack their Q4_0 and Q4_1 weights at load
     /// (see `packed`): on the 16-bit path with AVX2, whose packed kernel
     /// beats the row-by-row integer dot products.
@@ -563,6 +586,39 @@ pub(crate) mod tests {
                         "{k:?} {qt} n={n}: {got} vs {want}"
                     );
                 }
+            }
+        }
+    }
+
+    /// The AVX-512 VNNI Q8_0 tile gives each activation row exactly what
+    /// the AVX2 four-row dot product gives it alone.
+    #[test]
+    fn vnni_q8_0_tile_equals_avx2_rows() {
+        let (Some(vnni), Some(avx2)) = (
+            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx512),
+            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx2),
+        ) else {
+            return;
+        };
+        let mut rng = Rng::new(71);
+        let nb = 18;
+        let w: Vec<Vec<u8>> = (0..4)
+            .map(|_| random_blocks(&mut rng, QuantType::Q8_0, nb))
+            .collect();
+        let ws = [&w[0][..], &w[1][..], &w[2][..], &w[3][..]];
+        let acts: Vec<Q16Act> = (0..4)
+            .map(|_| Q16Act::<NARROW>::quantize(&rng.vec(nb * 32, 2.0)))
+            .collect();
+        let xs: Vec<Q16Row<'_>> = acts.iter().map(|a| a.row()).collect();
+        for t in 1..=4 {
+            let mut out = vec![[f32::NAN; 4]; t];
+            vnni.dot_i16_tile(Int8Type::Q8_0, ws, &xs[..t], &mut out);
+            for (k, got) in out.iter().enumerate() {
+                assert_eq!(
+                    *got,
+                    avx2.dot_i16_rows(Int8Type::Q8_0, ws, xs[k]),
+                    "{t} rows"
+                );
             }
         }
     }

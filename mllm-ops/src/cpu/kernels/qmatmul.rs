@@ -45,6 +45,8 @@ const MAX_ROW_BLOCK: usize = 256;
 
 /// Weights (in values) below which a task is not split further.
 const MIN_TASK_WEIGHTS: usize = 16 * 1024;
+/// Activation rows per call of an integer-path tile.
+const TILE_ROWS: usize = 4;
 
 /// A quantized weight matrix `[rows, cols]` stored as rows of blocks.
 #[derive(Clone, Copy, Debug)]
@@ -230,8 +232,9 @@ pub fn quant_linear(
                 .chunks_exact(in_f)
                 .map(|r| kernel.quantize_act16::<NARROW>(r))
                 .collect();
-            matmul_i8(w, rows, bias, y, &split, |ws, t| {
-                kernel.dot_i16_rows(it, ws, acts[t].row())
+            let xs: Vec<_> = acts.iter().map(|a| a.row()).collect();
+            matmul_i8(w, rows, bias, y, &split, |ws, t, out| {
+                kernel.dot_i16_tile(it, ws, &xs[t..t + out.len()], out)
             });
         }
         Some(it) => {
@@ -239,8 +242,10 @@ pub fn quant_linear(
                 .chunks_exact(in_f)
                 .map(|r| kernel.quantize_act(r))
                 .collect();
-            matmul_i8(w, rows, bias, y, &split, |ws, t| {
-                kernel.dot_i8_rows(it, ws, acts[t].row())
+            matmul_i8(w, rows, bias, y, &split, |ws, t, out| {
+                for (o, a) in out.iter_mut().zip(&acts[t..]) {
+                    *o = kernel.dot_i8_rows(it, ws, a.row());
+                }
             });
         }
         None => tiled(kernel, x, rows, w, bias, y, &split),
@@ -261,8 +266,9 @@ fn add_bias(ys: &mut [f32], o0: usize, bias: Option<&[f32]>, overwrite: bool) {
 }
 
 /// Activation rows on the integer path: for each four weight rows (the last
-/// group of a task padded with repeats of its last row), `dot4(weights, t)`
-/// for every activation row `t` while those weights are in cache. Every
+/// group of a task padded with repeats of its last row), `tile(weights, t,
+/// out)` fills `out[k]` with their outputs for activation row `t + k`, for
+/// up to [`TILE_ROWS`] rows at a time, while those weights are in cache. Every
 /// output is computed the same way whatever the other rows are, so a row's
 /// result does not depend on them.
 fn matmul_i8(
@@ -271,7 +277,7 @@ fn matmul_i8(
     bias: Option<&[f32]>,
     y: &mut [f32],
     split: &Split<'_>,
-    dot4: impl Fn([&[u8]; 4], usize) -> [f32; 4] + Sync + Send,
+    tile: impl Fn([&[u8]; 4], usize, &mut [[f32; 4]]) + Sync + Send,
 ) {
     let out_f = w.rows();
     let chunk = split.outputs_per_task(out_f, w.cols()).next_multiple_of(4);
@@ -293,10 +299,14 @@ fn matmul_i8(
                     let first = o0 + g;
                     let n = 4.min(no - g);
                     let ws = std::array::from_fn(|r| w.row(first + r.min(n - 1)));
-                    for t in 0..nr {
-                        let v = dot4(ws, t0 + t);
-                        for (r, &vr) in v.iter().enumerate().take(n) {
-                            ys[(g + r) * nr + t] = vr;
+                    for t in (0..nr).step_by(TILE_ROWS) {
+                        let m = TILE_ROWS.min(nr - t);
+                        let mut v = [[0.0f32; 4]; TILE_ROWS];
+                        tile(ws, t0 + t, &mut v[..m]);
+                        for (k, vk) in v[..m].iter().enumerate() {
+                            for (r, &vr) in vk.iter().enumerate().take(n) {
+                                ys[(g + r) * nr + t + k] = vr;
+                            }
                         }
                     }
                 }

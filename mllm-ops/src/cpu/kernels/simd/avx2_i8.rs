@@ -88,7 +88,7 @@ pub(crate) fn dot_i8(it: Int8Type, w: &[u8], x: Q8Row<'_>) -> f32 {
 /// The two f16 values in the first 4 bytes of `b` as `[a, b, 0, 0]`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn f16_pair(b: &[u8]) -> __m128 {
+pub(crate) fn f16_pair(b: &[u8]) -> __m128 {
     let v = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     _mm_cvtph_ps(_mm_cvtsi32_si128(v as i32))
 }
@@ -97,7 +97,7 @@ fn f16_pair(b: &[u8]) -> __m128 {
 /// of an address past the data is harmless).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn prefetch(p: &[u8], ahead: usize) {
+pub(crate) fn prefetch(p: &[u8], ahead: usize) {
     _mm_prefetch::<_MM_HINT_T0>(p.as_ptr().wrapping_add(ahead).cast());
 }
 

@@ -4,7 +4,8 @@
 //!   tile product), AVX2 + FMA and AVX-512F;
 //! * [`avx2_i8`] and [`vnni`]: integer dot products of Q8_0, Q4_0 and Q4_1
 //!   weights with 8-bit activations, AVX2 (`maddubs`) and AVX-512 VNNI
-//!   (`dpbusd`);
+//!   (`dpbusd`); [`vnni_i8`]: Q8_0 rows with several 16-bit activation
+//!   rows at once (AVX-512 VNNI);
 //! * [`vmath`]: vectorized `exp` and SiLU for the softmax and activations;
 //! * [`avx2_packed`] and [`vnni_packed`]: Q4 weights repacked in groups of
 //!   eight rows times 16-bit activations, AVX2 and AVX-512 VNNI (bit-exact
@@ -29,6 +30,8 @@ pub(crate) mod neon;
 pub(crate) mod vmath;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni_i8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_packed;
 
