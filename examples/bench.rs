@@ -50,6 +50,8 @@ struct Args {
     /// Tokens already in the KV cache before each test.
     #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
     depth: usize,
+    #[command(flatten)]
+    device: mllm::cli::DeviceArgs,
     /// CPU threads (0: one per core).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     threads: usize,
@@ -195,6 +197,7 @@ fn run(args: Args) -> Result<()> {
     };
     let opts = LoadOptions {
         threads: args.threads,
+        placement: args.device.placement()?,
         ..Default::default()
     };
     let mut model = Model::load(&path, &opts)?;

@@ -40,6 +40,8 @@ struct Args {
     /// Cap on the context in tokens (default: the model's).
     #[arg(long)]
     max_context: Option<usize>,
+    #[command(flatten)]
+    device: mllm::cli::DeviceArgs,
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -94,6 +96,7 @@ fn run(args: Args) -> Result<()> {
     };
     let load = LoadOptions {
         threads: args.threads,
+        placement: args.device.placement()?,
         max_context: args.max_context,
         ..Default::default()
     };

@@ -57,6 +57,8 @@ struct Args {
     /// Write the logits of every prompt position to this .npy file.
     #[arg(long)]
     dump_logits: Option<PathBuf>,
+    #[command(flatten)]
+    device: mllm::cli::DeviceArgs,
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -65,6 +67,7 @@ struct Args {
 fn run(args: Args) -> Result<()> {
     let opts = LoadOptions {
         threads: args.threads,
+        placement: args.device.placement()?,
         ..Default::default()
     };
     let mut model = Model::load(&args.model, &opts)?;

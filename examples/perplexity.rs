@@ -33,6 +33,8 @@ struct Args {
     /// Score at most this many windows (0: all).
     #[arg(long, default_value_t = 0)]
     max_windows: usize,
+    #[command(flatten)]
+    device: mllm::cli::DeviceArgs,
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -71,6 +73,7 @@ fn run(args: Args) -> Result<()> {
     }
     let opts = LoadOptions {
         threads: args.threads,
+        placement: args.device.placement()?,
         ..Default::default()
     };
     let mut model = Model::load(&args.model, &opts)?;

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use crate::core::Result;
+use crate::core::{Placement, Result};
 use crate::models::SamplingParams;
 
 /// Sampling flags (`--temperature`, `--top-k`, `--top-p`, `--min-p`,
@@ -52,5 +52,24 @@ pub fn exit_code(result: Result<()>) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Device flags (`--device`, `--gpu-layers`), flattened into a program's
+/// arguments.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DeviceArgs {
+    /// Run on this device: cpu, cuda or cuda:N (default: cpu, or cuda with --gpu-layers).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Run only the first N decoder layers on the GPU; the rest stays on the CPU.
+    #[arg(long)]
+    pub gpu_layers: Option<usize>,
+}
+
+impl DeviceArgs {
+    /// The placement these flags describe.
+    pub fn placement(&self) -> Result<Placement> {
+        Placement::from_flags(self.device.as_deref(), self.gpu_layers)
     }
 }

@@ -66,6 +66,10 @@ pub enum Error {
     /// An architecture that is not in the registry.
     #[error("unsupported architecture '{0}'")]
     UnsupportedArchitecture(String),
+    /// A device that cannot run what was placed on it: its driver library
+    /// is missing, or it has no implementation of an op.
+    #[error("device: {0}")]
+    Device(String),
     /// A sequence would grow past the model's context window.
     #[error(
         "context full: sequence {slot} needs {needed} positions but the context holds {limit}"

@@ -1,12 +1,18 @@
 //! Runs a traced graph step by step: re-plans shapes and buffers only when
 //! the step's shapes change, then executes every node in order.
+//!
+//! Nodes may be placed on several devices (one [`Backend`] each). Every
+//! device gets its own activation buffers, and where a node reads an
+//! activation produced on another device the executor inserts a copy (once
+//! per value and device); the graph itself never changes. A node's state
+//! (the KV cache) lives with the node, on its device.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, StepRunner};
-use crate::graph::Graph;
+use crate::graph::{Graph, Value};
 use crate::op::{Op, OpInput, ValueKind};
 use crate::step::{LogitsMode, StepInput, StepLayout};
 use crate::tensor::TensorRef;
@@ -21,22 +27,51 @@ struct PlanKey {
     logits: LogitsMode,
 }
 
-/// Shapes of every value and the arena buffer each activation lives in.
+/// Shapes of every value and the buffer (device, index) each activation
+/// lives in.
 #[derive(Debug)]
 struct Plan {
     shapes: Vec<Shape>,
-    buffer_of: Vec<Option<usize>>,
-    buffer_sizes: Vec<usize>,
+    buffer_of: Vec<Option<(usize, usize)>>,
+    buffer_sizes: Vec<Vec<usize>>,
 }
 
-/// Executes a [`Graph`] with ops from one [`Backend`].
+/// One entry of the execution order: a graph node, or a copy of an
+/// activation to another device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Task {
+    /// Run graph node `i`.
+    Node(usize),
+    /// Copy value `src` into value `dst` (on another device).
+    Copy { src: usize, dst: usize },
+}
+
+/// A copy the executor inserted because a value crosses devices.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedCopy {
+    /// The node whose output is copied.
+    pub producer: String,
+    /// The device it is produced on (an index into the executor's backends).
+    pub from: usize,
+    /// The device it is copied to.
+    pub to: usize,
+}
+
+/// Executes a [`Graph`] with ops from one or more [`Backend`]s.
 pub struct Executor {
     graph: Graph,
     ops: Vec<Box<dyn Op>>,
+    devices: Vec<String>,
+    node_device: Vec<usize>,
+    tasks: Vec<Task>,
+    node_inputs: Vec<Vec<usize>>,
+    value_device: Vec<usize>,
+    value_kind: Vec<ValueKind>,
+    output: usize,
     last_use: Vec<usize>,
     plans: HashMap<PlanKey, Plan>,
     current: Option<PlanKey>,
-    arena: Vec<Vec<f32>>,
+    arenas: Vec<Vec<Vec<f32>>>,
     slot_lens: Vec<usize>,
     max_context: usize,
     reshapes: usize,
@@ -65,38 +100,114 @@ impl Executor {
         weights: &dyn WeightSource,
         max_context: usize,
     ) -> Result<Self> {
+        let placement = vec![0; graph.nodes().len()];
+        Self::with_placement(graph, &[backend], &placement, weights, max_context)
+    }
+
+    /// Creates node `i`'s op on `backends[placement[i]]` and loads the
+    /// weights; activations that cross devices are copied (see
+    /// [`Executor::copies`]), and the output is copied to device 0.
+    pub fn with_placement(
+        graph: Graph,
+        backends: &[&dyn Backend],
+        placement: &[usize],
+        weights: &dyn WeightSource,
+        max_context: usize,
+    ) -> Result<Self> {
         let output = graph
             .output()
             .ok_or_else(|| Error::InvalidInput("the graph has no output".into()))?;
+        if placement.len() != graph.nodes().len() {
+            return Err(Error::InvalidInput(format!(
+                "placement names {} devices for {} nodes",
+                placement.len(),
+                graph.nodes().len()
+            )));
+        }
+        if let Some(&d) = placement.iter().find(|&&d| d >= backends.len()) {
+            return Err(Error::InvalidInput(format!(
+                "placement uses device {d} but only {} backends were given",
+                backends.len()
+            )));
+        }
         let mut ops = Vec::with_capacity(graph.nodes().len());
-        for node in graph.nodes() {
-            let mut op = backend.create_op(&node.desc)?;
+        for (node, &d) in graph.nodes().iter().zip(placement) {
+            let mut op = backends[d].create_op(&node.desc).map_err(|e| match e {
+                Error::Device(m) => Error::Device(format!(
+                    "node '{}' on {}: {m}",
+                    node.name,
+                    backends[d].name()
+                )),
+                other => other,
+            })?;
             op.load(weights)?;
             ops.push(op);
         }
         for op in &mut ops {
             op.loaded();
         }
-        let mut last_use = vec![0; graph.n_values()];
-        for (i, node) in graph.nodes().iter().enumerate() {
-            for v in &node.inputs {
-                last_use[v.index()] = i;
+        let schedule = Schedule::build(&graph, placement, output.index())?;
+        let mut last_use = vec![0; schedule.value_device.len()];
+        for (t, task) in schedule.tasks.iter().enumerate() {
+            match *task {
+                Task::Node(i) => {
+                    for &v in &schedule.node_inputs[i] {
+                        last_use[v] = t;
+                    }
+                }
+                Task::Copy { src, .. } => last_use[src] = t,
             }
         }
-        last_use[output.index()] = usize::MAX;
+        last_use[schedule.output] = usize::MAX;
         Ok(Executor {
-            graph,
             ops,
+            devices: backends.iter().map(|b| b.name()).collect(),
+            node_device: placement.to_vec(),
+            tasks: schedule.tasks,
+            node_inputs: schedule.node_inputs,
+            value_device: schedule.value_device,
+            value_kind: schedule.value_kind,
+            output: schedule.output,
             last_use,
+            graph,
             plans: HashMap::new(),
             current: None,
-            arena: Vec::new(),
+            arenas: vec![Vec::new(); backends.len()],
             slot_lens: Vec::new(),
             max_context,
             reshapes: 0,
             profile: None,
-            runner: backend.step_runner(),
+            runner: backends[0].step_runner(),
         })
+    }
+
+    /// The copies inserted where activations cross devices, in execution
+    /// order (empty on one device).
+    pub fn copies(&self) -> Vec<PlannedCopy> {
+        self.tasks
+            .iter()
+            .filter_map(|t| match *t {
+                Task::Copy { src, dst } => Some(PlannedCopy {
+                    producer: self.graph.producer(Value(src)).map_or_else(
+                        || "input".to_string(),
+                        |n| self.graph.nodes()[n].name.clone(),
+                    ),
+                    from: self.value_device[src],
+                    to: self.value_device[dst],
+                }),
+                Task::Node(_) => None,
+            })
+            .collect()
+    }
+
+    /// The device node `i` runs on (an index into the executor's backends).
+    pub fn node_device(&self, i: usize) -> usize {
+        self.node_device[i]
+    }
+
+    /// The names of the executor's devices (`cpu`, `cuda:0`), by index.
+    pub fn device_names(&self) -> &[String] {
+        &self.devices
     }
 
     /// The graph being executed.
@@ -169,7 +280,7 @@ impl Executor {
 
     /// Total f32 elements held by the activation arena.
     pub fn arena_len(&self) -> usize {
-        self.arena.iter().map(Vec::len).sum()
+        self.arenas.iter().flatten().map(Vec::len).sum()
     }
 
     /// Runs one step and returns the logits `[rows, vocab]`: one row per
@@ -187,12 +298,14 @@ impl Executor {
             self.current = Some(key);
         }
         let plan = &self.plans[&key];
-        for (i, &size) in plan.buffer_sizes.iter().enumerate() {
-            if self.arena.len() <= i {
-                self.arena.push(Vec::new());
-            }
-            if self.arena[i].len() < size {
-                self.arena[i].resize(size, 0.0);
+        for (arena, sizes) in self.arenas.iter_mut().zip(&plan.buffer_sizes) {
+            for (i, &size) in sizes.iter().enumerate() {
+                if arena.len() <= i {
+                    arena.push(Vec::new());
+                }
+                if arena[i].len() < size {
+                    arena[i].resize(size, 0.0);
+                }
             }
         }
         for (op, node) in self.ops.iter_mut().zip(self.graph.nodes()) {
@@ -213,61 +326,48 @@ impl Executor {
             self.slot_lens[seq.slot] = seq.past + seq.len;
         }
         let plan = &self.plans[&key];
-        let out = self.graph.output().expect("checked in new").index();
-        let shape = plan.shapes[out].clone();
-        let buf = plan.buffer_of[out].expect("outputs are activations");
-        let data = self.arena[buf][..shape.numel()].to_vec();
+        let shape = plan.shapes[self.output].clone();
+        let (dev, buf) = plan.buffer_of[self.output].expect("outputs are activations");
+        let data = self.arenas[dev][buf][..shape.numel()].to_vec();
         Tensor::new(shape, data)
     }
 
     /// Computes every value's shape with the ops' `reshape` and assigns
-    /// arena buffers by liveness: a buffer is reused once its value is dead.
+    /// buffers by liveness, per device: a buffer is reused once its value
+    /// is dead.
     fn reshape(&mut self, layout: &StepLayout) -> Result<Plan> {
         self.reshapes += 1;
-        let n_values = self.graph.n_values();
+        let n_values = self.value_kind.len();
         let mut shapes = vec![Shape::default(); n_values];
         shapes[0] = Shape::new([layout.n_tokens()]);
+        let mut pools = vec![BufferPool::default(); self.devices.len()];
         let mut buffer_of = vec![None; n_values];
-        let mut buffer_sizes: Vec<usize> = Vec::new();
-        let mut free: Vec<usize> = Vec::new();
-        for (i, node) in self.graph.nodes().iter().enumerate() {
-            let in_shapes: Vec<&Shape> = node.inputs.iter().map(|v| &shapes[v.index()]).collect();
-            let out_shape = self.ops[i]
-                .reshape(&in_shapes, layout)
-                .map_err(|e| annotate(e, &node.name))?;
-            let out = node.output.index();
-            if self.graph.kind(node.output) == ValueKind::Activation {
-                let need = out_shape.numel();
-                // Best fit among free buffers, else a new one.
-                let pick = free
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &b)| buffer_sizes[b] >= need)
-                    .min_by_key(|(_, &b)| buffer_sizes[b])
-                    .or_else(|| {
-                        free.iter()
-                            .enumerate()
-                            .max_by_key(|(_, &b)| buffer_sizes[b])
-                    })
-                    .map(|(pos, _)| pos);
-                let buf = match pick {
-                    Some(pos) => free.swap_remove(pos),
-                    None => {
-                        buffer_sizes.push(0);
-                        buffer_sizes.len() - 1
-                    }
-                };
-                buffer_sizes[buf] = buffer_sizes[buf].max(need);
-                buffer_of[out] = Some(buf);
+        for (t, task) in self.tasks.iter().enumerate() {
+            let (out, inputs): (usize, Vec<usize>) = match *task {
+                Task::Node(i) => {
+                    let node = &self.graph.nodes()[i];
+                    let ins = &self.node_inputs[i];
+                    let in_shapes: Vec<&Shape> = ins.iter().map(|&v| &shapes[v]).collect();
+                    let out_shape = self.ops[i]
+                        .reshape(&in_shapes, layout)
+                        .map_err(|e| annotate(e, &node.name))?;
+                    let out = node.output.index();
+                    shapes[out] = out_shape;
+                    (out, ins.clone())
+                }
+                Task::Copy { src, dst } => {
+                    shapes[dst] = shapes[src].clone();
+                    (dst, vec![src])
+                }
+            };
+            if self.value_kind[out] == ValueKind::Activation {
+                let dev = self.value_device[out];
+                buffer_of[out] = Some((dev, pools[dev].take(shapes[out].numel())));
             }
-            shapes[out] = out_shape;
-            for v in &node.inputs {
-                let v = v.index();
-                if self.last_use[v] == i {
-                    if let Some(b) = buffer_of[v] {
-                        if !free.contains(&b) {
-                            free.push(b);
-                        }
+            for v in inputs {
+                if self.last_use[v] == t {
+                    if let Some((dev, b)) = buffer_of[v] {
+                        pools[dev].release(b);
                     }
                 }
             }
@@ -275,37 +375,53 @@ impl Executor {
         Ok(Plan {
             shapes,
             buffer_of,
-            buffer_sizes,
+            buffer_sizes: pools.into_iter().map(|p| p.sizes).collect(),
         })
     }
 
     fn execute(&mut self, layout: &StepLayout) -> Result<()> {
         let key = self.current.expect("planned before execute");
         let plan = &self.plans[&key];
-        for (i, node) in self.graph.nodes().iter().enumerate() {
+        for task in &self.tasks {
+            let i = match *task {
+                Task::Copy { src, dst } => {
+                    let n = plan.shapes[src].numel();
+                    let (sd, sb) = plan.buffer_of[src].expect("copies move activations");
+                    let (dd, db) = plan.buffer_of[dst].expect("copies move activations");
+                    let mut to = std::mem::take(&mut self.arenas[dd][db]);
+                    to[..n].copy_from_slice(&self.arenas[sd][sb][..n]);
+                    self.arenas[dd][db] = to;
+                    continue;
+                }
+                Task::Node(i) => i,
+            };
+            let node = &self.graph.nodes()[i];
             let out = node.output.index();
-            let mut out_buf = match plan.buffer_of[out] {
-                Some(b) => std::mem::take(&mut self.arena[b]),
+            let out_place = plan.buffer_of[out];
+            let mut out_buf = match out_place {
+                Some((d, b)) => std::mem::take(&mut self.arenas[d][b]),
                 None => Vec::new(),
             };
             let (earlier, rest) = self.ops.split_at_mut(i);
-            let inputs = node
-                .inputs
+            let arenas = &self.arenas;
+            let inputs = self.node_inputs[i]
                 .iter()
-                .map(|v| {
-                    let idx = v.index();
-                    Ok(match self.graph.kind(*v) {
+                .map(|&idx| {
+                    Ok(match self.value_kind[idx] {
                         ValueKind::Tokens => OpInput::Tokens(&layout.token_ids),
                         ValueKind::Activation => {
                             let shape = &plan.shapes[idx];
-                            let buf = plan.buffer_of[idx].expect("activations have buffers");
+                            let (d, b) = plan.buffer_of[idx].expect("activations have buffers");
                             OpInput::Tensor(TensorRef {
                                 shape,
-                                data: &self.arena[buf][..shape.numel()],
+                                data: &arenas[d][b][..shape.numel()],
                             })
                         }
                         ValueKind::State => {
-                            let producer = self.graph.producer(*v).expect("state has a producer");
+                            let producer = self
+                                .graph
+                                .producer(Value(idx))
+                                .expect("state has a producer");
                             OpInput::State(earlier[producer].state().ok_or_else(|| {
                                 Error::InvalidInput(format!(
                                     "node '{}': its input has no state",
@@ -317,7 +433,7 @@ impl Executor {
                 })
                 .collect::<Result<Vec<_>>>()?;
             let n = plan.shapes[out].numel();
-            let out_slice = match plan.buffer_of[out] {
+            let out_slice = match out_place {
                 Some(_) => &mut out_buf[..n],
                 None => &mut out_buf[..],
             };
@@ -327,12 +443,115 @@ impl Executor {
                 times[i] += t0.elapsed();
             }
             drop(inputs);
-            if let Some(b) = plan.buffer_of[out] {
-                self.arena[b] = out_buf;
+            if let Some((d, b)) = out_place {
+                self.arenas[d][b] = out_buf;
             }
             result.map_err(|e| annotate(e, &node.name))?;
         }
         Ok(())
+    }
+}
+
+/// Buffers of one device while planning: their sizes and which are free.
+#[derive(Clone, Debug, Default)]
+struct BufferPool {
+    sizes: Vec<usize>,
+    free: Vec<usize>,
+}
+
+impl BufferPool {
+    /// A buffer of at least `need` floats: the best-fitting free one, else
+    /// the largest free one (grown), else a new one.
+    fn take(&mut self, need: usize) -> usize {
+        let sizes = &self.sizes;
+        let pick = self
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| sizes[b] >= need)
+            .min_by_key(|(_, &b)| sizes[b])
+            .or_else(|| self.free.iter().enumerate().max_by_key(|(_, &b)| sizes[b]))
+            .map(|(pos, _)| pos);
+        let buf = match pick {
+            Some(pos) => self.free.swap_remove(pos),
+            None => {
+                self.sizes.push(0);
+                self.sizes.len() - 1
+            }
+        };
+        self.sizes[buf] = self.sizes[buf].max(need);
+        buf
+    }
+
+    /// Marks `buf` free (once).
+    fn release(&mut self, buf: usize) {
+        if !self.free.contains(&buf) {
+            self.free.push(buf);
+        }
+    }
+}
+
+/// The execution order with copies, and where every value lives.
+struct Schedule {
+    tasks: Vec<Task>,
+    node_inputs: Vec<Vec<usize>>,
+    value_device: Vec<usize>,
+    value_kind: Vec<ValueKind>,
+    output: usize,
+}
+
+impl Schedule {
+    /// Inserts a copy before the first node on device `d` that reads an
+    /// activation produced on another device (later readers on `d` share
+    /// it), and one of the output to device 0 when it is elsewhere. State
+    /// cannot be copied: its producer and readers must share a device.
+    fn build(graph: &Graph, placement: &[usize], output: usize) -> Result<Schedule> {
+        let n = graph.n_values();
+        let mut s = Schedule {
+            tasks: Vec::with_capacity(graph.nodes().len()),
+            node_inputs: Vec::with_capacity(graph.nodes().len()),
+            value_device: vec![0; n],
+            value_kind: (0..n).map(|v| graph.kind(Value(v))).collect(),
+            output,
+        };
+        let mut copies: HashMap<(usize, usize), usize> = HashMap::new();
+        for (i, node) in graph.nodes().iter().enumerate() {
+            let d = placement[i];
+            let mut inputs = Vec::with_capacity(node.inputs.len());
+            for v in &node.inputs {
+                let v = v.index();
+                let here = match s.value_kind[v] {
+                    ValueKind::Tokens => v,
+                    _ if s.value_device[v] == d => v,
+                    ValueKind::State => {
+                        let producer = graph.producer(Value(v)).unwrap_or(0);
+                        return Err(Error::InvalidInput(format!(
+                            "node '{}' reads the state of '{}', which is placed on another device",
+                            node.name,
+                            graph.nodes()[producer].name
+                        )));
+                    }
+                    ValueKind::Activation => *copies.entry((v, d)).or_insert_with(|| s.copy(v, d)),
+                };
+                inputs.push(here);
+            }
+            s.value_device[node.output.index()] = d;
+            s.tasks.push(Task::Node(i));
+            s.node_inputs.push(inputs);
+        }
+        if s.value_device[output] != 0 {
+            s.output = s.copy(output, 0);
+        }
+        Ok(s)
+    }
+
+    /// Appends a copy of `src` to device `d` and returns the new value.
+    fn copy(&mut self, src: usize, d: usize) -> usize {
+        let dst = self.value_kind.len();
+        self.value_kind.push(ValueKind::Activation);
+        self.value_device.push(d);
+        self.tasks.push(Task::Copy { src, dst });
+        dst
     }
 }
 

@@ -3,7 +3,8 @@
 //! - [`DType`], [`Shape`] and [`Tensor`]: data types with mllm's codes, shapes, host tensors.
 //! - [`file`]: the `.mllm` weight file (validated zero-copy reader, atomic aligned writer).
 //! - [`graph`]: the [`Module`] / [`Layer`] / [`Op`] model and the traced [`Graph`].
-//! - [`executor`]: plans buffers by liveness and runs a graph step by step on a [`Backend`].
+//! - [`executor`]: plans buffers by liveness and runs a graph step by step on one or more [`Backend`]s.
+//! - [`placement`]: which device each node runs on ([`Device`], [`Placement`]).
 
 pub mod atomic;
 pub mod backend;
@@ -15,6 +16,7 @@ pub mod graph;
 pub mod layers;
 pub mod npy;
 pub mod op;
+pub mod placement;
 pub mod shape;
 pub mod step;
 pub mod tensor;
@@ -27,6 +29,7 @@ pub use executor::Executor;
 pub use graph::{Graph, Module, Value};
 pub use layers::Layer;
 pub use op::{Op, OpDesc};
+pub use placement::{Device, Placement};
 pub use shape::Shape;
 pub use step::{LogitsMode, SeqChunk, StepInput};
 pub use tensor::Tensor;

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use mllm_core::file::MllmFile;
 use mllm_core::Error;
-use mllm_core::{Executor, Graph, Result, StepInput, Tensor};
+use mllm_core::{Device, Executor, Graph, Placement, Result, StepInput, Tensor};
 use mllm_ops::cpu::CpuBackend;
+use mllm_ops::cuda::CudaBackend;
 use serde_json::Value;
 
 use crate::chat::ChatTemplate;
@@ -26,6 +27,8 @@ pub struct LoadOptions {
     pub config: Option<Value>,
     /// `tokenizer.json` text for files without an embedded tokenizer.
     pub tokenizer_json: Option<String>,
+    /// Which device runs which nodes (default: everything on the CPU).
+    pub placement: Placement,
 }
 
 /// A loaded model, ready to run steps.
@@ -78,8 +81,15 @@ impl Model {
             max_context = max_context.min(cap);
         }
         let graph = Graph::trace(model.as_ref())?;
-        let backend = CpuBackend::new(opts.threads)?;
-        let executor = Executor::new(graph, &backend, &file, max_context)?;
+        let cpu = CpuBackend::new(opts.threads)?;
+        let executor = match opts.placement.device {
+            Device::Cpu => Executor::new(graph, &cpu, &file, max_context)?,
+            Device::Cuda(n) => {
+                let gpu = CudaBackend::new(n)?;
+                let nodes = opts.placement.assign(&graph);
+                Executor::with_placement(graph, &[&cpu, &gpu], &nodes, &file, max_context)?
+            }
+        };
         let tokenizer_json = match &opts.tokenizer_json {
             Some(t) => Some(t.as_str()),
             None => file.tokenizer_json()?,

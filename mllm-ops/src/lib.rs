@@ -5,4 +5,5 @@
 //! block-quantized weight formats.
 
 pub mod cpu;
+pub mod cuda;
 pub mod quant;

@@ -34,6 +34,12 @@ pub struct Args {
     /// Tokens per sequence, prompt and reply together (default: the model's context, at most 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// Run on this device: cpu, cuda or cuda:N (default: cpu, or cuda with --gpu-layers).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Run only the first N decoder layers on the GPU; the rest stays on the CPU.
+    #[arg(long)]
+    pub gpu_layers: Option<usize>,
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,

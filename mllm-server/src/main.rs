@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use mllm_convert::default_model;
+use mllm_core::Placement;
 use mllm_models::{LoadOptions, Model};
 use mllm_server::args::{Args, DEFAULT_MAX_CTX};
 use mllm_server::ServerOptions;
@@ -31,6 +32,8 @@ fn run(args: Args) -> Result<(), String> {
     };
     let load = LoadOptions {
         threads: args.threads,
+        placement: Placement::from_flags(args.device.as_deref(), args.gpu_layers)
+            .map_err(|e| e.to_string())?,
         max_context: Some(args.ctx.unwrap_or(DEFAULT_MAX_CTX)),
         ..Default::default()
     };
