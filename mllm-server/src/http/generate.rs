@@ -89,13 +89,7 @@ fn prepare_chat(state: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
         .tokenizer
         .encode(&text, false)
         .map_err(|e| ApiError::bad_field("messages", e.to_string()))?;
-    let settings = common.settings()?;
-    let request = gen_request(state, ids, "messages", &settings, chat.logprobs()?)?;
-    Ok(Prepared {
-        header,
-        settings,
-        request,
-    })
+    prepared(state, header, &common, ids, "messages", chat.logprobs()?)
 }
 
 fn prepare_text(state: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
@@ -113,8 +107,21 @@ fn prepare_text(state: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
             .encode(&s, true)
             .map_err(|e| ApiError::bad_field("prompt", e.to_string()))?,
     };
+    prepared(state, header, &common, ids, "prompt", text.logprobs()?)
+}
+
+/// The validated settings and engine request for `prompt` (whose field is
+/// `prompt_param`).
+fn prepared(
+    state: &AppState,
+    header: Header,
+    common: &CommonParams,
+    prompt: Vec<u32>,
+    prompt_param: &str,
+    logprobs: Option<usize>,
+) -> Result<Prepared, ApiError> {
     let settings = common.settings()?;
-    let request = gen_request(state, ids, "prompt", &settings, text.logprobs()?)?;
+    let request = gen_request(state, prompt, prompt_param, &settings, logprobs)?;
     Ok(Prepared {
         header,
         settings,

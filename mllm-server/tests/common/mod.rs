@@ -56,14 +56,19 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-/// POSTs `body` and returns the status and the JSON answer.
-pub async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
-    let r = client()
+/// POSTs `body` as JSON.
+async fn send(base: &str, path: &str, body: &Value) -> reqwest::Response {
+    client()
         .post(format!("{base}{path}"))
         .json(body)
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// POSTs `body` and returns the status and the JSON answer.
+pub async fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
+    let r = send(base, path, body).await;
     let status = r.status().as_u16();
     (status, r.json().await.unwrap())
 }
@@ -89,12 +94,7 @@ pub fn sse_data(body: &str) -> Vec<String> {
 /// POSTs a streaming request and returns its parsed chunks (without the
 /// final `[DONE]`, which is checked to be there).
 pub async fn post_stream(base: &str, path: &str, body: &Value) -> Vec<Value> {
-    let r = client()
-        .post(format!("{base}{path}"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+    let r = send(base, path, body).await;
     assert_eq!(r.status().as_u16(), 200);
     let ct = r.headers()["content-type"].to_str().unwrap().to_string();
     assert!(ct.starts_with("text/event-stream"), "{ct}");
