@@ -281,15 +281,10 @@ fn matmul_i8(
 ) {
     let out_f = w.rows();
     let chunk = split.outputs_per_task(out_f, w.cols()).next_multiple_of(4);
-    // Blocks of activation rows bound the transposed scratch.
-    let rb = row_block(rows, out_f);
-    let mut yt = vec![0.0f32; out_f * rb];
-    for (b, y_block) in y.chunks_mut(rb * out_f).enumerate() {
-        let nr = y_block.len() / out_f;
-        let t0 = b * rb;
-        let yt = &mut yt[..out_f * nr];
+    // `dst[o·nr + t]` = output `o` of activation row `t0 + t`.
+    let fill = |dst: &mut [f32], nr: usize, t0: usize| {
         split.for_chunks(
-            yt,
+            dst,
             chunk * nr,
             || (),
             |_, c, ys| {
@@ -312,6 +307,22 @@ fn matmul_i8(
                 }
             },
         );
+    };
+    if rows == 1 {
+        // The transposed layout of one row is the row itself.
+        fill(y, 1, 0);
+        for (o, v) in y.iter_mut().enumerate() {
+            *v += bias.map_or(0.0, |b| b[o]);
+        }
+        return;
+    }
+    // Blocks of activation rows bound the transposed scratch.
+    let rb = row_block(rows, out_f);
+    let mut yt = vec![0.0f32; out_f * rb];
+    for (b, y_block) in y.chunks_mut(rb * out_f).enumerate() {
+        let nr = y_block.len() / out_f;
+        let yt = &mut yt[..out_f * nr];
+        fill(yt, nr, b * rb);
         transpose_bias(yt, nr, out_f, bias, y_block);
     }
 }
