@@ -343,8 +343,8 @@ impl Executor {
         let mut pools = vec![BufferPool::default(); self.devices.len()];
         let mut buffer_of = vec![None; n_values];
         for (t, task) in self.tasks.iter().enumerate() {
-            let (out, inputs): (usize, Vec<usize>) = match *task {
-                Task::Node(i) => {
+            let (out, inputs): (usize, &[usize]) = match task {
+                &Task::Node(i) => {
                     let node = &self.graph.nodes()[i];
                     let ins = &self.node_inputs[i];
                     let in_shapes: Vec<&Shape> = ins.iter().map(|&v| &shapes[v]).collect();
@@ -353,18 +353,18 @@ impl Executor {
                         .map_err(|e| annotate(e, &node.name))?;
                     let out = node.output.index();
                     shapes[out] = out_shape;
-                    (out, ins.clone())
+                    (out, ins)
                 }
                 Task::Copy { src, dst } => {
-                    shapes[dst] = shapes[src].clone();
-                    (dst, vec![src])
+                    shapes[*dst] = shapes[*src].clone();
+                    (*dst, std::slice::from_ref(src))
                 }
             };
             if self.value_kind[out] == ValueKind::Activation {
                 let dev = self.value_device[out];
                 buffer_of[out] = Some((dev, pools[dev].take(shapes[out].numel())));
             }
-            for v in inputs {
+            for &v in inputs {
                 if self.last_use[v] == t {
                     if let Some((dev, b)) = buffer_of[v] {
                         pools[dev].release(b);
