@@ -14,7 +14,6 @@ pub mod metrics;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use mllm_models::Model;
@@ -46,7 +45,7 @@ pub fn build(model: Model, opts: ServerOptions) -> Result<Router, String> {
     let metrics = Arc::new(Metrics::default());
     let context = model.max_context();
     let vocab_size = model.vocab_size();
-    let engine = engine::start(model, opts.engine, metrics.clone())?;
+    let engine = engine::start(model, tokenizer.clone(), opts.engine, metrics.clone())?;
     let state = AppState {
         engine,
         tokenizer,
@@ -56,9 +55,7 @@ pub fn build(model: Model, opts: ServerOptions) -> Result<Router, String> {
         vocab_size,
         metrics,
         api_key: opts.api_key,
-        started: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        started: http::unix_now(),
         next_id: AtomicU64::new(1),
     };
     Ok(http::router(Arc::new(state)))

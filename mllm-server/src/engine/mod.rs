@@ -17,7 +17,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
 use mllm_core::{LogitsMode, SeqChunk, StepInput};
-use mllm_models::{Model, Tokenizer};
+use mllm_models::{Model, Sampler, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 pub use request::{Event, FinishReason, GenRequest, TokenLogprob, Usage};
@@ -110,16 +110,14 @@ impl EngineHandle {
     }
 }
 
-/// Starts the engine thread on `model`.
+/// Starts the engine thread on `model`, whose text `tokenizer` decodes.
 pub fn start(
     model: Model,
+    tokenizer: Arc<Tokenizer>,
     config: EngineConfig,
     metrics: Arc<Metrics>,
 ) -> Result<EngineHandle, String> {
     config.validate()?;
-    let tokenizer = model
-        .tokenizer()
-        .ok_or("the model file embeds no tokenizer; the server needs one")?;
     let (tx, rx) = mpsc::channel();
     let engine = Engine {
         eos: model.eos_ids(),
@@ -206,20 +204,26 @@ impl Engine {
             };
             let sub = self.waiting.pop_front().expect("front exists");
             self.metrics.queue_length.fetch_sub(1, Ordering::AcqRel);
-            if let Err(e) = sub.req.sampling.validate() {
-                let _ = sub.events.send(Event::Failed(e.to_string()));
-                self.slots.release(acq.slot, Vec::new(), 0);
-                continue;
-            }
+            let sampler = match Sampler::new(sub.req.sampling) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = sub.events.send(Event::Failed(e.to_string()));
+                    self.slots.release(acq.slot, Vec::new(), 0);
+                    continue;
+                }
+            };
             self.model.truncate_slot(acq.slot, acq.reused);
             if self.model.slot_len(acq.slot) != acq.reused {
                 self.model.reset_slot(acq.slot);
             }
-            let Ok(seq) = Sequence::new(acq.slot, acq.reused, sub.req, sub.events, sub.arrived)
-            else {
-                self.slots.release(acq.slot, Vec::new(), 0);
-                continue;
-            };
+            let seq = Sequence::new(
+                acq.slot,
+                acq.reused,
+                sub.req,
+                sampler,
+                sub.events,
+                sub.arrived,
+            );
             add(&self.metrics.prompt_tokens, seq.req.prompt.len() as u64);
             add(&self.metrics.prefix_reused_tokens, acq.reused as u64);
             add(&self.metrics.active_sequences, 1);

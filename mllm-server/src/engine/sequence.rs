@@ -48,16 +48,17 @@ pub enum Next {
 }
 
 impl Sequence {
-    /// A sequence in `slot` whose cache already holds `reused` prompt tokens.
+    /// A sequence in `slot` whose cache already holds `reused` prompt
+    /// tokens, sampling with `sampler` (made from `req.sampling`).
     pub fn new(
         slot: usize,
         reused: usize,
         req: GenRequest,
+        sampler: Sampler,
         events: UnboundedSender<Event>,
         arrived: Instant,
-    ) -> Result<Self> {
-        let sampler = Sampler::new(req.sampling)?;
-        Ok(Sequence {
+    ) -> Self {
+        Sequence {
             slot,
             prefilled: reused,
             reused,
@@ -74,7 +75,7 @@ impl Sequence {
             arrived,
             last_token: None,
             scratch: Vec::new(),
-        })
+        }
     }
 
     /// Whether the client stopped listening.

@@ -5,7 +5,6 @@
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -143,7 +142,7 @@ fn header(state: &AppState, common: &CommonParams, kind: Kind) -> Result<Header,
     };
     Ok(Header {
         id: format!("{prefix}-{n}"),
-        created: unix_now(),
+        created: super::unix_now(),
         model: state.model_id.clone(),
         kind,
     })
@@ -209,12 +208,6 @@ fn gen_request(
         ignore_eos: s.ignore_eos,
         logprobs,
     })
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Waits for the whole reply and answers with one JSON body.

@@ -6,6 +6,7 @@ mod routes;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{Request, State};
 use axum::http::{header, Method, Uri};
@@ -80,6 +81,13 @@ async fn require_key(State(state): State<Arc<AppState>>, request: Request, next:
         }
     }
     next.run(request).await
+}
+
+/// Seconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
