@@ -21,7 +21,6 @@ use mllm_models::{Model, Sampler, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 pub use request::{Event, FinishReason, GenRequest, TokenLogprob, Usage};
-pub use sequence::token_logprob;
 
 use crate::metrics::{add, Metrics};
 use scheduler::{plan_step, Progress, Work};

@@ -44,11 +44,6 @@ impl Slots {
         }
     }
 
-    /// Number of busy slots.
-    pub fn busy(&self) -> usize {
-        self.slots.iter().filter(|s| s.busy).count()
-    }
-
     /// Takes the free slot that shares the longest reusable prefix with
     /// `prompt` (among equals the least recently released, then the lowest), or `None`
     /// when every slot is busy. At least one prompt token is always left to
@@ -133,7 +128,6 @@ mod tests {
             assert_eq!(slots.acquire(&[9, 9, 9]).unwrap().slot, s);
         }
         assert_eq!(slots.acquire(&[1]), None);
-        assert_eq!(slots.busy(), 3);
         slots.release(1, vec![1, 2, 3, 4, 5], 4);
         slots.release(0, vec![7, 7, 7], 2);
         slots.release(2, vec![1, 2, 8, 8], 4);
