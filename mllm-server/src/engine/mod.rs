@@ -186,7 +186,7 @@ impl Engine {
         while i < self.running.len() {
             if self.running[i].client_gone() {
                 let seq = self.running.remove(i);
-                self.release(seq);
+                self.release(seq, None);
                 gone += 1;
             } else {
                 i += 1;
@@ -273,10 +273,10 @@ impl Engine {
                 failed.sort_unstable();
                 for &i in failed.iter().rev() {
                     let seq = self.running.remove(i);
-                    seq.send(Event::Failed(message.clone()));
                     self.model.reset_slot(seq.slot);
                     self.slots.release(seq.slot, Vec::new(), 0);
                     self.metrics.active_sequences.fetch_sub(1, Ordering::AcqRel);
+                    seq.send(Event::Failed(message.clone()));
                 }
                 return;
             }
@@ -305,30 +305,33 @@ impl Engine {
             match next {
                 Ok(Next::Continue) => {}
                 Ok(Next::Finished(reason)) => {
-                    seq.send(Event::Done {
-                        reason,
-                        usage: seq.usage(),
-                    });
-                    finished.push(i);
+                    let usage = seq.usage();
+                    finished.push((i, Event::Done { reason, usage }));
                 }
                 Err(e) => {
-                    seq.send(Event::Failed(format!("sampling failed: {e}")));
-                    finished.push(i);
+                    finished.push((i, Event::Failed(format!("sampling failed: {e}"))));
                 }
             }
         }
-        finished.sort_unstable();
-        for &i in finished.iter().rev() {
+        // Removing from the back keeps the remaining indices valid.
+        finished.sort_unstable_by_key(|f| f.0);
+        for (i, last) in finished.into_iter().rev() {
             let seq = self.running.remove(i);
-            self.release(seq);
+            self.release(seq, Some(last));
         }
     }
 
-    /// Returns a sequence's slot, keeping what its cache holds for reuse.
-    fn release(&mut self, seq: Sequence) {
+    /// Returns a sequence's slot, keeping what its cache holds for reuse,
+    /// then sends its last event: a client that sees its answer end also
+    /// sees the slot free in the metrics.
+    fn release(&mut self, mut seq: Sequence, last: Option<Event>) {
         let chunk = self.config.prefill_chunk;
         let reusable = seq.prefilled / chunk * chunk;
-        self.slots.release(seq.slot, seq.cached, reusable);
+        let cached = std::mem::take(&mut seq.cached);
+        self.slots.release(seq.slot, cached, reusable);
         self.metrics.active_sequences.fetch_sub(1, Ordering::AcqRel);
+        if let Some(event) = last {
+            seq.send(event);
+        }
     }
 }
