@@ -72,7 +72,7 @@ fn bench_linear(c: &mut Criterion) {
             });
         }
         let k = QuantKernel::new(QuantPath::Int16Activations);
-        if let (true, Ok(p)) = (k.packs_q4(), PackedQ4::pack(&m)) {
+        if let (true, Ok(p)) = (k.repacks_weights(), PackedQ4::pack(&m)) {
             g.bench_function(BenchmarkId::new(name, "Packed"), |b| {
                 pool.install(|| b.iter(|| packed_linear(k, &x, rows, &p, None, &mut y, &pool)))
             });

@@ -163,6 +163,32 @@ pub fn packed_linear(
     pool: &ThreadPool,
 ) {
     let (in_f, out_f) = (w.cols(), w.rows());
+    let groups = |g| w.group(g);
+    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
+        let act = quantize_rows::<WIDE>(k, xb, in_f, split);
+        let act = act.row();
+        let xs: Vec<Q16Row<'_, WIDE>> =
+            (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
+        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+            k.packed_group_dot(g, xs, out)
+        });
+    });
+}
+
+/// The frame of a packed linear layer with `[in_f, out_f]` weights:
+/// `product(x rows, split, out)` writes the outputs of the given
+/// activation rows group after group (rows × [`GROUP_ROWS`] values per
+/// group); this runs it over blocks of at most [`ROW_BLOCK`] rows,
+/// scatters the results into `y` (`[rows, out_f]`) and adds the bias.
+pub(crate) fn by_row_blocks(
+    x: &[f32],
+    rows: usize,
+    [in_f, out_f]: [usize; 2],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+    product: impl Fn(&[f32], &Split<'_>, &mut [f32]),
+) {
     debug_assert_eq!(x.len(), rows * in_f, "x must be [rows, in_f]");
     debug_assert_eq!(y.len(), rows * out_f, "y must be [rows, out_f]");
     if rows == 0 || out_f == 0 {
@@ -170,24 +196,19 @@ pub fn packed_linear(
     }
     let split = Split::new(pool, rows * in_f * out_f);
     if rows == 1 {
-        let act: Q16Act<WIDE> = k.quantize_act16(x);
-        group_outputs(k, w, &[act.row()], &split, y);
+        // One row's outputs group after group are the row itself.
+        product(x, &split, y);
         add_bias(y, bias);
         return;
     }
-    // Blocks of activation rows bound the scratch: per group, the block's
-    // rows × 8 outputs, then scattered into `y`.
     let mut yt = vec![0.0f32; out_f * rows.min(ROW_BLOCK)];
     for (xb, yb) in x
         .chunks(ROW_BLOCK * in_f)
         .zip(y.chunks_mut(ROW_BLOCK * out_f))
     {
         let n = xb.len() / in_f;
-        let act = quantize_rows(k, xb, in_f, &split);
-        let act = act.row();
-        let xs: Vec<Q16Row<'_, WIDE>> = (0..n).map(|t| act.sub_row(t, in_f)).collect();
         let yt = &mut yt[..out_f * n];
-        group_outputs(k, w, &xs, &split, yt);
+        product(xb, &split, yt);
         for (g, src) in yt.chunks_exact(n * GROUP_ROWS).enumerate() {
             for (t, o) in src.chunks_exact(GROUP_ROWS).enumerate() {
                 yb[t * out_f + g * GROUP_ROWS..][..GROUP_ROWS].copy_from_slice(o);
@@ -199,13 +220,19 @@ pub fn packed_linear(
     }
 }
 
-/// Quantizes the rows of `x` (each `in_f` long), split over the pool by
-/// rows when the call is parallel.
-fn quantize_rows(k: QuantKernel, x: &[f32], in_f: usize, split: &Split<'_>) -> Q16Act<WIDE> {
+/// Quantizes the rows of `x` (each `in_f` long) to 16 bits with the plane
+/// split `SHIFT`, split over the pool by rows when the call is parallel
+/// and has several rows.
+pub(crate) fn quantize_rows<const SHIFT: u32>(
+    k: QuantKernel,
+    x: &[f32],
+    in_f: usize,
+    split: &Split<'_>,
+) -> Q16Act<SHIFT> {
     let mut act = Q16Act::zeros(x.len());
-    let Some(pool) = split.pool() else {
+    let Some(pool) = split.pool().filter(|_| x.len() > in_f) else {
         let (hi, lo, d, s) = act.parts_mut();
-        k.quantize_act16_into::<WIDE>(x, hi, lo, d, s);
+        k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s);
         return act;
     };
     let rows = x.len() / in_f;
@@ -219,35 +246,36 @@ fn quantize_rows(k: QuantKernel, x: &[f32], in_f: usize, split: &Split<'_>) -> Q
         .zip(s.par_chunks_mut(blocks))
         .zip(x.par_chunks(vals));
     pool.install(|| {
-        parts.for_each(|((((hi, lo), d), s), x)| k.quantize_act16_into::<WIDE>(x, hi, lo, d, s))
+        parts.for_each(|((((hi, lo), d), s), x)| k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s))
     });
     act
 }
 
-/// Writes the outputs of every row group of `w` for the activation rows
-/// `xs` into `dst`, group after group (`xs.len()` × 8 values per group),
-/// parallel over groups.
-fn group_outputs(
-    k: QuantKernel,
-    w: &PackedQ4,
-    xs: &[Q16Row<'_, WIDE>],
+/// Writes the outputs of every row group (`group(g)`, each of `cols`
+/// weights per row) for the activation rows `xs` into `dst`, group after
+/// group (`xs.len()` × 8 values per group), parallel over groups; `dot`
+/// multiplies one group with one to [`TILE_TOKENS`] rows.
+pub(crate) fn group_outputs<'g, A: Sync>(
+    group: &(impl Fn(usize) -> &'g [u8] + Sync),
+    cols: usize,
+    xs: &[A],
     split: &Split<'_>,
     dst: &mut [f32],
+    dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]]) + Sync + Send,
 ) {
     let rows = xs.len();
-    let per_task = split
-        .outputs_per_task(w.rows(), w.cols())
-        .div_ceil(GROUP_ROWS);
+    let out_f = dst.len() / rows;
+    let per_task = split.outputs_per_task(out_f, cols).div_ceil(GROUP_ROWS);
     split.for_chunks(
         dst,
         per_task * rows * GROUP_ROWS,
         || [[0.0f32; GROUP_ROWS]; TILE_TOKENS],
         |tile_out, c, dst| {
             for (gi, gdst) in dst.chunks_exact_mut(rows * GROUP_ROWS).enumerate() {
-                let group = w.group(c * per_task + gi);
+                let group = group(c * per_task + gi);
                 for (ti, tile) in xs.chunks(TILE_TOKENS).enumerate() {
                     let out = &mut tile_out[..tile.len()];
-                    k.packed_group_dot(group, tile, out);
+                    dot(group, tile, out);
                     let at = ti * TILE_TOKENS * GROUP_ROWS;
                     gdst[at..at + out.len() * GROUP_ROWS].copy_from_slice(out.as_flattened());
                 }

@@ -1,6 +1,7 @@
 //! The choice of quantized-kernel variant: activation path and instruction
 //! set, checked against the CPU at run time and then dispatched per row.
 
+use super::packed_q8::{self, Q8Input};
 use super::qact::{self, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row, WIDE};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::simd;
@@ -250,10 +251,10 @@ impl QuantKernel {
         }
     }
 
-    /// Whether linear layers repack their Q4_0 and Q4_1 weights at load
-    /// (see `packed`): on the 16-bit path with AVX2, whose packed kernel
-    /// beats the row-by-row integer dot products.
-    pub fn packs_q4(self) -> bool {
+    /// Whether linear layers repack their Q4_0, Q4_1 and Q8_0 weights at
+    /// load (see `packed` and `packed_q8`): on the 16-bit path with AVX2,
+    /// whose packed kernels beat the row-by-row integer dot products.
+    pub fn repacks_weights(self) -> bool {
         self.path == QuantPath::Int16Activations
             && matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512)
     }
@@ -283,6 +284,34 @@ impl QuantKernel {
             SimdLevel::Scalar | SimdLevel::Neon => {}
         }
         packed::group_dot(group, xs, out);
+    }
+
+    /// The eight outputs of a packed Q8_0 row group for each of one to
+    /// four 16-bit activation rows (see `packed_q8::group_dot`), the same
+    /// bits at every level.
+    pub(crate) fn packed_q8_group_dot(
+        self,
+        group: &[u8],
+        xs: &[Q8Input<'_>],
+        out: &mut [[f32; packed::GROUP_ROWS]],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        match self.level {
+            SimdLevel::Avx512 => {
+                // SAFETY: the integer paths' AVX-512 level includes AVX2,
+                // FMA, F16C, AVX-512F/VL/BW and VNNI (struct invariant).
+                unsafe { simd::vnni_packed_q8::group_dot(group, xs, out) };
+                return;
+            }
+            SimdLevel::Avx2 => {
+                // SAFETY: AVX2, FMA and F16C were detected when the kernel
+                // was made.
+                unsafe { simd::avx2_packed_q8::group_dot(group, xs, out) };
+                return;
+            }
+            SimdLevel::Scalar | SimdLevel::Neon => {}
+        }
+        packed_q8::group_dot(group, xs, out);
     }
 
     /// Quantizes an activation row (its length a multiple of 32) to 16 bits,

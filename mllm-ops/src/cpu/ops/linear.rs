@@ -11,6 +11,7 @@ use rayon::ThreadPool;
 use super::expect_rows;
 use crate::cpu::kernels::matmul::linear;
 use crate::cpu::kernels::packed::{packed_linear, PackedQ4};
+use crate::cpu::kernels::packed_q8::{packed_q8_linear, PackedQ8};
 use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
 use crate::cpu::kernels::qmatmul::quant_linear;
 use crate::cpu::weights::{load_f32_vector, FloatSlice, MatrixSlice, MatrixWeight};
@@ -21,7 +22,9 @@ enum LinearWeight {
     Plain(MatrixWeight),
     /// Q4_0 / Q4_1 repacked at load for the packed integer kernel, with
     /// the mapped weight it was copied from (kept to release its pages).
-    Packed(PackedQ4, MatrixWeight),
+    PackedQ4(PackedQ4, MatrixWeight),
+    /// Q8_0 repacked the same way.
+    PackedQ8(PackedQ8, MatrixWeight),
 }
 
 /// The CPU linear layer.
@@ -36,11 +39,11 @@ pub struct LinearOp {
 
 impl LinearOp {
     /// An unloaded linear op; quantized weights use
-    /// [`QuantPath::Int16Activations`]: with AVX2, Q4_0 and Q4_1 weights
-    /// are repacked at load (see [`PackedQ4`]) and every step multiplies
-    /// them with 16-bit activations; other quantized weights use integer
-    /// dot products with 16-bit activations for one row and the f32 path
-    /// for several.
+    /// [`QuantPath::Int16Activations`]: with AVX2, Q4_0, Q4_1 and Q8_0
+    /// weights are repacked at load (see [`PackedQ4`], [`PackedQ8`]) and
+    /// every step multiplies them with 16-bit activations; other Q8_0 / Q4
+    /// weights use integer dot products with 16-bit activations, K-quants
+    /// the f32 path.
     pub fn new(params: LinearParams, pool: Arc<ThreadPool>) -> Self {
         LinearOp {
             params,
@@ -78,7 +81,9 @@ impl Op for LinearOp {
     }
 
     fn loaded(&mut self) {
-        if let Some(LinearWeight::Packed(_, source)) = &self.weight {
+        if let Some(LinearWeight::PackedQ4(_, source) | LinearWeight::PackedQ8(_, source)) =
+            &self.weight
+        {
             source.release_pages();
         }
     }
@@ -104,8 +109,12 @@ impl Op for LinearOp {
         let bias = self.bias.as_deref();
         let (inf, outf, pool) = (p.in_features, p.out_features, &*self.pool);
         let w = match w {
-            LinearWeight::Packed(w, _) => {
+            LinearWeight::PackedQ4(w, _) => {
                 packed_linear(self.quant, x.data, rows, w, bias, output, pool);
+                return Ok(());
+            }
+            LinearWeight::PackedQ8(w, _) => {
+                packed_q8_linear(self.quant, x.data, rows, w, bias, output, pool);
                 return Ok(());
             }
             LinearWeight::Plain(w) => w,
@@ -126,22 +135,23 @@ impl Op for LinearOp {
     }
 }
 
-/// `weight` repacked for the packed Q4 kernel when `kernel` uses it and
-/// the weight is Q4_0 / Q4_1 with a row count that is a multiple of eight;
-/// the mapped bytes then leave memory. Otherwise `weight` unchanged.
+/// `weight` repacked for a packed kernel when `kernel` uses them and the
+/// weight is Q4_0 / Q4_1 / Q8_0 with a row count that is a multiple of
+/// eight; the mapped bytes then leave memory. Otherwise `weight` unchanged.
 fn pack_if_faster(weight: MatrixWeight, kernel: QuantKernel) -> LinearWeight {
-    if !kernel.packs_q4() {
+    let MatrixSlice::Quant(m) = weight.slice() else {
+        return LinearWeight::Plain(weight);
+    };
+    if !kernel.repacks_weights() {
         return LinearWeight::Plain(weight);
     }
-    let packed = match weight.slice() {
-        MatrixSlice::Quant(m) => PackedQ4::pack(&m).ok(),
-        MatrixSlice::Float(_) => None,
-    };
-    match packed {
-        Some(p) => {
-            weight.release_pages();
-            LinearWeight::Packed(p, weight)
-        }
-        None => LinearWeight::Plain(weight),
+    if let Ok(p) = PackedQ4::pack(&m) {
+        weight.release_pages();
+        return LinearWeight::PackedQ4(p, weight);
     }
+    if let Ok(p) = PackedQ8::pack(&m) {
+        weight.release_pages();
+        return LinearWeight::PackedQ8(p, weight);
+    }
+    LinearWeight::Plain(weight)
 }

@@ -9,7 +9,9 @@
 //! * [`vmath`]: vectorized `exp` and SiLU for the softmax and activations;
 //! * [`avx2_packed`] and [`vnni_packed`]: Q4 weights repacked in groups of
 //!   eight rows times 16-bit activations, AVX2 and AVX-512 VNNI (bit-exact
-//!   with each other);
+//!   with each other); [`avx2_packed_q8`] and [`vnni_packed_q8`]: the
+//!   same for Q8_0 weights (bit-exact with each other and the portable
+//!   kernel);
 //! * `neon` (aarch64): both paths, the integer one with `sdot` where the
 //!   dot-product extension is present.
 //!
@@ -23,6 +25,8 @@ pub(crate) mod avx2_i8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_packed_q8;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
@@ -34,6 +38,8 @@ pub(crate) mod vnni;
 pub(crate) mod vnni_i8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_packed;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni_packed_q8;
 
 /// Activation columns per pass of the tile product, so that the panels of
 /// activations and weights being multiplied stay in cache.

@@ -1,0 +1,298 @@
+//! Q8_0 weights repacked at load for the 16-bit-activation integer kernels
+//! (the output head of most GGUF models), and the linear layer over them.
+//!
+//! The layout follows the packed Q4 one (see `packed`): rows in groups of
+//! eight, block by block. For each group and each block of 32 columns,
+//! 272 bytes hold the eight rows' f16 scales, then eight 32-byte chunks
+//! where chunk `j` holds the `j`-th 4-byte word of each row's quants:
+//! bytes `4r..4r + 4` of chunk `j` are the signed weights of row `r` at
+//! columns `4j..4j + 4`. One 256-bit load holds four consecutive weights
+//! of all eight rows, which a broadcast 4-byte activation word multiplies
+//! at once, so a block's eight sums end up in the lanes of one register.
+//!
+//! The activations are 16-bit with the narrow plane split (`q = 128·hi +
+//! lo`, `lo` in `0..=127`); every kernel computes the exact integer sums
+//! `Σ w·hi` and `Σ w·lo` of a block and then the same float steps, so all
+//! instruction sets give the same results bit for bit.
+
+use mllm_core::{Error, Result};
+use rayon::ThreadPool;
+
+use super::packed::{by_row_blocks, group_outputs, quantize_rows, GROUP_ROWS};
+use super::qact::{Q16Row, BLOCK, NARROW};
+use super::qkernel::QuantKernel;
+use super::qmatmul::QuantMatrix;
+use crate::quant::{q8_0, QuantType};
+
+/// Bytes of one packed block: eight f16 scales and 8 × 32 quants.
+pub(crate) const Q8_PACKED_BLOCK_BYTES: usize = 2 * GROUP_ROWS + GROUP_ROWS * BLOCK;
+
+/// A Q8_0 matrix `[rows, cols]` repacked in groups of eight rows (see the
+/// module documentation).
+pub struct PackedQ8 {
+    data: Vec<u8>,
+    rows: usize,
+    cols: usize,
+}
+
+impl PackedQ8 {
+    /// Repacks `w`; fails when it is not Q8_0 or when its row count is not
+    /// a multiple of eight.
+    pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ8> {
+        let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
+        if qt != QuantType::Q8_0 {
+            return Err(Error::UnsupportedDType(format!(
+                "only q8_0 weights can be packed as q8_0, not {qt}"
+            )));
+        }
+        if !rows.is_multiple_of(GROUP_ROWS) {
+            return Err(Error::InvalidInput(format!(
+                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
+            )));
+        }
+        let nb = cols / BLOCK;
+        let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q8_PACKED_BLOCK_BYTES];
+        let mut packed = data.chunks_exact_mut(Q8_PACKED_BLOCK_BYTES);
+        for g in 0..rows / GROUP_ROWS {
+            for i in 0..nb {
+                let out = packed.next().expect("sized for every block");
+                for r in 0..GROUP_ROWS {
+                    let row = w.row(g * GROUP_ROWS + r);
+                    let b = &row[i * q8_0::BLOCK_BYTES..(i + 1) * q8_0::BLOCK_BYTES];
+                    out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
+                    for j in 0..BLOCK / 4 {
+                        let at = 16 + 32 * j + 4 * r;
+                        out[at..at + 4].copy_from_slice(&b[2 + 4 * j..2 + 4 * j + 4]);
+                    }
+                }
+            }
+        }
+        Ok(PackedQ8 { data, rows, cols })
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Values per row (input features).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The packed blocks of row group `g`.
+    pub(crate) fn group(&self, g: usize) -> &[u8] {
+        let len = self.cols / BLOCK * Q8_PACKED_BLOCK_BYTES;
+        &self.data[g * len..(g + 1) * len]
+    }
+}
+
+/// One activation row as the packed Q8_0 kernels take it: its 16-bit
+/// planes and, per block, the sum of its high plane (the VNNI kernel
+/// multiplies offset weights `w + 128` and subtracts `128 · Σ hi`).
+#[derive(Clone, Copy)]
+pub(crate) struct Q8Input<'a> {
+    /// The quantized row.
+    pub x: Q16Row<'a, NARROW>,
+    /// `Σ hi` over each block of 32.
+    pub hi_sums: &'a [i32],
+}
+
+/// The eight outputs of one packed group for each activation row of `xs`
+/// (one to `TILE_TOKENS` rows), in portable code: per block and row
+/// `acc = fma(128·Σ w·hi + Σ w·lo, d·d_x, acc)` in f32.
+pub(crate) fn group_dot(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    for (input, out) in xs.iter().zip(out.iter_mut()) {
+        let x = input.x;
+        *out = [0.0; GROUP_ROWS];
+        let blocks = group.chunks_exact(Q8_PACKED_BLOCK_BYTES);
+        let xb = x.hi.chunks_exact(BLOCK).zip(x.lo.chunks_exact(BLOCK));
+        for (blk, ((hi, lo), &dx)) in blocks.zip(xb.zip(x.d)) {
+            for (r, acc) in out.iter_mut().enumerate() {
+                let d = half::f16::from_le_bytes([blk[2 * r], blk[2 * r + 1]]).to_f32();
+                let (mut sum_hi, mut sum_lo) = (0i32, 0i32);
+                for k in 0..BLOCK {
+                    let w = blk[16 + 32 * (k / 4) + 4 * r + k % 4] as i8 as i32;
+                    sum_hi += w * hi[k] as i32;
+                    sum_lo += w * lo[k] as i32;
+                }
+                let p = (sum_hi << NARROW) + sum_lo;
+                *acc = (p as f32).mul_add(d * dx, *acc);
+            }
+        }
+    }
+}
+
+/// `Σ hi` of each block of 32 of a high plane.
+fn block_sums(hi: &[i8]) -> Vec<i32> {
+    hi.chunks_exact(BLOCK)
+        .map(|b| b.iter().map(|&v| v as i32).sum())
+        .collect()
+}
+
+/// Linear layer over a packed Q8_0 matrix: `y[t, o] = Σ_i x[t, i] ·
+/// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
+/// 8-bit planes per block of 32 split at [`NARROW`]). `x` is
+/// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
+/// `pool` unless the work is tiny. Each row's result is independent of the
+/// other rows and of the split over threads. Slice lengths are checked
+/// with `debug_assert!`.
+pub fn packed_q8_linear(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedQ8,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
+    let (in_f, out_f) = (w.cols(), w.rows());
+    let groups = |g| w.group(g);
+    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
+        let act = quantize_rows::<NARROW>(k, xb, in_f, split);
+        let act = act.row();
+        let sums = block_sums(act.hi);
+        let nb = in_f / BLOCK;
+        let xs: Vec<Q8Input<'_>> = (0..xb.len() / in_f)
+            .map(|t| Q8Input {
+                x: act.sub_row(t, in_f),
+                hi_sums: &sums[t * nb..(t + 1) * nb],
+            })
+            .collect();
+        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+            k.packed_q8_group_dot(g, xs, out)
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kernels::packed::TILE_TOKENS;
+    use crate::cpu::kernels::qact::Q16Act;
+    use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
+    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
+    use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
+
+    /// Q8_0 blocks whose quants include the extremes −128 and 127.
+    fn blocks_with_extremes(rng: &mut Rng, n: usize) -> Vec<u8> {
+        let mut w = random_blocks(rng, QuantType::Q8_0, n);
+        for b in w.chunks_exact_mut(q8_0::BLOCK_BYTES).step_by(3) {
+            b[2] = 0x80;
+            b[5] = 0x7F;
+        }
+        w
+    }
+
+    /// Packing keeps every value: the portable packed dot equals the f64
+    /// dot of each unpacked row's dequantized weights with the dequantized
+    /// activations.
+    #[test]
+    fn packed_dot_equals_row_dot() {
+        let mut rng = Rng::new(51);
+        let (rows, nb) = (16, 5);
+        let w = blocks_with_extremes(&mut rng, rows * nb);
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, nb * BLOCK).unwrap();
+        let p = PackedQ8::pack(&m).unwrap();
+        let a = Q16Act::<NARROW>::quantize(&rng.vec(nb * BLOCK, 1.0));
+        let xr = a.row();
+        let sums = block_sums(xr.hi);
+        let input = Q8Input {
+            x: xr,
+            hi_sums: &sums,
+        };
+        let xf: Vec<f64> = (0..nb * BLOCK)
+            .map(|i| xr.value(i) as f64 * xr.d[i / BLOCK] as f64)
+            .collect();
+        let mut wf = vec![0.0f32; rows * nb * BLOCK];
+        QuantType::Q8_0.dequantize_blocks(&w, &mut wf);
+        for g in 0..rows / GROUP_ROWS {
+            let mut out = [[0.0; GROUP_ROWS]];
+            group_dot(p.group(g), &[input], &mut out);
+            for (r, &got) in out[0].iter().enumerate() {
+                let row = &wf[(g * GROUP_ROWS + r) * nb * BLOCK..][..nb * BLOCK];
+                let want: f64 = row.iter().zip(&xf).map(|(&a, &b)| a as f64 * b).sum();
+                let mag: f64 = row
+                    .iter()
+                    .zip(&xf)
+                    .map(|(&a, &b)| (a as f64 * b).abs())
+                    .sum();
+                assert!((got as f64 - want).abs() <= 1e-5 * mag, "{g} {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_packed_is_an_error() {
+        let w = vec![0u8; 7 * q8_0::BLOCK_BYTES];
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, 7, 32).unwrap();
+        let err = PackedQ8::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("7 rows"), "{err}");
+        let w = vec![0u8; 8 * 20];
+        let m = QuantMatrix::new(QuantType::Q4_1, &w, 8, 32).unwrap();
+        let err = PackedQ8::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("q4_1"), "{err}");
+    }
+
+    /// The linear layer at every level and thread count equals the f64
+    /// product of the dequantized weights with the f32 activations within
+    /// `1e-4 · (Σ|x·w| + |b|)`, for one row and for row counts that do and
+    /// do not fill the token tile and the row block.
+    #[test]
+    fn packed_q8_linear_matches_reference() {
+        let mut rng = Rng::new(52);
+        for level in SimdLevel::FASTEST_FIRST {
+            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                continue;
+            };
+            for pool in [pool1(), pool2()] {
+                for &(rows, nb, out_f) in &[(1, 3, 8), (1, 18, 200), (5, 7, 64), (130, 2, 16)] {
+                    let in_f = nb * BLOCK;
+                    let w = blocks_with_extremes(&mut rng, out_f * nb);
+                    let mut wf = vec![0.0; out_f * in_f];
+                    QuantType::Q8_0.dequantize_blocks(&w, &mut wf);
+                    let m = QuantMatrix::new(QuantType::Q8_0, &w, out_f, in_f).unwrap();
+                    let p = PackedQ8::pack(&m).unwrap();
+                    let x = rng.vec(rows * in_f, 1.0);
+                    let b = rng.vec(out_f, 1.0);
+                    let bias = (rows % 2 == 1).then_some(&b[..]);
+                    let mut y = vec![f32::NAN; rows * out_f];
+                    packed_q8_linear(k, &x, rows, &p, bias, &mut y, &pool);
+                    let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
+                    let what = format!("{level:?} rows={rows} out={out_f}");
+                    assert_within(&y, &want, &mag, 1e-4, &what);
+                }
+            }
+        }
+    }
+
+    /// Every instruction set gives the portable results bit for bit, and
+    /// each activation row gets exactly what it gets alone, whatever shares
+    /// its tile and however the groups are split over threads.
+    #[test]
+    fn every_level_and_every_row_alone_give_the_same_bits() {
+        let mut rng = Rng::new(53);
+        let (rows, nb, out_f) = (TILE_TOKENS + 3, 18, 48);
+        let in_f = nb * BLOCK;
+        let w = blocks_with_extremes(&mut rng, out_f * nb);
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, out_f, in_f).unwrap();
+        let p = PackedQ8::pack(&m).unwrap();
+        let x = rng.vec(rows * in_f, 4.0);
+        let scalar = QuantKernel::with_level(QuantPath::Int16Activations, SimdLevel::Scalar);
+        let mut want = vec![f32::NAN; rows * out_f];
+        packed_q8_linear(scalar.unwrap(), &x, rows, &p, None, &mut want, &pool1());
+        for level in SimdLevel::FASTEST_FIRST {
+            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                continue;
+            };
+            let mut all = vec![f32::NAN; rows * out_f];
+            packed_q8_linear(k, &x, rows, &p, None, &mut all, &pool2());
+            assert_eq!(all, want, "{level:?} differs from the portable kernel");
+            for (t, want) in all.chunks_exact(out_f).enumerate() {
+                let mut one = vec![f32::NAN; out_f];
+                packed_q8_linear(k, &x[t * in_f..][..in_f], 1, &p, None, &mut one, &pool1());
+                assert_eq!(one, want, "{level:?} row {t} of {rows}");
+            }
+        }
+    }
+}

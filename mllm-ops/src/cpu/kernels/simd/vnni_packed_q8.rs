@@ -1,0 +1,59 @@
+//! AVX-512 VNNI product of a packed Q8_0 row group (see `packed_q8`) with
+//! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL).
+//!
+//! `dpbusd` multiplies unsigned by signed bytes. The low plane (`0..=127`)
+//! is the unsigned side against the signed weights as they are; for the
+//! signed high plane the weights are offset to `w + 128` (one `xor` per
+//! chunk) and `128 · Σ hi`, summed once per call, is subtracted from the
+//! block sum. The 32-bit sums are then the integers of `avx2_packed_q8`,
+//! followed by the same float steps, so the results equal it bit for bit.
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2, FMA, F16C, AVX-512F, AVX-512VL,
+//! AVX-512BW and AVX-512 VNNI (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use super::avx2::store;
+use super::avx2_i8::load32;
+use super::avx2_packed::word;
+use super::avx2_packed_q8::{add_block, scales};
+use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
+use crate::cpu::kernels::qact::BLOCK;
+
+/// The eight outputs of one packed group for `T` activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
+    let xs: [Q8Input<'_>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].x.d.len();
+    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let offset = _mm256_set1_epi8(i8::MIN);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
+        .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
+        .0;
+    for (i, blk) in blocks.iter().enumerate() {
+        let mut sum_hi = [_mm256_setzero_si256(); T];
+        let mut sum_lo = [_mm256_setzero_si256(); T];
+        for j in 0..BLOCK / 4 {
+            let w = load32(&blk[16 + 32 * j..]);
+            let w_offset = _mm256_xor_si256(w, offset);
+            for t in 0..T {
+                sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], w_offset, word(&his[t][i], 4 * j));
+                sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], word(&los[t][i], 4 * j), w);
+            }
+        }
+        let d = scales(blk);
+        for t in 0..T {
+            let correction = _mm256_set1_epi32(xs[t].hi_sums[i] << 7);
+            let hi = _mm256_sub_epi32(sum_hi[t], correction);
+            acc[t] = add_block(acc[t], d, hi, sum_lo[t], xs[t].x.d[i]);
+        }
+    }
+    acc
+}
+
+super::avx2_packed_q8::packed_q8_group_dot!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni");
