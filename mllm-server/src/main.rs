@@ -52,7 +52,13 @@ fn run(args: Args) -> Result<(), String> {
         model_id: model_id.clone(),
     };
     let app = mllm_server::build(model, opts)?;
-    let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("tokio runtime: {e}"))?;
+    // One thread serves HTTP: the work per token is small, and every other
+    // core is the engine's (threads of a busy runtime would preempt the
+    // compute workers and stall whole steps).
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
     runtime.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr)

@@ -333,7 +333,7 @@ async fn run(args: Args) -> Result<bool, String> {
     Ok(report.requests_failed == 0 && report.requests_mismatched == 0)
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     match run(Args::parse()).await {
         Ok(true) => ExitCode::SUCCESS,

@@ -57,6 +57,70 @@ pub fn attention(
     out: &mut [f32],
     pool: &ThreadPool,
 ) {
+    let seq = SeqAttention { q, n_q, past, k, v };
+    attention_of(&seq, shape, out, pool, true);
+}
+
+/// One sequence of an [`attention_batch`] call: its queries, their count,
+/// the tokens before them and its KV cache (as for [`attention`]).
+#[derive(Clone, Copy)]
+pub struct SeqAttention<'a> {
+    /// `[n_q, n_heads * head_dim]` queries.
+    pub q: &'a [f32],
+    /// Number of queries.
+    pub n_q: usize,
+    /// Position of the first query (tokens already cached).
+    pub past: usize,
+    /// The sequence's cached keys, at least `past + n_q` rows.
+    pub k: &'a [f32],
+    /// The sequence's cached values, at least `past + n_q` rows.
+    pub v: &'a [f32],
+}
+
+impl SeqAttention<'_> {
+    /// Query-key pairs scored (the work, up to the head count).
+    fn pairs(&self) -> usize {
+        self.n_q * (self.past + self.n_q)
+    }
+}
+
+/// [`attention`] of several sequences, `outs[i]` for `seqs[i]`: when no
+/// sequence holds half the work (decode steps of many sequences), the
+/// sequences run in parallel, each on one thread, instead of splitting each
+/// small one over the pool in turn; otherwise one after another. Every
+/// output equals that of an [`attention`] call for its sequence alone.
+pub fn attention_batch(
+    seqs: &[SeqAttention<'_>],
+    shape: &AttnShape,
+    outs: Vec<&mut [f32]>,
+    pool: &ThreadPool,
+) {
+    debug_assert_eq!(seqs.len(), outs.len(), "one output per sequence");
+    let total: usize = seqs.iter().map(SeqAttention::pairs).sum();
+    let largest = seqs.iter().map(SeqAttention::pairs).max().unwrap_or(0);
+    if seqs.len() > 1 && pool.current_num_threads() > 1 && 2 * largest < total {
+        pool.install(|| {
+            seqs.par_iter()
+                .zip(outs)
+                .for_each(|(seq, out)| attention_of(seq, shape, out, pool, false))
+        });
+        return;
+    }
+    for (seq, out) in seqs.iter().zip(outs) {
+        attention_of(seq, shape, out, pool, true);
+    }
+}
+
+/// [`attention`] of one sequence, split over `pool` only when `may_split`
+/// and the work is large enough (the split never changes the results).
+fn attention_of(
+    seq: &SeqAttention<'_>,
+    shape: &AttnShape,
+    out: &mut [f32],
+    pool: &ThreadPool,
+    may_split: bool,
+) {
+    let SeqAttention { q, n_q, past, k, v } = *seq;
     let AttnShape {
         n_heads,
         n_kv_heads,
@@ -107,7 +171,7 @@ pub fn attention(
         .saturating_mul(head_dim)
         .saturating_mul(2);
     let threads = pool.current_num_threads().max(1);
-    let parallel = threads > 1 && work >= PAR_THRESHOLD;
+    let parallel = may_split && threads > 1 && work >= PAR_THRESHOLD;
 
     if use_tiled(n_q, group, past) {
         let tiled = tiled::Tiled::new(q, n_q, past, k, v, shape);
@@ -680,5 +744,63 @@ mod tests {
         let mut out = vec![f32::NAN; q.len()];
         attention(&q, n_q, past, &k, &v, &s, &mut out, &pool);
         assert_close(&out, &reference(&q, n_q, past, &k, &v, &s), ATOL, RTOL);
+    }
+
+    /// A batch of sequences gives each exactly what `attention` gives it
+    /// alone (split over the pool), both when the sequences run in
+    /// parallel and when one prefill holds most of the work.
+    #[test]
+    fn batch_equals_each_sequence_alone() {
+        let mut rng = Rng::new(66);
+        let s = AttnShape {
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            scale: 0.125,
+            sliding_window: None,
+        };
+        let width = 9 * 64;
+        let pool = pool2();
+        // Parallel decodes; a tiled chunk among long decodes (parallel);
+        // one dominant prefill (one after another).
+        for shape in [
+            vec![(1, 40), (1, 7), (1, 90), (3, 12), (1, 0)],
+            vec![(1, 300), (1, 300), (8, 40), (1, 300)],
+            vec![(1, 5), (120, 30), (1, 60)],
+        ] {
+            let data: Vec<_> = shape
+                .iter()
+                .map(|&(n_q, past)| {
+                    let kv = (past + n_q) * 3 * 64;
+                    (
+                        rng.vec(n_q * width, 2.0),
+                        rng.vec(kv, 2.0),
+                        rng.vec(kv, 1.0),
+                    )
+                })
+                .collect();
+            let seqs: Vec<SeqAttention<'_>> = shape
+                .iter()
+                .zip(&data)
+                .map(|(&(n_q, past), (q, k, v))| SeqAttention { q, n_q, past, k, v })
+                .collect();
+            let mut outs: Vec<Vec<f32>> = shape
+                .iter()
+                .map(|&(n, _)| vec![f32::NAN; n * width])
+                .collect();
+            attention_batch(
+                &seqs,
+                &s,
+                outs.iter_mut().map(|o| &mut o[..]).collect(),
+                &pool,
+            );
+            for (seq, got) in seqs.iter().zip(&outs) {
+                let mut alone = vec![f32::NAN; got.len()];
+                attention(
+                    seq.q, seq.n_q, seq.past, seq.k, seq.v, &s, &mut alone, &pool,
+                );
+                assert_eq!(&alone, got, "{shape:?}: n_q {} past {}", seq.n_q, seq.past);
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ mod simd;
 pub mod softmax;
 
 pub use activation::{geglu, geglu_tanh, gelu, gelu_tanh, reglu, relu, silu, swiglu};
-pub use attention::{attention, AttnShape};
+pub use attention::{attention, attention_batch, AttnShape, SeqAttention};
 pub use columns::slice_columns;
 pub use elementwise::{add, add_assign, mul, mul_assign, scale};
 pub use embedding::embedding;

@@ -91,10 +91,10 @@ impl PackedQ4 {
         self.cols
     }
 
-    /// The packed blocks of row group `g`.
-    pub(crate) fn group(&self, g: usize) -> &[u8] {
+    /// The packed blocks of the `n` row groups from group `g` on.
+    pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
         let len = self.cols / BLOCK * PACKED_BLOCK_BYTES;
-        &self.data[g * len..(g + 1) * len]
+        &self.data[g * len..(g + n) * len]
     }
 }
 
@@ -163,7 +163,7 @@ pub fn packed_linear(
     pool: &ThreadPool,
 ) {
     let (in_f, out_f) = (w.cols(), w.rows());
-    let groups = |g| w.group(g);
+    let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
         let act = quantize_rows::<WIDE>(k, xb, in_f, split);
         let act = act.row();
@@ -251,12 +251,14 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
     act
 }
 
-/// Writes the outputs of every row group (`group(g)`, each of `cols`
-/// weights per row) for the activation rows `xs` into `dst`, group after
-/// group (`xs.len()` × 8 values per group), parallel over groups; `dot`
-/// multiplies one group with one to [`TILE_TOKENS`] rows.
+/// Writes the outputs of every row group (`groups(g, n)`: the `n` groups
+/// from `g` on, each of `cols` weights per row) for the activation rows
+/// `xs` into `dst`, group after group (`xs.len()` × 8 values per group),
+/// parallel over groups; `dot` multiplies one or two consecutive groups
+/// with one to [`TILE_TOKENS`] rows (outputs of the second group after
+/// those of the first).
 pub(crate) fn group_outputs<'g, A: Sync>(
-    group: &(impl Fn(usize) -> &'g [u8] + Sync),
+    groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
     cols: usize,
     xs: &[A],
     split: &Split<'_>,
@@ -264,20 +266,27 @@ pub(crate) fn group_outputs<'g, A: Sync>(
     dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]]) + Sync + Send,
 ) {
     let rows = xs.len();
+    let per_group = rows * GROUP_ROWS;
     let out_f = dst.len() / rows;
-    let per_task = split.outputs_per_task(out_f, cols).div_ceil(GROUP_ROWS);
+    let per_task = split
+        .outputs_per_task(out_f, cols)
+        .div_ceil(GROUP_ROWS)
+        .next_multiple_of(2);
     split.for_chunks(
         dst,
-        per_task * rows * GROUP_ROWS,
-        || [[0.0f32; GROUP_ROWS]; TILE_TOKENS],
+        per_task * per_group,
+        || [[0.0f32; GROUP_ROWS]; 2 * TILE_TOKENS],
         |tile_out, c, dst| {
-            for (gi, gdst) in dst.chunks_exact_mut(rows * GROUP_ROWS).enumerate() {
-                let group = group(c * per_task + gi);
+            for (pair, pdst) in dst.chunks_mut(2 * per_group).enumerate() {
+                let n = pdst.len() / per_group;
+                let gs = groups(c * per_task + 2 * pair, n);
                 for (ti, tile) in xs.chunks(TILE_TOKENS).enumerate() {
-                    let out = &mut tile_out[..tile.len()];
-                    dot(group, tile, out);
+                    let out = &mut tile_out[..n * tile.len()];
+                    dot(gs, tile, out);
                     let at = ti * TILE_TOKENS * GROUP_ROWS;
-                    gdst[at..at + out.len() * GROUP_ROWS].copy_from_slice(out.as_flattened());
+                    for (gdst, o) in pdst.chunks_exact_mut(per_group).zip(out.chunks(tile.len())) {
+                        gdst[at..at + o.len() * GROUP_ROWS].copy_from_slice(o.as_flattened());
+                    }
                 }
             }
         },
@@ -320,7 +329,7 @@ mod tests {
             qt.dequantize_blocks(&w, &mut wf);
             for g in 0..rows / GROUP_ROWS {
                 let mut out = [[0.0; GROUP_ROWS]];
-                group_dot(p.group(g), &[xr], &mut out);
+                group_dot(p.groups(g, 1), &[xr], &mut out);
                 for (r, &got) in out[0].iter().enumerate() {
                     let row = &wf[(g * GROUP_ROWS + r) * nb * BLOCK..][..nb * BLOCK];
                     let want: f64 = row.iter().zip(&xf).map(|(&a, &b)| a as f64 * b).sum();
@@ -448,8 +457,8 @@ mod tests {
             for t in 1..=TILE_TOKENS {
                 let mut a = vec![[0.0; GROUP_ROWS]; t];
                 let mut b = vec![[f32::NAN; GROUP_ROWS]; t];
-                avx2.packed_group_dot(p.group(0), &rows[..t], &mut a);
-                vnni.packed_group_dot(p.group(0), &rows[..t], &mut b);
+                avx2.packed_group_dot(p.groups(0, 1), &rows[..t], &mut a);
+                vnni.packed_group_dot(p.groups(0, 1), &rows[..t], &mut b);
                 assert_eq!(a, b, "{qt} with {t} rows");
             }
         }

@@ -80,10 +80,10 @@ impl PackedQ8 {
         self.cols
     }
 
-    /// The packed blocks of row group `g`.
-    pub(crate) fn group(&self, g: usize) -> &[u8] {
+    /// The packed blocks of the `n` row groups from group `g` on.
+    pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
         let len = self.cols / BLOCK * Q8_PACKED_BLOCK_BYTES;
-        &self.data[g * len..(g + 1) * len]
+        &self.data[g * len..(g + n) * len]
     }
 }
 
@@ -147,7 +147,7 @@ pub fn packed_q8_linear(
     pool: &ThreadPool,
 ) {
     let (in_f, out_f) = (w.cols(), w.rows());
-    let groups = |g| w.group(g);
+    let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
         let act = quantize_rows::<NARROW>(k, xb, in_f, split);
         let act = act.row();
@@ -208,7 +208,7 @@ mod tests {
         QuantType::Q8_0.dequantize_blocks(&w, &mut wf);
         for g in 0..rows / GROUP_ROWS {
             let mut out = [[0.0; GROUP_ROWS]];
-            group_dot(p.group(g), &[input], &mut out);
+            group_dot(p.groups(g, 1), &[input], &mut out);
             for (r, &got) in out[0].iter().enumerate() {
                 let row = &wf[(g * GROUP_ROWS + r) * nb * BLOCK..][..nb * BLOCK];
                 let want: f64 = row.iter().zip(&xf).map(|(&a, &b)| a as f64 * b).sum();

@@ -1,7 +1,7 @@
 //! The choice of quantized-kernel variant: activation path and instruction
 //! set, checked against the CPU at run time and then dispatched per row.
 
-use super::packed_q8::{self, Q8Input};
+use super::packed_q8::{self, Q8Input, Q8_PACKED_BLOCK_BYTES};
 use super::qact::{self, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row, WIDE};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::simd;
@@ -259,9 +259,39 @@ impl QuantKernel {
             && matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512)
     }
 
-    /// The eight outputs of a packed row group for each of one to four
-    /// 16-bit activation rows (see `packed::group_dot`).
+    /// The eight outputs of each of one or two consecutive packed row
+    /// groups (`groups`) for each of one to four 16-bit activation rows
+    /// (see `packed::group_dot`): `out[g · xs.len() + t]` for group `g`
+    /// and row `t`. With AVX-512 VNNI two groups share 512-bit vectors;
+    /// every level gives the AVX2 bits.
     pub(crate) fn packed_group_dot(
+        self,
+        groups: &[u8],
+        xs: &[Q16Row<'_, WIDE>],
+        out: &mut [[f32; packed::GROUP_ROWS]],
+    ) {
+        let one = xs
+            .first()
+            .map_or(0, |x| x.d.len() * packed::PACKED_BLOCK_BYTES);
+        if one == 0 {
+            out.fill([0.0; packed::GROUP_ROWS]);
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.level == SimdLevel::Avx512 && groups.len() == 2 * one {
+            let (a, b) = groups.split_at(one);
+            // SAFETY: the integer paths' AVX-512 level includes AVX2, FMA,
+            // F16C, AVX-512F/VL/BW and VNNI (struct invariant).
+            unsafe { simd::vnni_packed::pair_dot(a, b, xs, out) };
+            return;
+        }
+        for (group, out) in groups.chunks_exact(one).zip(out.chunks_mut(xs.len())) {
+            self.packed_one_group_dot(group, xs, out);
+        }
+    }
+
+    /// [`QuantKernel::packed_group_dot`] of one group.
+    fn packed_one_group_dot(
         self,
         group: &[u8],
         xs: &[Q16Row<'_, WIDE>],
@@ -286,10 +316,36 @@ impl QuantKernel {
         packed::group_dot(group, xs, out);
     }
 
-    /// The eight outputs of a packed Q8_0 row group for each of one to
-    /// four 16-bit activation rows (see `packed_q8::group_dot`), the same
-    /// bits at every level.
+    /// [`QuantKernel::packed_group_dot`] for packed Q8_0 groups (see
+    /// `packed_q8::group_dot`), the same bits at every level.
     pub(crate) fn packed_q8_group_dot(
+        self,
+        groups: &[u8],
+        xs: &[Q8Input<'_>],
+        out: &mut [[f32; packed::GROUP_ROWS]],
+    ) {
+        let one = xs
+            .first()
+            .map_or(0, |x| x.x.d.len() * Q8_PACKED_BLOCK_BYTES);
+        if one == 0 {
+            out.fill([0.0; packed::GROUP_ROWS]);
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.level == SimdLevel::Avx512 && groups.len() == 2 * one {
+            let (a, b) = groups.split_at(one);
+            // SAFETY: the integer paths' AVX-512 level includes AVX2, FMA,
+            // F16C, AVX-512F/VL/BW and VNNI (struct invariant).
+            unsafe { simd::vnni_packed_q8::pair_dot(a, b, xs, out) };
+            return;
+        }
+        for (group, out) in groups.chunks_exact(one).zip(out.chunks_mut(xs.len())) {
+            self.packed_q8_one_group_dot(group, xs, out);
+        }
+    }
+
+    /// [`QuantKernel::packed_q8_group_dot`] of one group.
+    fn packed_q8_one_group_dot(
         self,
         group: &[u8],
         xs: &[Q8Input<'_>],

@@ -9,7 +9,7 @@ use rayon::ThreadPool;
 
 use super::expect_rows;
 use super::kv_cache::KvCacheState;
-use crate::cpu::kernels::attention::{attention, AttnShape};
+use crate::cpu::kernels::attention::{attention_batch, AttnShape, SeqAttention};
 
 /// The CPU attention op.
 pub struct AttentionOp {
@@ -74,6 +74,10 @@ impl Op for AttentionOp {
                 ),
             ));
         }
+        let mut seqs = Vec::with_capacity(step.seqs.len());
+        let mut outs = Vec::with_capacity(step.seqs.len());
+        let mut rest = &mut output[..];
+        let mut at = 0;
         for seq in &step.seqs {
             if cache.len(seq.slot) < seq.past + seq.len {
                 return Err(Error::InvalidInput(format!(
@@ -83,18 +87,31 @@ impl Op for AttentionOp {
                     seq.past + seq.len
                 )));
             }
+            if seq.start != at || rest.len() < seq.len * width {
+                return Err(Error::shape(
+                    "attention",
+                    format!(
+                        "sequence rows {}..{} do not follow row {at} within the {} query rows",
+                        seq.start,
+                        seq.start + seq.len,
+                        q.shape.rows()
+                    ),
+                ));
+            }
             let rows = seq.start * width..(seq.start + seq.len) * width;
-            attention(
-                &q.data[rows.clone()],
-                seq.len,
-                seq.past,
-                cache.keys(seq.slot),
-                cache.values(seq.slot),
-                &self.shape,
-                &mut output[rows],
-                &self.pool,
-            );
+            let (out, tail) = std::mem::take(&mut rest).split_at_mut(seq.len * width);
+            rest = tail;
+            at += seq.len;
+            seqs.push(SeqAttention {
+                q: &q.data[rows],
+                n_q: seq.len,
+                past: seq.past,
+                k: cache.keys(seq.slot),
+                v: cache.values(seq.slot),
+            });
+            outs.push(out);
         }
+        attention_batch(&seqs, &self.shape, outs, &self.pool);
         Ok(())
     }
 }

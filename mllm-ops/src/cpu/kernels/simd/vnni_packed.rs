@@ -57,3 +57,112 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
 }
 
 super::avx2_packed::packed_group_dot!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni");
+
+/// Two 256-bit halves as one 512-bit vector, `lo` in the low half.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn join(lo: __m256i, hi: __m256i) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// Eight f16 values at the start of `a` and eight at the start of `b` as
+/// sixteen f32.
+#[target_feature(enable = "avx512f,avx512vl")]
+#[inline]
+pub(crate) fn f16x16(a: &[u8], b: &[u8]) -> __m512 {
+    let (a, b) = (&a[..16], &b[..16]);
+    // SAFETY: `a` and `b` hold 16 bytes each (sliced above) and `loadu`
+    // has no alignment requirement.
+    let (a, b) = unsafe {
+        (
+            _mm_loadu_si128(a.as_ptr().cast()),
+            _mm_loadu_si128(b.as_ptr().cast()),
+        )
+    };
+    _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b))
+}
+
+/// The 4-byte word at `at` of a 32-byte activation block in every lane of
+/// a 512-bit vector.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn word16(x: &[i8; BLOCK], at: usize) -> __m512i {
+    let w = [x[at], x[at + 1], x[at + 2], x[at + 3]].map(|b| b as u8);
+    _mm512_set1_epi32(i32::from_le_bytes(w))
+}
+
+/// The outputs of two consecutive packed groups `a` and `b` for `T`
+/// activation rows at once, on 512-bit vectors: lanes 0..8 of each result
+/// are `a`'s eight rows, lanes 8..16 `b`'s. Lane by lane the same integer
+/// and float steps as `tile`, so the same bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m512; T] {
+    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].d.len();
+    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let nibble = _mm512_set1_epi8(0x0F);
+    let mut acc = [_mm512_setzero_ps(); T];
+    let blocks_a = a[..nb * PACKED_BLOCK_BYTES]
+        .as_chunks::<PACKED_BLOCK_BYTES>()
+        .0;
+    let blocks_b = b[..nb * PACKED_BLOCK_BYTES]
+        .as_chunks::<PACKED_BLOCK_BYTES>()
+        .0;
+    for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
+        let mut sum_hi = [_mm512_setzero_si512(); T];
+        let mut sum_lo = [_mm512_setzero_si512(); T];
+        for j in 0..4 {
+            let at = 32 + 32 * j;
+            let v = join(load32(&ka[at..]), load32(&kb[at..]));
+            let w_lo = _mm512_and_si512(v, nibble);
+            let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
+            for t in 0..T {
+                let (h, l) = (&his[t][i], &los[t][i]);
+                sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_lo, word16(h, 4 * j));
+                sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_hi, word16(h, 16 + 4 * j));
+                sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_lo, word16(l, 4 * j));
+                sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_hi, word16(l, 16 + 4 * j));
+            }
+        }
+        let d = f16x16(&ka[..16], &kb[..16]);
+        let m = f16x16(&ka[16..32], &kb[16..32]);
+        for t in 0..T {
+            let s = _mm512_add_epi32(_mm512_slli_epi32::<8>(sum_hi[t]), sum_lo[t]);
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(xs[t].d[i]));
+            let sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
+            acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(xs[t].s[i]), sum);
+        }
+    }
+    acc
+}
+
+/// Stores the two groups' halves of `acc` (see `pair_tile`): `out[t]` for
+/// the first group, `out[T + t]` for the second.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn store_pair(acc: &[__m512], out: &mut [[f32; GROUP_ROWS]]) {
+    let t = acc.len();
+    for (i, a) in acc.iter().enumerate() {
+        let lo = _mm512_castps512_ps256(*a);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*a)));
+        store(&mut out[i], lo);
+        store(&mut out[t + i], hi);
+    }
+}
+
+/// `packed::group_dot` of two consecutive groups `a` and `b` (outputs
+/// `out[t]` for `a`, `out[xs.len() + t]` for `b`), one to `TILE_TOKENS`
+/// activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+pub(crate) fn pair_dot(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+    debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
+    match xs.len() {
+        0 => {}
+        1 => store_pair(&pair_tile::<1>(a, b, xs), out),
+        2 => store_pair(&pair_tile::<2>(a, b, xs), out),
+        3 => store_pair(&pair_tile::<3>(a, b, xs), out),
+        _ => store_pair(&pair_tile::<4>(a, b, xs), out),
+    }
+}

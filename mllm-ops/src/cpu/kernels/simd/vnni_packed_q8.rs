@@ -18,9 +18,10 @@ use super::avx2::store;
 use super::avx2_i8::load32;
 use super::avx2_packed::word;
 use super::avx2_packed_q8::{add_block, scales};
+use super::vnni_packed::{f16x16, join, store_pair, word16};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
-use crate::cpu::kernels::qact::BLOCK;
+use crate::cpu::kernels::qact::{BLOCK, NARROW};
 
 /// The eight outputs of one packed group for `T` activation rows.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
@@ -57,3 +58,61 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
 }
 
 super::avx2_packed_q8::packed_q8_group_dot!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni");
+
+/// The outputs of two consecutive packed groups `a` and `b` for `T`
+/// activation rows at once, on 512-bit vectors: lanes 0..8 of each result
+/// are `a`'s eight rows, lanes 8..16 `b`'s. Lane by lane the same integer
+/// and float steps as `tile`, so the same bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q8Input<'_>]) -> [__m512; T] {
+    let xs: [Q8Input<'_>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].x.d.len();
+    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let offset = _mm512_set1_epi8(i8::MIN);
+    let mut acc = [_mm512_setzero_ps(); T];
+    let blocks_a = a[..nb * Q8_PACKED_BLOCK_BYTES]
+        .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
+        .0;
+    let blocks_b = b[..nb * Q8_PACKED_BLOCK_BYTES]
+        .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
+        .0;
+    for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
+        let mut sum_hi = [_mm512_setzero_si512(); T];
+        let mut sum_lo = [_mm512_setzero_si512(); T];
+        for j in 0..BLOCK / 4 {
+            let at = 16 + 32 * j;
+            let w = join(load32(&ka[at..]), load32(&kb[at..]));
+            let w_offset = _mm512_xor_si512(w, offset);
+            for t in 0..T {
+                sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_offset, word16(&his[t][i], 4 * j));
+                sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], word16(&los[t][i], 4 * j), w);
+            }
+        }
+        let d = f16x16(&ka[..16], &kb[..16]);
+        for t in 0..T {
+            let correction = _mm512_set1_epi32(xs[t].hi_sums[i] << 7);
+            let hi = _mm512_sub_epi32(sum_hi[t], correction);
+            let p = _mm512_add_epi32(_mm512_slli_epi32::<{ NARROW }>(hi), sum_lo[t]);
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(xs[t].x.d[i]));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[t]);
+        }
+    }
+    acc
+}
+
+/// `packed_q8::group_dot` of two consecutive groups `a` and `b` (outputs
+/// `out[t]` for `a`, `out[xs.len() + t]` for `b`), one to `TILE_TOKENS`
+/// activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+pub(crate) fn pair_dot(a: &[u8], b: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
+    match xs.len() {
+        0 => {}
+        1 => store_pair(&pair_tile::<1>(a, b, xs), out),
+        2 => store_pair(&pair_tile::<2>(a, b, xs), out),
+        3 => store_pair(&pair_tile::<3>(a, b, xs), out),
+        _ => store_pair(&pair_tile::<4>(a, b, xs), out),
+    }
+}
