@@ -434,8 +434,8 @@ mod tests {
     }
 
     /// The AVX-512 VNNI group product equals the AVX2 one bit for bit (the
-    /// same integer block sums, the same float steps), for one to four
-    /// activation rows.
+    /// same integer block sums, the same float steps), for one group
+    /// (256-bit) and two (512-bit) and one to four activation rows.
     #[test]
     fn vnni_group_dot_equals_avx2() {
         let (Some(vnni), Some(avx2)) = (
@@ -447,19 +447,21 @@ mod tests {
         let mut rng = Rng::new(44);
         for qt in [QuantType::Q4_0, QuantType::Q4_1] {
             let nb = 9;
-            let w = random_blocks(&mut rng, qt, GROUP_ROWS * nb);
-            let m = QuantMatrix::new(qt, &w, GROUP_ROWS, nb * BLOCK).unwrap();
+            let w = random_blocks(&mut rng, qt, 2 * GROUP_ROWS * nb);
+            let m = QuantMatrix::new(qt, &w, 2 * GROUP_ROWS, nb * BLOCK).unwrap();
             let p = PackedQ4::pack(&m).unwrap();
             let acts: Vec<Q16Act<WIDE>> = (0..TILE_TOKENS)
                 .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
                 .collect();
             let rows: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
-            for t in 1..=TILE_TOKENS {
-                let mut a = vec![[0.0; GROUP_ROWS]; t];
-                let mut b = vec![[f32::NAN; GROUP_ROWS]; t];
-                avx2.packed_group_dot(p.groups(0, 1), &rows[..t], &mut a);
-                vnni.packed_group_dot(p.groups(0, 1), &rows[..t], &mut b);
-                assert_eq!(a, b, "{qt} with {t} rows");
+            for groups in 1..=2 {
+                for t in 1..=TILE_TOKENS {
+                    let mut a = vec![[0.0; GROUP_ROWS]; groups * t];
+                    let mut b = vec![[f32::NAN; GROUP_ROWS]; groups * t];
+                    avx2.packed_group_dot(p.groups(0, groups), &rows[..t], &mut a);
+                    vnni.packed_group_dot(p.groups(0, groups), &rows[..t], &mut b);
+                    assert_eq!(a, b, "{qt}: {groups} groups, {t} rows");
+                }
             }
         }
     }
