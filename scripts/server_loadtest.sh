@@ -6,7 +6,8 @@
 #
 # Usage: scripts/server_loadtest.sh [CLIENTS...]      (default: 1 4 16 64)
 # Env:   THREADS (2), PARALLEL (8), MAX_TOKENS (64), PORT (8099),
-#        REQUESTS_PER_CLIENT (2; at least 16 requests per run)
+#        REQUESTS_PER_CLIENT (2; at least 16 requests per run),
+#        SERVER_ARGS (more flags for the server, e.g. "--prefill-chunk 16")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +27,9 @@ results=$(mktemp)
 for n in "${clients[@]}"; do
     requests=$((n * per_client))
     [ "$requests" -lt 16 ] && requests=16
-    "$server" --threads "$threads" --parallel "$parallel" --port "$port" >/tmp/mllm-server-bench.log 2>&1 &
+    # shellcheck disable=SC2086
+    "$server" --threads "$threads" --parallel "$parallel" --port "$port" ${SERVER_ARGS:-} \
+        >/tmp/mllm-server-bench.log 2>&1 &
     pid=$!
     trap 'kill $pid 2>/dev/null || true; rm -f "$results"' EXIT
     for _ in $(seq 1 300); do

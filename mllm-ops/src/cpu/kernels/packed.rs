@@ -220,9 +220,13 @@ pub(crate) fn by_row_blocks(
     }
 }
 
+/// Values below which quantizing activations is not worth a fork-join
+/// (a step of a few dozen tokens quantizes in microseconds).
+const PAR_QUANTIZE_VALUES: usize = 1 << 17;
+
 /// Quantizes the rows of `x` (each `in_f` long) to 16 bits with the plane
 /// split `SHIFT`, split over the pool by rows when the call is parallel
-/// and has several rows.
+/// and has many values.
 pub(crate) fn quantize_rows<const SHIFT: u32>(
     k: QuantKernel,
     x: &[f32],
@@ -230,7 +234,10 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
     split: &Split<'_>,
 ) -> Q16Act<SHIFT> {
     let mut act = Q16Act::zeros(x.len());
-    let Some(pool) = split.pool().filter(|_| x.len() > in_f) else {
+    let Some(pool) = split
+        .pool()
+        .filter(|_| x.len() >= PAR_QUANTIZE_VALUES.max(2 * in_f))
+    else {
         let (hi, lo, d, s) = act.parts_mut();
         k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s);
         return act;
@@ -364,7 +371,8 @@ mod tests {
     /// The packed linear layer at every level and thread count equals the
     /// f64 product of the dequantized weights with the f32 activations
     /// within `1e-4 · (Σ|x·w| + |b|)`, for one row (decode), row counts
-    /// that do and do not fill the token tile, and with and without bias.
+    /// that do and do not fill the token tile, enough values to quantize in
+    /// parallel, and with and without bias.
     #[test]
     fn packed_linear_matches_reference() {
         let mut rng = Rng::new(42);
@@ -380,6 +388,7 @@ mod tests {
                         (5, 7, 64),
                         (70, 9, 136),
                         (300, 2, 16),
+                        (130, 32, 16),
                     ] {
                         let in_f = nb * BLOCK;
                         let w = random_blocks(&mut rng, qt, out_f * nb);
