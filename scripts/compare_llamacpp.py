@@ -8,7 +8,9 @@ What it does:
 1. Fetches the default model (SmolLM2-135M-Instruct Q4_1 GGUF) and its .mllm
    conversion into the cache, by running the bench example once.
 2. Creates a throwaway venv in the cache with llama-cpp-python pinned to
-   LLAMA_CPP_PYTHON (it compiles llama.cpp from source on first use).
+   LLAMA_CPP_PYTHON (it compiles llama.cpp from source on first use, with
+   GGML_NATIVE=OFF, this CPU's AVX2/AVX-512/VNNI levels named one by one
+   and AMX off: a native build can pick AMX, which faults in some VMs).
 3. Alternates the two engines round by round (each round: one process per
    engine, one warm-up and one timed repetition per test), so both see the
    same machine conditions, and prints a Markdown table of medians, the
@@ -36,14 +38,51 @@ def cache_dir():
     return base / "mllm-rs"
 
 
+def cpu_flags():
+    """The x86 feature flags of this CPU (empty elsewhere)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cmake_args():
+    """llama.cpp's build options: no native build (`-march=native` can pick
+    AMX, which faults in some VMs), the SIMD levels this CPU has turned on
+    one by one, AMX always off."""
+    flags = cpu_flags()
+    has = lambda *names: all(n in flags for n in names)
+    opts = {
+        "GGML_NATIVE": False,
+        "GGML_AVX": has("avx"),
+        "GGML_AVX2": has("avx2"),
+        "GGML_FMA": has("fma"),
+        "GGML_F16C": has("f16c"),
+        "GGML_AVX512": has("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"),
+        "GGML_AVX512_VNNI": has("avx512f", "avx512_vnni"),
+        "GGML_AVX_VNNI": has("avx_vnni"),
+        "GGML_AMX_TILE": False,
+        "GGML_AMX_INT8": False,
+        "GGML_AMX_BF16": False,
+    }
+    return " ".join(f"-D{k}={'ON' if v else 'OFF'}" for k, v in opts.items())
+
+
 def ensure_venv():
     venv = cache_dir() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}"
     python = venv / "bin" / "python"
     if not python.exists():
-        print(f"building llama-cpp-python {LLAMA_CPP_PYTHON} into {venv} (several minutes)", file=sys.stderr)
+        args = cmake_args()
+        print(f"building llama-cpp-python {LLAMA_CPP_PYTHON} into {venv} (several minutes)\n"
+              f"  CMAKE_ARGS={args}", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--no-cache-dir",
-                        f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], check=True)
+        env = dict(os.environ, CMAKE_ARGS=args, FORCE_CMAKE="1")
+        subprocess.run([str(python), "-m", "pip", "install", "--no-cache-dir", "--no-binary",
+                        "llama-cpp-python", f"llama-cpp-python=={LLAMA_CPP_PYTHON}"],
+                       check=True, env=env)
     return python
 
 
