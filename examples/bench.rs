@@ -52,6 +52,8 @@ struct Args {
     depth: usize,
     #[command(flatten)]
     device: mllm::cli::DeviceArgs,
+    #[command(flatten)]
+    files: mllm::cli::ModelFileArgs,
     /// CPU threads (0: one per core).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     threads: usize,
@@ -195,11 +197,12 @@ fn run(args: Args) -> Result<()> {
         Some(p) => p.clone(),
         None => default_model::ensure_model()?,
     };
-    let opts = LoadOptions {
+    let mut opts = LoadOptions {
         threads: args.threads,
         placement: args.device.placement()?,
         ..Default::default()
     };
+    args.files.apply(&mut opts)?;
     let mut model = Model::load(&path, &opts)?;
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())

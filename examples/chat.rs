@@ -42,6 +42,8 @@ struct Args {
     max_context: Option<usize>,
     #[command(flatten)]
     device: mllm::cli::DeviceArgs,
+    #[command(flatten)]
+    files: mllm::cli::ModelFileArgs,
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -94,12 +96,13 @@ fn run(args: Args) -> Result<()> {
         Some(p) => p.clone(),
         None => default_model::ensure_model()?,
     };
-    let load = LoadOptions {
+    let mut load = LoadOptions {
         threads: args.threads,
         placement: args.device.placement()?,
         max_context: args.max_context,
         ..Default::default()
     };
+    args.files.apply(&mut load)?;
     let mut model = Model::load(&path, &load)?;
     let opts = GenerateOptions {
         max_tokens: args.max_tokens,

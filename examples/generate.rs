@@ -59,17 +59,20 @@ struct Args {
     dump_logits: Option<PathBuf>,
     #[command(flatten)]
     device: mllm::cli::DeviceArgs,
+    #[command(flatten)]
+    files: mllm::cli::ModelFileArgs,
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
 }
 
 fn run(args: Args) -> Result<()> {
-    let opts = LoadOptions {
+    let mut opts = LoadOptions {
         threads: args.threads,
         placement: args.device.placement()?,
         ..Default::default()
     };
+    args.files.apply(&mut opts)?;
     let mut model = Model::load(&args.model, &opts)?;
     let prompt = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),

@@ -35,6 +35,8 @@ struct Args {
     max_windows: usize,
     #[command(flatten)]
     device: mllm::cli::DeviceArgs,
+    #[command(flatten)]
+    files: mllm::cli::ModelFileArgs,
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
@@ -71,11 +73,12 @@ fn run(args: Args) -> Result<()> {
     if args.ctx < 2 {
         return Err(Error::InvalidInput("--ctx must be at least 2".into()));
     }
-    let opts = LoadOptions {
+    let mut opts = LoadOptions {
         threads: args.threads,
         placement: args.device.placement()?,
         ..Default::default()
     };
+    args.files.apply(&mut opts)?;
     let mut model = Model::load(&args.model, &opts)?;
     if args.ctx > model.max_context() {
         return Err(Error::InvalidInput(format!(

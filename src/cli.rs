@@ -1,9 +1,10 @@
 //! Command-line pieces shared by the example programs.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::core::{Placement, Result};
-use crate::models::SamplingParams;
+use crate::models::{LoadOptions, ModelFiles, SamplingParams};
 
 /// Sampling flags (`--temperature`, `--top-k`, `--top-p`, `--min-p`,
 /// `--repeat-penalty`, `--seed`), flattened into a program's arguments.
@@ -71,5 +72,32 @@ impl DeviceArgs {
     /// The placement these flags describe.
     pub fn placement(&self) -> Result<Placement> {
         Placement::from_flags(self.device.as_deref(), self.gpu_layers)
+    }
+}
+
+/// Flags that describe a plain mllm v1 file (one without embedded
+/// metadata): its config, tokenizer and chat template. For a file that
+/// embeds them they must agree with what it embeds.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ModelFileArgs {
+    /// The model's config.json, for a plain mllm v1 file without embedded metadata.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The model's tokenizer.json, for a file without an embedded tokenizer.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
+    /// A chat template (Jinja source), for a file without an embedded one.
+    #[arg(long, value_name = "FILE")]
+    pub chat_template: Option<PathBuf>,
+}
+
+impl ModelFileArgs {
+    /// Reads the given files into `opts` (errors name the file).
+    pub fn apply(&self, opts: &mut LoadOptions) -> Result<()> {
+        opts.read_model_files(&ModelFiles {
+            config: self.config.clone(),
+            tokenizer: self.tokenizer.clone(),
+            chat_template: self.chat_template.clone(),
+        })
     }
 }

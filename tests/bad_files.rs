@@ -151,12 +151,30 @@ fn malformed_metadata_json() {
     }
 }
 
-/// Rewrites a converted file, leaving out `skip`, optionally without metadata.
-fn rewrite(src: &std::path::Path, dst: &std::path::Path, skip: &str, with_metadata: bool) {
+/// How [`rewrite`] changes a file besides leaving out a tensor.
+#[derive(Clone, Copy)]
+enum Header<'a> {
+    /// Keep the metadata.
+    Keep,
+    /// Drop the metadata (a plain mllm v1 file).
+    Plain,
+    /// Keep the metadata and embed this chat template.
+    WithTemplate(&'a str),
+}
+
+/// Rewrites a converted file, leaving out `skip` and changing its header.
+fn rewrite(src: &std::path::Path, dst: &std::path::Path, skip: &str, header: Header<'_>) {
     let file = MllmFile::open(src).unwrap();
     let mut w = MllmWriter::new();
-    if with_metadata {
-        w.metadata(file.metadata().unwrap().clone());
+    match header {
+        Header::Keep => {
+            w.metadata(file.metadata().unwrap().clone());
+        }
+        Header::Plain => {}
+        Header::WithTemplate(t) => {
+            w.metadata(file.metadata().unwrap().clone());
+            w.chat_template(t);
+        }
     }
     let names: Vec<String> = file
         .metadata()
@@ -185,7 +203,12 @@ fn rewrite(src: &std::path::Path, dst: &std::path::Path, skip: &str, with_metada
 fn missing_tensor() {
     let (c, _) = good_file();
     let dst = c.dir.path().join("missing.mllm");
-    rewrite(&c.path, &dst, "model.layers.1.mlp.up_proj.weight", true);
+    rewrite(
+        &c.path,
+        &dst,
+        "model.layers.1.mlp.up_proj.weight",
+        Header::Keep,
+    );
     match Model::load(&dst, &LoadOptions::default()) {
         Err(Error::MissingTensor(name)) => assert_eq!(name, "model.layers.1.mlp.up_proj.weight"),
         Err(other) => panic!("expected MissingTensor, got {other:?}"),
@@ -199,7 +222,7 @@ fn missing_tensor() {
 fn plain_v1_file_needs_config() {
     let (c, _) = good_file();
     let dst = c.dir.path().join("plain.mllm");
-    rewrite(&c.path, &dst, "", false);
+    rewrite(&c.path, &dst, "", Header::Plain);
     let plain = MllmFile::open(&dst).unwrap();
     assert!(plain.metadata().is_none());
     match Model::load(&dst, &LoadOptions::default()) {
@@ -308,4 +331,29 @@ fn released_tensor_pages_read_back_unchanged() {
         let (start, len) = (e.offset as usize, before.len());
         assert_eq!(&bytes[start..start + len], t.bytes(), "{name}");
     }
+}
+
+/// A chat template given for a file that embeds a different one is
+/// refused; the same one, or one for a file without any, is taken.
+#[test]
+fn given_chat_template_must_agree_with_the_embedded_one() {
+    let (c, _) = good_file();
+    let dst = c.dir.path().join("templated.mllm");
+    rewrite(&c.path, &dst, "", Header::WithTemplate("{{ messages }}"));
+    let with_template = |t: &str| LoadOptions {
+        chat_template: Some(t.to_string()),
+        ..Default::default()
+    };
+    match Model::load(&dst, &with_template("{{ other }}")) {
+        Err(Error::Config(msg)) => assert!(
+            msg.contains("the given chat template differs from the one embedded"),
+            "{msg}"
+        ),
+        Err(other) => panic!("expected Config, got {other:?}"),
+        Ok(_) => panic!("a contradicting chat template must be refused"),
+    }
+    let same = Model::load(&dst, &with_template("{{ messages }}")).unwrap();
+    assert_eq!(same.chat_template(), Some("{{ messages }}"));
+    let given = Model::load(&c.path, &with_template("{{ given }}")).unwrap();
+    assert_eq!(given.chat_template(), Some("{{ given }}"));
 }

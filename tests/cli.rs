@@ -89,3 +89,102 @@ fn generate_reports_errors_without_panicking() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("embeds no tokenizer"), "{stderr}");
 }
+
+/// A plain mllm v1 file (written without the project's writer) runs from
+/// the command line with `--config` and gives the reference ids and
+/// logits; without `--config` the error names the flag.
+#[test]
+fn plain_v1_file_runs_with_config_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.mllm");
+    plain_v1::write_plain_v1(
+        &fixture("tiny-llama").join("model.safetensors"),
+        &plain,
+        &[],
+    );
+    let reference = Reference::load("tiny-llama");
+    let prompt: Vec<String> = reference
+        .ids("/inputs/long")
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    let want: Vec<String> = reference
+        .ids("/greedy/long/new_ids")
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    let npy = dir.path().join("logits.npy");
+    let config = fixture("tiny-llama").join("config.json");
+    let run = |extra: &[&str]| {
+        Command::new(example("generate"))
+            .args(["--model", plain.to_str().unwrap()])
+            .args(["--prompt-ids", &prompt.join(",")])
+            .args(["--max-tokens", "20", "--print-ids", "--threads", "2"])
+            .args(["--dump-logits", npy.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--config", config.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let ids_line = format!("ids: {}", want.join(","));
+    assert!(stdout.lines().any(|l| l == ids_line), "{stdout}");
+    let (shape, data) = read_npy(&npy);
+    assert_eq!(shape, vec![prompt.len(), 256]);
+    assert_close(
+        "plain v1",
+        &data,
+        &reference.array("logits_long").data,
+        1e-4,
+    );
+
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("plain mllm v1 file with no embedded metadata")
+            && stderr.contains("--config"),
+        "{stderr}"
+    );
+}
+
+/// A config that contradicts the metadata a file embeds is refused with
+/// the field that differs; one that agrees is accepted.
+#[test]
+fn contradicting_config_flag_is_refused() {
+    let c = convert_to(&fixture("tiny-llama"), DType::F32);
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = fixture("tiny-llama").join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    let run = |config: &std::path::Path| {
+        Command::new(example("generate"))
+            .args(["--model", c.path.to_str().unwrap()])
+            .args(["--prompt-ids", "1,2,3", "--max-tokens", "2", "--print-ids"])
+            .args(["--config", config.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    assert!(run(&config_path).status.success());
+    config["num_hidden_layers"] = serde_json::json!(3);
+    let wrong = dir.path().join("config.json");
+    std::fs::write(&wrong, config.to_string()).unwrap();
+    let out = run(&wrong);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("contradicts the metadata")
+            && stderr.contains("'num_hidden_layers' is 3 in it and 2 in the file"),
+        "{stderr}"
+    );
+    config["num_hidden_layers"] = serde_json::json!(2);
+    config["architectures"] = serde_json::json!(["Qwen2ForCausalLM"]);
+    std::fs::write(&wrong, config.to_string()).unwrap();
+    let stderr = String::from_utf8_lossy(&run(&wrong).stderr).into_owned();
+    assert!(
+        stderr.contains("it names architecture Qwen2ForCausalLM, the file LlamaForCausalLM"),
+        "{stderr}"
+    );
+}

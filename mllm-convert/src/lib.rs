@@ -37,6 +37,7 @@
 //! # Ok::<(), mllm_core::Error>(())
 //! ```
 
+mod attach;
 mod cast;
 mod convert;
 pub mod default_model;
@@ -51,6 +52,7 @@ mod source;
 mod transpose;
 mod write;
 
+pub use attach::{attach, AttachOptions, AttachReport};
 pub use cast::cast;
 pub use convert::{convert, convert_with_policy, ConvertOptions, ConvertReport, QuantizeOptions};
 pub use discover::{

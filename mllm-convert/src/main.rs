@@ -5,6 +5,8 @@
 //! mllm-convert MODEL.gguf -o OUT.mllm [--quiet]
 //! mllm-convert quantize IN.mllm OUT.mllm --dtype T [--embed-dtype T] [--head-dtype T] [--quiet]
 //! mllm-convert inspect FILE
+//! mllm-convert attach IN.mllm -o OUT.mllm (--config config.json | --hf-dir DIR)
+//!     [--tokenizer tokenizer.json] [--generation-config FILE] [--chat-template FILE]
 //! ```
 //!
 //! `T` is f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k; which tensors
@@ -15,8 +17,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use mllm_convert::{
-    convert_with_policy, format_bytes, inspect, parse_target_dtype, quantize_file, ConvertReport,
-    DTypePolicy, QuantizeOptions,
+    attach, convert_with_policy, format_bytes, inspect, parse_target_dtype, quantize_file,
+    AttachOptions, ConvertReport, DTypePolicy, QuantizeOptions,
 };
 use mllm_core::{DType, Result};
 
@@ -70,6 +72,35 @@ enum Command {
     Inspect {
         /// The .mllm file.
         file: PathBuf,
+    },
+    /// Make a plain mllm v1 file self-describing: embed the config (and the
+    /// tokenizer, generation config and chat template), tensor data copied
+    /// unchanged. The file's tensors are checked against the config's
+    /// architecture before anything is written.
+    Attach {
+        /// The plain mllm v1 file.
+        #[arg(value_name = "IN.mllm")]
+        input: PathBuf,
+        /// The .mllm file to write.
+        #[arg(short, long, value_name = "OUT.mllm")]
+        output: PathBuf,
+        /// A Hugging Face model directory: its config.json, tokenizer.json,
+        /// generation_config.json and chat template (the flags below replace
+        /// single files of it).
+        #[arg(long, value_name = "DIR")]
+        hf_dir: Option<PathBuf>,
+        /// The model's config.json (required without --hf-dir).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The model's tokenizer.json.
+        #[arg(long, value_name = "FILE")]
+        tokenizer: Option<PathBuf>,
+        /// The model's generation_config.json.
+        #[arg(long, value_name = "FILE")]
+        generation_config: Option<PathBuf>,
+        /// A chat template (Jinja source).
+        #[arg(long, value_name = "FILE")]
+        chat_template: Option<PathBuf>,
     },
     /// Requantize a .mllm file written by mllm-rs: metadata, tokenizer and
     /// chat template are kept, tensors are stored as the dtype flags say.
@@ -126,6 +157,46 @@ fn run(cli: Cli) -> Result<()> {
     let report = match cli.command {
         Some(Command::Inspect { file }) => {
             print!("{}", inspect(&file)?);
+            return Ok(());
+        }
+        Some(Command::Attach {
+            input,
+            output,
+            hf_dir,
+            config,
+            tokenizer,
+            generation_config,
+            chat_template,
+        }) => {
+            let opts = AttachOptions {
+                hf_dir,
+                config,
+                tokenizer,
+                generation_config,
+                chat_template,
+            };
+            let r = attach(&input, &output, &opts)?;
+            let mut line = format!(
+                "wrote {} tensors ({}) with metadata to {}",
+                r.tensors,
+                r.architecture,
+                output.display()
+            );
+            for (embedded, what) in [
+                (r.tokenizer, "tokenizer"),
+                (r.chat_template, "chat template"),
+            ] {
+                if embedded {
+                    line.push_str(&format!(", {what} embedded"));
+                }
+            }
+            if r.unused > 0 {
+                line.push_str(&format!(
+                    "; {} tensors the architecture does not use",
+                    r.unused
+                ));
+            }
+            println!("{line}");
             return Ok(());
         }
         Some(Command::Quantize {

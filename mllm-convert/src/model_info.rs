@@ -1,13 +1,13 @@
 //! Reading the JSON and text files that travel with the weights: config,
 //! generation config, tokenizer and chat template.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mllm_core::{Error, Result};
 use mllm_models::config::HfConfig;
 use serde_json::Value;
 
-use crate::discover::ModelFiles;
+use crate::discover::{ModelFiles, CONFIG_FILE};
 
 /// Generation defaults file next to `config.json`.
 pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
@@ -38,29 +38,34 @@ pub struct ModelInfo {
 impl ModelInfo {
     /// Reads the config and the optional files found next to it.
     pub fn read(files: &ModelFiles) -> Result<Self> {
-        let config = read_json(&files.config)?;
+        Self::read_in(&files.config, &|name| files.optional(name))
+    }
+
+    /// Reads `config.json` and the optional files of a Hugging Face model
+    /// directory (its weights are not needed).
+    pub fn read_dir(dir: &Path) -> Result<Self> {
+        let optional = |name: &str| Some(dir.join(name)).filter(|p| p.is_file());
+        Self::read_in(&dir.join(CONFIG_FILE), &optional)
+    }
+
+    /// Reads `config` and the optional files `optional(name)` finds.
+    fn read_in(config: &Path, optional: &dyn Fn(&str) -> Option<PathBuf>) -> Result<Self> {
+        let config_path = config;
+        let config = read_json(config_path)?;
         let architecture = HfConfig::new(&config)
-            .map_err(|e| in_file(&files.config, e))?
+            .map_err(|e| in_file(config_path, e))?
             .architecture()
-            .map_err(|e| in_file(&files.config, e))?
+            .map_err(|e| in_file(config_path, e))?
             .to_string();
-        let generation_config = files
-            .optional(GENERATION_CONFIG_FILE)
+        let generation_config = optional(GENERATION_CONFIG_FILE)
             .map(|p| read_json(&p))
             .transpose()?;
-        let tokenizer_json = match files.optional(TOKENIZER_FILE) {
-            Some(p) => {
-                let text = read_text(&p)?;
-                serde_json::from_str::<Value>(&text).map_err(|e| {
-                    Error::Tokenizer(format!("{} is not valid JSON: {e}", p.display()))
-                })?;
-                Some(text)
-            }
-            None => None,
-        };
-        let chat_template = match files.optional(CHAT_TEMPLATE_FILE) {
+        let tokenizer_json = optional(TOKENIZER_FILE)
+            .map(|p| read_tokenizer(&p))
+            .transpose()?;
+        let chat_template = match optional(CHAT_TEMPLATE_FILE) {
             Some(p) => Some(read_text(&p)?),
-            None => match files.optional(TOKENIZER_CONFIG_FILE) {
+            None => match optional(TOKENIZER_CONFIG_FILE) {
                 Some(p) => template_from_tokenizer_config(&read_json(&p)?),
                 None => None,
             },
@@ -98,11 +103,19 @@ fn in_file(path: &Path, e: Error) -> Error {
     }
 }
 
-fn read_text(path: &Path) -> Result<String> {
+/// The text of a `tokenizer.json`, checked to be JSON.
+pub(crate) fn read_tokenizer(path: &Path) -> Result<String> {
+    let text = read_text(path)?;
+    serde_json::from_str::<Value>(&text)
+        .map_err(|e| Error::Tokenizer(format!("{} is not valid JSON: {e}", path.display())))?;
+    Ok(text)
+}
+
+pub(crate) fn read_text(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| Error::io(path, e))
 }
 
-fn read_json(path: &Path) -> Result<Value> {
+pub(crate) fn read_json(path: &Path) -> Result<Value> {
     let text = read_text(path)?;
     serde_json::from_str(&text)
         .map_err(|e| Error::Config(format!("{} is not valid JSON: {e}", path.display())))

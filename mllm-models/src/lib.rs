@@ -6,6 +6,7 @@ pub mod config;
 pub mod conversation;
 pub mod decoder;
 pub mod decoder_config;
+mod file_meta;
 pub mod gemma;
 pub mod generation;
 pub mod glm;
@@ -19,6 +20,7 @@ pub mod registry;
 pub mod sampling;
 pub mod tokenizer;
 
+pub use file_meta::ModelFiles;
 pub use generation::{generate, generate_batch, GenerateOptions, Generation, StopReason};
 pub use model::{LoadOptions, Model};
 pub use sampling::{Sampler, SamplingParams};

@@ -12,9 +12,9 @@ use serde_json::Value;
 
 use crate::chat::ChatTemplate;
 use crate::config::HfConfig;
-use crate::registry;
 use crate::tokenizer::Tokenizer;
 use crate::CausalLm;
+use crate::{file_meta, registry};
 
 /// How to load a model.
 #[derive(Clone, Debug, Default)]
@@ -23,10 +23,13 @@ pub struct LoadOptions {
     pub threads: usize,
     /// Cap on the context (defaults to the model's `max_position_embeddings`).
     pub max_context: Option<usize>,
-    /// `config.json` for files without embedded metadata (plain mllm v1 files).
+    /// `config.json` for files without embedded metadata (plain mllm v1
+    /// files); for a file with metadata it must agree with it.
     pub config: Option<Value>,
     /// `tokenizer.json` text for files without an embedded tokenizer.
     pub tokenizer_json: Option<String>,
+    /// A chat template (Jinja source) for files without an embedded one.
+    pub chat_template: Option<String>,
     /// Which device runs which nodes (default: everything on the CPU).
     pub placement: Placement,
 }
@@ -60,20 +63,20 @@ impl Model {
     ) -> Result<Self> {
         let file = MllmFile::open(path)?;
         let meta = file.metadata();
-        let config = match (&opts.config, meta) {
-            (Some(c), _) => c.clone(),
-            (None, Some(m)) => m.config.clone(),
-            (None, None) => {
-                return Err(Error::Config(format!(
-                    "{} has no embedded metadata: pass the model's config.json",
-                    file.path().display()
-                )))
-            }
-        };
-        let architecture = match meta {
-            Some(m) if opts.config.is_none() => m.architecture.clone(),
-            _ => HfConfig::new(&config)?.architecture()?.to_string(),
-        };
+        let (architecture, config) = file_meta::config(&file, opts)?;
+        let tokenizer_json = file_meta::text(
+            &file,
+            file.tokenizer_json()?,
+            opts.tokenizer_json.as_deref(),
+            "tokenizer",
+        )?;
+        let chat_template = file_meta::text(
+            &file,
+            file.chat_template()?,
+            opts.chat_template.as_deref(),
+            "chat template",
+        )?
+        .map(str::to_string);
         let model = build(&architecture, &config)?;
         let vocab_size = model.vocab_size();
         let mut max_context = model.max_context();
@@ -90,10 +93,6 @@ impl Model {
                 Executor::with_placement(graph, &[&cpu, &gpu], &nodes, &file, max_context)?
             }
         };
-        let tokenizer_json = match &opts.tokenizer_json {
-            Some(t) => Some(t.as_str()),
-            None => file.tokenizer_json()?,
-        };
         let tokenizer = tokenizer_json
             .map(Tokenizer::from_json)
             .transpose()?
@@ -105,7 +104,7 @@ impl Model {
             executor,
             vocab_size,
             tokenizer,
-            chat_template: file.chat_template()?.map(str::to_string),
+            chat_template,
         })
     }
 

@@ -34,6 +34,15 @@ pub struct Args {
     /// Tokens per sequence, prompt and reply together (default: the model's context, at most 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// The model's config.json, for a plain mllm v1 file without embedded metadata.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The model's tokenizer.json, for a file without an embedded tokenizer.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<PathBuf>,
+    /// A chat template (Jinja source), for a file without an embedded one.
+    #[arg(long, value_name = "FILE")]
+    pub chat_template: Option<PathBuf>,
     /// Run on this device: cpu, cuda or cuda:N (default: cpu, or cuda with --gpu-layers).
     #[arg(long)]
     pub device: Option<String>,

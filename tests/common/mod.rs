@@ -2,6 +2,8 @@
 //! reference arrays and comparisons.
 #![allow(dead_code)]
 
+pub mod plain_v1;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
