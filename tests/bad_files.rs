@@ -357,3 +357,27 @@ fn given_chat_template_must_agree_with_the_embedded_one() {
     let given = Model::load(&c.path, &with_template("{{ given }}")).unwrap();
     assert_eq!(given.chat_template(), Some("{{ given }}"));
 }
+
+/// Positioned reads of a tensor's bytes equal its mapped bytes; a range
+/// past the tensor is an error naming it.
+#[test]
+fn positioned_reads_equal_the_mapped_bytes() {
+    let (c, _) = good_file();
+    let file = MllmFile::open(&c.path).unwrap();
+    let t = file.tensor("model.embed_tokens.weight").unwrap();
+    let bytes = t.bytes();
+    for (offset, len) in [(0, 16), (bytes.len() - 7, 7), (1000, 256)] {
+        let mut buf = vec![0u8; len];
+        t.read_at(offset, &mut buf).unwrap();
+        assert_eq!(buf, &bytes[offset..offset + len]);
+    }
+    let mut buf = vec![0u8; 8];
+    let err = t
+        .read_at(bytes.len() - 4, &mut buf)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("model.embed_tokens.weight") && err.contains("outside"),
+        "{err}"
+    );
+}

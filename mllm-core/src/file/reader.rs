@@ -30,6 +30,7 @@ pub struct IndexEntry {
 #[derive(Debug)]
 pub struct MllmFile {
     path: PathBuf,
+    file: Arc<File>,
     map: Arc<Mmap>,
     entries: IndexMap<String, IndexEntry>,
     metadata: Option<Metadata>,
@@ -41,6 +42,7 @@ pub struct TensorData {
     name: String,
     dtype: DType,
     shape: Shape,
+    file: Arc<File>,
     map: Arc<Mmap>,
     start: usize,
     len: usize,
@@ -65,6 +67,36 @@ impl TensorData {
     /// The raw bytes, straight from the map.
     pub fn bytes(&self) -> &[u8] {
         &self.map[self.start..self.start + self.len]
+    }
+
+    /// Reads the tensor's bytes `offset..offset + buf.len()` into `buf`
+    /// with a positioned read of the file, without touching the map: for
+    /// gathers of a few rows (an embedding lookup), which through the map
+    /// would also bring a window of pages around each row into the resident
+    /// set. Fails when the range is outside the tensor or the read fails.
+    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        let end = offset.checked_add(buf.len()).filter(|&e| e <= self.len);
+        if end.is_none() {
+            return Err(Error::InvalidInput(format!(
+                "tensor '{}': bytes {offset}..+{} are outside its {} bytes",
+                self.name,
+                buf.len(),
+                self.len
+            )));
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            let at = (self.start + offset) as u64;
+            self.file.read_exact_at(buf, at).map_err(|e| {
+                Error::InvalidInput(format!("tensor '{}': reading the file: {e}", self.name))
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            buf.copy_from_slice(&self.bytes()[offset..offset + buf.len()]);
+            Ok(())
+        }
     }
 
     /// Tells the OS that this process does not need the tensor's pages in
@@ -139,6 +171,7 @@ impl MllmFile {
         let (entries, metadata) = parse(&map)?;
         Ok(MllmFile {
             path: path.to_path_buf(),
+            file: Arc::new(file),
             map: Arc::new(map),
             entries,
             metadata,
@@ -240,6 +273,7 @@ impl MllmFile {
             name: name.to_string(),
             dtype: entry.dtype,
             shape: Shape::new(shape.to_vec()),
+            file: Arc::clone(&self.file),
             map: Arc::clone(&self.map),
             start: entry.offset as usize,
             len: entry.len as usize,

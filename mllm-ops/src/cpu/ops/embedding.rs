@@ -7,7 +7,8 @@ use mllm_core::{Error, Result, Shape};
 
 use crate::cpu::kernels::embedding::embedding;
 use crate::cpu::kernels::qembedding::quant_embedding;
-use crate::cpu::weights::{FloatSlice, MatrixSlice, MatrixWeight};
+use crate::cpu::kernels::qmatmul::QuantMatrix;
+use crate::cpu::weights::{FloatSlice, MatrixWeight};
 
 /// The CPU embedding op.
 pub struct EmbeddingOp {
@@ -61,11 +62,24 @@ impl Op for EmbeddingOp {
             .table
             .as_ref()
             .ok_or_else(|| Error::InvalidInput("embedding ran before load".into()))?;
-        match table.slice() {
-            MatrixSlice::Float(FloatSlice::F32(t)) => embedding(ids, t, p.dim, output),
-            MatrixSlice::Float(FloatSlice::F16(t)) => embedding(ids, t, p.dim, output),
-            MatrixSlice::Float(FloatSlice::BF16(t)) => embedding(ids, t, p.dim, output),
-            MatrixSlice::Quant(t) => quant_embedding(ids, &t, output),
+        match table {
+            MatrixWeight::Quant { data, qt, cols, .. } => {
+                // A quantized table (a GGUF's, often tied to a head that was
+                // repacked) is read row by row with positioned reads:
+                // through the map, each row would also bring a window of
+                // pages around it into the resident set.
+                let row_bytes = cols / qt.block_len() * qt.block_bytes();
+                let mut row = vec![0u8; row_bytes];
+                for (&id, out) in ids.iter().zip(output.chunks_mut(p.dim)) {
+                    data.read_at(id as usize * row_bytes, &mut row)?;
+                    quant_embedding(&[0], &QuantMatrix::new(*qt, &row, 1, *cols)?, out);
+                }
+            }
+            MatrixWeight::Float(t) => match t.slice() {
+                FloatSlice::F32(t) => embedding(ids, t, p.dim, output),
+                FloatSlice::F16(t) => embedding(ids, t, p.dim, output),
+                FloatSlice::BF16(t) => embedding(ids, t, p.dim, output),
+            },
         }
         Ok(())
     }
