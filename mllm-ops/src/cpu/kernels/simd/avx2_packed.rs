@@ -109,17 +109,14 @@ pub(crate) fn add_block(
     _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[i]), acc)
 }
 
-/// Defines `group_dot` (`packed::group_dot` for one to [`TILE_TOKENS`]
-/// activation rows) over a module's `tile::<T>`.
+/// Defines `group_dot` (the product of one packed group with one to
+/// [`TILE_TOKENS`] activation rows of type `$input`) over a module's
+/// `tile::<T>`; the packed Q4 and Q8_0 kernels share it.
 macro_rules! packed_group_dot {
-    ($features:literal) => {
-        /// `packed::group_dot` for one to `TILE_TOKENS` activation rows.
+    ($features:literal, $input:ty) => {
+        /// The packed group product for one to `TILE_TOKENS` activation rows.
         #[target_feature(enable = $features)]
-        pub(crate) fn group_dot(
-            group: &[u8],
-            xs: &[Q16Row<'_, WIDE>],
-            out: &mut [[f32; GROUP_ROWS]],
-        ) {
+        pub(crate) fn group_dot(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
             debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
             let mut store_all = |acc: &[__m256]| {
                 for (o, a) in out.iter_mut().zip(acc) {
@@ -139,4 +136,4 @@ macro_rules! packed_group_dot {
 
 pub(crate) use packed_group_dot;
 
-packed_group_dot!("avx2,fma,f16c");
+packed_group_dot!("avx2,fma,f16c", Q16Row<'_, WIDE>);

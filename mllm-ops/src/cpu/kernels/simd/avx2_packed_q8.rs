@@ -74,30 +74,4 @@ pub(crate) fn add_block(acc: __m256, d: __m256, hi: __m256i, lo: __m256i, dx: f3
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc)
 }
 
-/// Defines `group_dot` (`packed_q8::group_dot` for one to [`TILE_TOKENS`]
-/// activation rows) over a module's `tile::<T>`.
-macro_rules! packed_q8_group_dot {
-    ($features:literal) => {
-        /// `packed_q8::group_dot` for one to `TILE_TOKENS` activation rows.
-        #[target_feature(enable = $features)]
-        pub(crate) fn group_dot(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-            debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
-            let mut store_all = |acc: &[__m256]| {
-                for (o, a) in out.iter_mut().zip(acc) {
-                    store(o, *a);
-                }
-            };
-            match xs.len() {
-                0 => {}
-                1 => store_all(&tile::<1>(group, xs)),
-                2 => store_all(&tile::<2>(group, xs)),
-                3 => store_all(&tile::<3>(group, xs)),
-                _ => store_all(&tile::<4>(group, xs)),
-            }
-        }
-    };
-}
-
-pub(crate) use packed_q8_group_dot;
-
-packed_q8_group_dot!("avx2,fma,f16c");
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q8Input<'_>);

@@ -56,7 +56,10 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
     acc
 }
 
-super::avx2_packed::packed_group_dot!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni");
+super::avx2_packed::packed_group_dot!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    Q16Row<'_, WIDE>
+);
 
 /// Two 256-bit halves as one 512-bit vector, `lo` in the low half.
 #[target_feature(enable = "avx512f")]
@@ -152,17 +155,27 @@ pub(crate) fn store_pair(acc: &[__m512], out: &mut [[f32; GROUP_ROWS]]) {
     }
 }
 
-/// `packed::group_dot` of two consecutive groups `a` and `b` (outputs
-/// `out[t]` for `a`, `out[xs.len() + t]` for `b`), one to `TILE_TOKENS`
-/// activation rows.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub(crate) fn pair_dot(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-    debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
-    match xs.len() {
-        0 => {}
-        1 => store_pair(&pair_tile::<1>(a, b, xs), out),
-        2 => store_pair(&pair_tile::<2>(a, b, xs), out),
-        3 => store_pair(&pair_tile::<3>(a, b, xs), out),
-        _ => store_pair(&pair_tile::<4>(a, b, xs), out),
-    }
+/// Defines `pair_dot` (the product of two consecutive packed groups `a`
+/// and `b` with one to `TILE_TOKENS` activation rows of type `$input`:
+/// `out[t]` for `a`, `out[xs.len() + t]` for `b`) over a module's
+/// `pair_tile::<T>`; the packed Q4 and Q8_0 kernels share it.
+macro_rules! packed_pair_dot {
+    ($input:ty) => {
+        /// The two-group product for one to `TILE_TOKENS` activation rows.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        pub(crate) fn pair_dot(a: &[u8], b: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+            debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
+            match xs.len() {
+                0 => {}
+                1 => store_pair(&pair_tile::<1>(a, b, xs), out),
+                2 => store_pair(&pair_tile::<2>(a, b, xs), out),
+                3 => store_pair(&pair_tile::<3>(a, b, xs), out),
+                _ => store_pair(&pair_tile::<4>(a, b, xs), out),
+            }
+        }
+    };
 }
+
+pub(crate) use packed_pair_dot;
+
+packed_pair_dot!(Q16Row<'_, WIDE>);

@@ -57,7 +57,10 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
     acc
 }
 
-super::avx2_packed_q8::packed_q8_group_dot!("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni");
+super::avx2_packed::packed_group_dot!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    Q8Input<'_>
+);
 
 /// The outputs of two consecutive packed groups `a` and `b` for `T`
 /// activation rows at once, on 512-bit vectors: lanes 0..8 of each result
@@ -102,17 +105,4 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q8Input<'_>]) -> [__m512;
     acc
 }
 
-/// `packed_q8::group_dot` of two consecutive groups `a` and `b` (outputs
-/// `out[t]` for `a`, `out[xs.len() + t]` for `b`), one to `TILE_TOKENS`
-/// activation rows.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-pub(crate) fn pair_dot(a: &[u8], b: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-    debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
-    match xs.len() {
-        0 => {}
-        1 => store_pair(&pair_tile::<1>(a, b, xs), out),
-        2 => store_pair(&pair_tile::<2>(a, b, xs), out),
-        3 => store_pair(&pair_tile::<3>(a, b, xs), out),
-        _ => store_pair(&pair_tile::<4>(a, b, xs), out),
-    }
-}
+super::vnni_packed::packed_pair_dot!(Q8Input<'_>);
