@@ -1,5 +1,7 @@
 //! AVX-512 VNNI product of a packed Q4 row group (see `packed`) with one to
-//! four 16-bit activation rows, on 256-bit vectors (AVX-512VL).
+//! four 16-bit activation rows, on 256-bit vectors (AVX-512VL), and of
+//! two consecutive groups at once on 512-bit vectors (`pair_dot`: the
+//! 256-bit work in each half, so the same bits).
 //!
 //! The layout and the arithmetic are those of `avx2_packed`, with one
 //! `dpbusd` (four unsigned nibble × signed activation byte products summed

@@ -1,5 +1,7 @@
 //! AVX-512 VNNI product of a packed Q8_0 row group (see `packed_q8`) with
-//! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL).
+//! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL), and of
+//! two consecutive groups at once on 512-bit vectors (`pair_dot`: the
+//! 256-bit work in each half, so the same bits).
 //!
 //! `dpbusd` multiplies unsigned by signed bytes. The low plane (`0..=127`)
 //! is the unsigned side against the signed weights as they are; for the
