@@ -3,6 +3,7 @@
 
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
+        [--gguf OTHER.gguf]
 
 What it does:
 1. Fetches the default model (SmolLM2-135M-Instruct Q4_1 GGUF) and its .mllm
@@ -97,21 +98,34 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("-p", "--n-prompt", default="128,512")
     ap.add_argument("-n", "--n-gen", default="128")
+    ap.add_argument("--gguf", type=pathlib.Path,
+                    help="another GGUF to compare on (converted to .mllm next to it); "
+                         "default: the cached SmolLM2 Q4_1")
     args = ap.parse_args()
 
-    subprocess.run(["cargo", "build", "--release", "--example", "bench"], check=True, cwd=ROOT)
+    subprocess.run(["cargo", "build", "--release", "--example", "bench", "-p", "mllm",
+                    "--bin", "mllm-convert", "-p", "mllm-convert"], check=True, cwd=ROOT)
     bench = ROOT / "target" / "release" / "examples" / "bench"
     common = ["-p", args.n_prompt, "-n", args.n_gen, "-t", str(args.threads), "-r", "1"]
-    # The first run fetches and converts the default model if needed.
-    run_json([str(bench), "--json", "-p", "16", "-n", "0", "-t", str(args.threads), "-r", "1"])
-    gguf = cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if args.gguf:
+        gguf = args.gguf
+        model = gguf.with_suffix(".mllm")
+        if not model.exists():
+            subprocess.run([str(ROOT / "target" / "release" / "mllm-convert"), str(gguf),
+                            "-o", str(model), "--quiet"], check=True)
+        ours = [str(bench), "--json", "-m", str(model)] + common
+    else:
+        # The first run fetches and converts the default model if needed.
+        run_json([str(bench), "--json", "-p", "16", "-n", "0", "-t", str(args.threads), "-r", "1"])
+        gguf = cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        ours = [str(bench), "--json"] + common
     python = ensure_venv()
     peer = [str(python), str(ROOT / "scripts" / "llamacpp_bench.py"), "-m", str(gguf)] + common
 
     samples = {"mllm-rs": {}, "llama.cpp": {}}
     rss = {"mllm-rs": [], "llama.cpp": []}
     for r in range(args.rounds):
-        for engine, cmd in (("mllm-rs", [str(bench), "--json"] + common), ("llama.cpp", peer)):
+        for engine, cmd in (("mllm-rs", ours), ("llama.cpp", peer)):
             for test in run_json(cmd):
                 key = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
                 samples[engine].setdefault(key, []).extend(test["samples_ts"])
