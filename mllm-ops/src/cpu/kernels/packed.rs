@@ -310,7 +310,7 @@ fn add_bias(row: &mut [f32], bias: Option<&[f32]>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
@@ -368,45 +368,79 @@ mod tests {
         assert!(err.to_string().contains("too large"), "{err}");
     }
 
-    /// The packed linear layer at every level and thread count equals the
-    /// f64 product of the dequantized weights with the f32 activations
-    /// within `1e-4 · (Σ|x·w| + |b|)`, for one row (decode), row counts
-    /// that do and do not fill the token tile, enough values to quantize in
-    /// parallel, and with and without bias.
-    #[test]
-    fn packed_linear_matches_reference() {
-        let mut rng = Rng::new(42);
+    /// A packed linear layer run on raw blocks: `(kernel, weights, x, rows,
+    /// bias, y, pool)`, packing the weights itself.
+    pub(crate) type PackedLinear = dyn Fn(
+        QuantKernel,
+        &QuantMatrix<'_>,
+        &[f32],
+        usize,
+        Option<&[f32]>,
+        &mut [f32],
+        &ThreadPool,
+    );
+
+    /// Checks `linear` at every level and thread count against the f64
+    /// product of the dequantized weights (`qt` blocks made by `blocks`)
+    /// with the f32 activations, within `1e-4 · (Σ|x·w| + |b|)`, for each
+    /// `(rows, blocks per row, out_f)` case, with a bias on odd row counts.
+    pub(crate) fn check_packed_linear(
+        rng: &mut Rng,
+        qt: QuantType,
+        blocks: &dyn Fn(&mut Rng, usize) -> Vec<u8>,
+        cases: &[(usize, usize, usize)],
+        linear: &PackedLinear,
+    ) {
         for level in SimdLevel::FASTEST_FIRST {
             let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
                 continue;
             };
             for pool in [pool1(), pool2()] {
-                for qt in [QuantType::Q4_0, QuantType::Q4_1] {
-                    for &(rows, nb, out_f) in &[
-                        (1, 3, 8),
-                        (1, 18, 200),
-                        (5, 7, 64),
-                        (70, 9, 136),
-                        (300, 2, 16),
-                        (130, 32, 16),
-                    ] {
-                        let in_f = nb * BLOCK;
-                        let w = random_blocks(&mut rng, qt, out_f * nb);
-                        let mut wf = vec![0.0; out_f * in_f];
-                        qt.dequantize_blocks(&w, &mut wf);
-                        let m = QuantMatrix::new(qt, &w, out_f, in_f).unwrap();
-                        let p = PackedQ4::pack(&m).unwrap();
-                        let x = rng.vec(rows * in_f, 1.0);
-                        let b = rng.vec(out_f, 1.0);
-                        let bias = (rows % 2 == 1).then_some(&b[..]);
-                        let mut y = vec![f32::NAN; rows * out_f];
-                        packed_linear(k, &x, rows, &p, bias, &mut y, &pool);
-                        let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
-                        let what = format!("{level:?} {qt} rows={rows} out={out_f}");
-                        assert_within(&y, &want, &mag, 1e-4, &what);
-                    }
+                for &(rows, nb, out_f) in cases {
+                    let in_f = nb * BLOCK;
+                    let w = blocks(rng, out_f * nb);
+                    let mut wf = vec![0.0; out_f * in_f];
+                    qt.dequantize_blocks(&w, &mut wf);
+                    let m = QuantMatrix::new(qt, &w, out_f, in_f).unwrap();
+                    let x = rng.vec(rows * in_f, 1.0);
+                    let b = rng.vec(out_f, 1.0);
+                    let bias = (rows % 2 == 1).then_some(&b[..]);
+                    let mut y = vec![f32::NAN; rows * out_f];
+                    linear(k, &m, &x, rows, bias, &mut y, &pool);
+                    let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
+                    let what = format!("{level:?} {qt} rows={rows} out={out_f}");
+                    assert_within(&y, &want, &mag, 1e-4, &what);
                 }
             }
+        }
+    }
+
+    /// The packed linear layer matches the reference (see
+    /// [`check_packed_linear`]) for one row (decode), row counts that do
+    /// and do not fill the token tile, and enough values to quantize in
+    /// parallel.
+    #[test]
+    fn packed_linear_matches_reference() {
+        let mut rng = Rng::new(42);
+        let cases = [
+            (1, 3, 8),
+            (1, 18, 200),
+            (5, 7, 64),
+            (70, 9, 136),
+            (300, 2, 16),
+            (130, 32, 16),
+        ];
+        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+            let blocks = |rng: &mut Rng, n| random_blocks(rng, qt, n);
+            check_packed_linear(
+                &mut rng,
+                qt,
+                &blocks,
+                &cases,
+                &|k, m, x, rows, b, y, pool| {
+                    packed_linear(k, x, rows, &PackedQ4::pack(m).unwrap(), b, y, pool)
+                },
+            );
         }
     }
 

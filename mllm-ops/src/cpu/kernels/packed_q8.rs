@@ -168,11 +168,12 @@ pub fn packed_q8_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::kernels::packed::tests::check_packed_linear;
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
-    use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
+    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
 
     /// Q8_0 blocks whose quants include the extremes −128 and 127.
     fn blocks_with_extremes(rng: &mut Rng, n: usize) -> Vec<u8> {
@@ -234,36 +235,21 @@ mod tests {
         assert!(err.to_string().contains("q4_1"), "{err}");
     }
 
-    /// The linear layer at every level and thread count equals the f64
-    /// product of the dequantized weights with the f32 activations within
-    /// `1e-4 · (Σ|x·w| + |b|)`, for one row and for row counts that do and
-    /// do not fill the token tile and the row block.
+    /// The linear layer matches the reference (see
+    /// `packed::tests::check_packed_linear`) for one row and for row
+    /// counts that do and do not fill the token tile and the row block.
     #[test]
     fn packed_q8_linear_matches_reference() {
-        let mut rng = Rng::new(52);
-        for level in SimdLevel::FASTEST_FIRST {
-            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
-                continue;
-            };
-            for pool in [pool1(), pool2()] {
-                for &(rows, nb, out_f) in &[(1, 3, 8), (1, 18, 200), (5, 7, 64), (130, 2, 16)] {
-                    let in_f = nb * BLOCK;
-                    let w = blocks_with_extremes(&mut rng, out_f * nb);
-                    let mut wf = vec![0.0; out_f * in_f];
-                    QuantType::Q8_0.dequantize_blocks(&w, &mut wf);
-                    let m = QuantMatrix::new(QuantType::Q8_0, &w, out_f, in_f).unwrap();
-                    let p = PackedQ8::pack(&m).unwrap();
-                    let x = rng.vec(rows * in_f, 1.0);
-                    let b = rng.vec(out_f, 1.0);
-                    let bias = (rows % 2 == 1).then_some(&b[..]);
-                    let mut y = vec![f32::NAN; rows * out_f];
-                    packed_q8_linear(k, &x, rows, &p, bias, &mut y, &pool);
-                    let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
-                    let what = format!("{level:?} rows={rows} out={out_f}");
-                    assert_within(&y, &want, &mag, 1e-4, &what);
-                }
-            }
-        }
+        let cases = [(1, 3, 8), (1, 18, 200), (5, 7, 64), (130, 2, 16)];
+        check_packed_linear(
+            &mut Rng::new(52),
+            QuantType::Q8_0,
+            &blocks_with_extremes,
+            &cases,
+            &|k, m, x, rows, b, y, pool| {
+                packed_q8_linear(k, x, rows, &PackedQ8::pack(m).unwrap(), b, y, pool)
+            },
+        );
     }
 
     /// Every instruction set gives the portable results bit for bit, and
