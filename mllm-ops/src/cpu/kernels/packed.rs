@@ -300,6 +300,31 @@ pub(crate) fn group_outputs<'g, A: Sync>(
     );
 }
 
+/// The two groups of `groups` when it holds exactly two of `group_bytes`
+/// each (for the kernels that take two groups per pass).
+pub(crate) fn as_pair(groups: &[u8], group_bytes: usize) -> Option<(&[u8], &[u8])> {
+    (group_bytes > 0 && groups.len() == 2 * group_bytes).then(|| groups.split_at(group_bytes))
+}
+
+/// Runs `dot(group, out)` over each group of `group_bytes` in `groups`,
+/// with `rows` outputs per group in `out` (group after group); with no
+/// bytes per group (no columns) every output is zero.
+pub(crate) fn each_group(
+    groups: &[u8],
+    group_bytes: usize,
+    rows: usize,
+    out: &mut [[f32; GROUP_ROWS]],
+    mut dot: impl FnMut(&[u8], &mut [[f32; GROUP_ROWS]]),
+) {
+    if group_bytes == 0 {
+        out.fill([0.0; GROUP_ROWS]);
+        return;
+    }
+    for (group, out) in groups.chunks_exact(group_bytes).zip(out.chunks_mut(rows)) {
+        dot(group, out);
+    }
+}
+
 /// Adds `bias` to one output row.
 fn add_bias(row: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias {

@@ -270,24 +270,21 @@ impl QuantKernel {
         xs: &[Q16Row<'_, WIDE>],
         out: &mut [[f32; packed::GROUP_ROWS]],
     ) {
-        let one = xs
+        let group_bytes = xs
             .first()
             .map_or(0, |x| x.d.len() * packed::PACKED_BLOCK_BYTES);
-        if one == 0 {
-            out.fill([0.0; packed::GROUP_ROWS]);
-            return;
-        }
         #[cfg(target_arch = "x86_64")]
-        if self.level == SimdLevel::Avx512 && groups.len() == 2 * one {
-            let (a, b) = groups.split_at(one);
+        if let (SimdLevel::Avx512, Some((a, b))) =
+            (self.level, packed::as_pair(groups, group_bytes))
+        {
             // SAFETY: the integer paths' AVX-512 level includes AVX2, FMA,
             // F16C, AVX-512F/VL/BW and VNNI (struct invariant).
             unsafe { simd::vnni_packed::pair_dot(a, b, xs, out) };
             return;
         }
-        for (group, out) in groups.chunks_exact(one).zip(out.chunks_mut(xs.len())) {
-            self.packed_one_group_dot(group, xs, out);
-        }
+        packed::each_group(groups, group_bytes, xs.len(), out, |group, out| {
+            self.packed_one_group_dot(group, xs, out)
+        });
     }
 
     /// [`QuantKernel::packed_group_dot`] of one group.
@@ -324,24 +321,21 @@ impl QuantKernel {
         xs: &[Q8Input<'_>],
         out: &mut [[f32; packed::GROUP_ROWS]],
     ) {
-        let one = xs
+        let group_bytes = xs
             .first()
             .map_or(0, |x| x.x.d.len() * Q8_PACKED_BLOCK_BYTES);
-        if one == 0 {
-            out.fill([0.0; packed::GROUP_ROWS]);
-            return;
-        }
         #[cfg(target_arch = "x86_64")]
-        if self.level == SimdLevel::Avx512 && groups.len() == 2 * one {
-            let (a, b) = groups.split_at(one);
+        if let (SimdLevel::Avx512, Some((a, b))) =
+            (self.level, packed::as_pair(groups, group_bytes))
+        {
             // SAFETY: the integer paths' AVX-512 level includes AVX2, FMA,
             // F16C, AVX-512F/VL/BW and VNNI (struct invariant).
             unsafe { simd::vnni_packed_q8::pair_dot(a, b, xs, out) };
             return;
         }
-        for (group, out) in groups.chunks_exact(one).zip(out.chunks_mut(xs.len())) {
-            self.packed_q8_one_group_dot(group, xs, out);
-        }
+        packed::each_group(groups, group_bytes, xs.len(), out, |group, out| {
+            self.packed_q8_one_group_dot(group, xs, out)
+        });
     }
 
     /// [`QuantKernel::packed_q8_group_dot`] of one group.
