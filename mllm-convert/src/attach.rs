@@ -107,16 +107,10 @@ pub fn attach(input: &Path, output: &Path, opts: &AttachOptions) -> Result<Attac
 /// The model information from the options: the directory's files, each
 /// replaced by the single file given for it.
 fn gather(opts: &AttachOptions) -> Result<ModelInfo> {
-    let mut info = match (&opts.hf_dir, &opts.config) {
-        (Some(dir), _) => ModelInfo::read_dir(dir)?,
-        (None, Some(_)) => ModelInfo {
-            config: serde_json::Value::Null,
-            architecture: String::new(),
-            generation_config: None,
-            tokenizer_json: None,
-            chat_template: None,
-        },
-        (None, None) => {
+    let mut info = match &opts.hf_dir {
+        Some(dir) => ModelInfo::read_dir(dir)?,
+        None if opts.config.is_some() => ModelInfo::default(),
+        None => {
             return Err(Error::Config(
                 "attach needs the model's config: pass --config config.json or --hf-dir DIR".into(),
             ))
@@ -124,8 +118,8 @@ fn gather(opts: &AttachOptions) -> Result<ModelInfo> {
     };
     if let Some(config) = &opts.config {
         info.config = read_json(config)?;
+        info.architecture = HfConfig::new(&info.config)?.architecture()?.to_string();
     }
-    info.architecture = HfConfig::new(&info.config)?.architecture()?.to_string();
     if let Some(p) = &opts.tokenizer {
         info.tokenizer_json = Some(read_tokenizer(p)?);
     }

@@ -19,7 +19,7 @@ pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
 pub const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
 
 /// Everything about a model except its tensors.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ModelInfo {
     /// `config.json`, as parsed (key order kept).
     pub config: Value,
