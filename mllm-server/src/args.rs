@@ -34,21 +34,10 @@ pub struct Args {
     /// Tokens per sequence, prompt and reply together (default: the model's context, at most 4096).
     #[arg(long)]
     pub ctx: Option<usize>,
-    /// The model's config.json, for a plain mllm v1 file without embedded metadata.
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// The model's tokenizer.json, for a file without an embedded tokenizer.
-    #[arg(long, value_name = "FILE")]
-    pub tokenizer: Option<PathBuf>,
-    /// A chat template (Jinja source), for a file without an embedded one.
-    #[arg(long, value_name = "FILE")]
-    pub chat_template: Option<PathBuf>,
-    /// Run on this device: cpu, cuda or cuda:N (default: cpu, or cuda with --gpu-layers).
-    #[arg(long)]
-    pub device: Option<String>,
-    /// Run only the first N decoder layers on the GPU; the rest stays on the CPU.
-    #[arg(long)]
-    pub gpu_layers: Option<usize>,
+    #[command(flatten)]
+    pub files: mllm::cli::ModelFileArgs,
+    #[command(flatten)]
+    pub device: mllm::cli::DeviceArgs,
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -72,5 +61,33 @@ impl Args {
             prefill_chunk: self.prefill_chunk,
             max_queue: self.max_queue,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flags shared with the example programs reach the server: model
+    /// files for plain mllm v1 files and the device flags.
+    #[test]
+    fn shared_flags_parse() {
+        let args = Args::try_parse_from([
+            "mllm-server",
+            "--config",
+            "c.json",
+            "--tokenizer",
+            "t.json",
+            "--chat-template",
+            "t.jinja",
+            "--gpu-layers",
+            "2",
+        ])
+        .unwrap();
+        assert_eq!(args.files.config, Some(PathBuf::from("c.json")));
+        assert_eq!(args.files.tokenizer, Some(PathBuf::from("t.json")));
+        assert_eq!(args.files.chat_template, Some(PathBuf::from("t.jinja")));
+        assert_eq!(args.device.gpu_layers, Some(2));
+        assert_eq!(args.device.device, None);
     }
 }

@@ -9,8 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use mllm_convert::default_model;
-use mllm_core::Placement;
-use mllm_models::{LoadOptions, Model, ModelFiles};
+use mllm_models::{LoadOptions, Model};
 use mllm_server::args::{Args, DEFAULT_MAX_CTX};
 use mllm_server::ServerOptions;
 
@@ -32,17 +31,11 @@ fn run(args: Args) -> Result<(), String> {
     };
     let mut load = LoadOptions {
         threads: args.threads,
-        placement: Placement::from_flags(args.device.as_deref(), args.gpu_layers)
-            .map_err(|e| e.to_string())?,
+        placement: args.device.placement().map_err(|e| e.to_string())?,
         max_context: Some(args.ctx.unwrap_or(DEFAULT_MAX_CTX)),
         ..Default::default()
     };
-    load.read_model_files(&ModelFiles {
-        config: args.config.clone(),
-        tokenizer: args.tokenizer.clone(),
-        chat_template: args.chat_template.clone(),
-    })
-    .map_err(|e| e.to_string())?;
+    args.files.apply(&mut load).map_err(|e| e.to_string())?;
     if args.ctx == Some(0) {
         return Err("--ctx must be at least 1".into());
     }
