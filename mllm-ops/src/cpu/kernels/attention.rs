@@ -661,19 +661,22 @@ mod tests {
         }
     }
 
+    /// SmolLM2-135M's attention: 9 query heads over 3 KV heads of 64.
+    const SMOLLM2_SHAPE: AttnShape = AttnShape {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+        scale: 0.125,
+        sliding_window: None,
+    };
+
     /// A long GQA prefill through [`attention`] (tiled, with key blocks
     /// cut by the causal diagonal): one and two threads agree with the
     /// reference and with each other.
     #[test]
     fn prefill_threads_agree() {
         let mut rng = Rng::new(65);
-        let s = AttnShape {
-            n_heads: 9,
-            n_kv_heads: 3,
-            head_dim: 64,
-            scale: 0.125,
-            sliding_window: None,
-        };
+        let s = SMOLLM2_SHAPE;
         let (n_q, past) = (150, 20);
         let kv_len = past + n_q;
         let q = rng.vec(n_q * 9 * 64, 2.0);
@@ -752,13 +755,7 @@ mod tests {
     #[test]
     fn batch_equals_each_sequence_alone() {
         let mut rng = Rng::new(66);
-        let s = AttnShape {
-            n_heads: 9,
-            n_kv_heads: 3,
-            head_dim: 64,
-            scale: 0.125,
-            sliding_window: None,
-        };
+        let s = SMOLLM2_SHAPE;
         let width = 9 * 64;
         let pool = pool2();
         // Parallel decodes; a tiled chunk among long decodes (parallel);
