@@ -188,3 +188,69 @@ fn contradicting_config_flag_is_refused() {
         "{stderr}"
     );
 }
+
+/// `--tokenizer` and `--chat-template` give a plain file what it lacks:
+/// the text prompt (and the chat prompt rendered with the given template)
+/// becomes the same ids as the equivalent `--prompt-ids` run.
+#[test]
+fn plain_v1_file_takes_tokenizer_and_template_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.mllm");
+    plain_v1::write_plain_v1(
+        &fixture("tiny-llama").join("model.safetensors"),
+        &plain,
+        &[],
+    );
+    let tokenizer = dir.path().join("tokenizer.json");
+    let vocab = serde_json::json!({"[UNK]": 0, "hello": 5, "world": 7});
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    });
+    std::fs::write(&tokenizer, json.to_string()).unwrap();
+    let template = dir.path().join("template.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}{{ m.content }} world{% endfor %}",
+    )
+    .unwrap();
+    let config = fixture("tiny-llama").join("config.json");
+    let ids_line = |extra: &[&str]| {
+        let out = Command::new(example("generate"))
+            .args(["--model", plain.to_str().unwrap()])
+            .args(["--config", config.to_str().unwrap()])
+            .args(["--max-tokens", "4", "--print-ids", "--threads", "2"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        stdout
+            .lines()
+            .find(|l| l.starts_with("ids: "))
+            .unwrap()
+            .to_string()
+    };
+    let tok = tokenizer.to_str().unwrap();
+    let want = ids_line(&["--prompt-ids", "5,7"]);
+    assert_eq!(
+        ids_line(&["--tokenizer", tok, "--prompt", "hello world"]),
+        want
+    );
+    let chat = [
+        "--tokenizer",
+        tok,
+        "--chat-template",
+        template.to_str().unwrap(),
+        "--chat",
+        "--prompt",
+        "hello",
+    ];
+    assert_eq!(ids_line(&chat), want);
+}
