@@ -6,6 +6,8 @@
 //!   weights with 8-bit activations, AVX2 (`maddubs`) and AVX-512 VNNI
 //!   (`dpbusd`); [`vnni_i8`]: Q8_0 rows with several 16-bit activation
 //!   rows at once (AVX-512 VNNI);
+//! * [`avx2_kv`]: decoders of f16, Q8_0 and Q4_1 KV-cache rows (AVX2 +
+//!   F16C, bit-exact with the portable ones);
 //! * [`vmath`]: vectorized `exp` and SiLU for the softmax and activations;
 //! * [`avx2_packed`] and [`vnni_packed`]: Q4 weights repacked in groups of
 //!   eight rows times 16-bit activations, AVX2 and AVX-512 VNNI (bit-exact
@@ -22,6 +24,8 @@
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_i8;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_kv;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed;
 #[cfg(target_arch = "x86_64")]
