@@ -8,10 +8,11 @@
 //! ```
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use mllm_core::DType;
+use mllm_core::{DType, KvDtype};
+use mllm_ops::cpu::kernels::kv_rows::encode;
 use mllm_ops::cpu::kernels::{
-    attention, packed_linear, quant_linear, AttnShape, PackedQ4, QuantKernel, QuantMatrix,
-    QuantPath,
+    attention, attention_batch, packed_linear, quant_linear, AttnShape, KvRows, PackedQ4,
+    QuantKernel, QuantMatrix, QuantPath, SeqAttention,
 };
 use mllm_ops::quant::{quantize, QuantType};
 
@@ -111,5 +112,58 @@ fn bench_attention(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_linear, bench_attention);
+/// One decode step of 16 sequences after 256 tokens each, with the KV
+/// cache stored as each type.
+fn bench_kv_types(c: &mut Criterion) {
+    let pool = pool(2);
+    let mut g = c.benchmark_group("attention_decode16@256");
+    let shape = AttnShape {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: 64,
+        scale: 0.125,
+        sliding_window: None,
+    };
+    let (seqs, past, row) = (16, 256, 3 * 64);
+    let q = values(seqs * 9 * 64, 3);
+    let k = values(seqs * (past + 1) * row, 4);
+    let v = values(seqs * (past + 1) * row, 5);
+    for kind in KvDtype::ALL {
+        let encoded = |x: &[f32]| {
+            let mut b = vec![0u8; x.len() / row * kind.row_bytes(row)];
+            encode(kind, x, &mut b);
+            b
+        };
+        let (kb, vb) = (encoded(&k), encoded(&v));
+        // Sequence `i`'s rows of `x` (f32) or of its encoding `b`.
+        fn rows<'a>(kind: KvDtype, x: &'a [f32], b: &'a [u8], i: usize, n: usize) -> KvRows<'a> {
+            let row = 3 * 64;
+            match kind {
+                KvDtype::F32 => KvRows::f32(x.chunks(x.len() / n).nth(i).unwrap(), row),
+                _ => KvRows::encoded(kind, b.chunks(b.len() / n).nth(i).unwrap(), row),
+            }
+        }
+        let batch: Vec<SeqAttention<'_>> = (0..seqs)
+            .map(|i| SeqAttention {
+                q: &q[i * 9 * 64..(i + 1) * 9 * 64],
+                n_q: 1,
+                past,
+                k: rows(kind, &k, &kb, i, seqs),
+                v: rows(kind, &v, &vb, i, seqs),
+            })
+            .collect();
+        let mut out = vec![0.0f32; seqs * 9 * 64];
+        g.bench_function(kind.to_string(), |b| {
+            pool.install(|| {
+                b.iter(|| {
+                    let outs = out.chunks_mut(9 * 64).collect();
+                    attention_batch(&batch, &shape, outs, &pool)
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_linear, bench_attention, bench_kv_types);
 criterion_main!(benches);

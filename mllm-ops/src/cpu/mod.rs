@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use mllm_core::backend::StepRunner;
 use mllm_core::op::{Op, OpDesc};
-use mllm_core::{Backend, Error, Result};
+use mllm_core::{Backend, Error, KvDtype, Result};
 use rayon::ThreadPool;
 
 use ops::*;
@@ -16,6 +16,7 @@ use ops::*;
 /// Creates CPU ops that share one worker pool.
 pub struct CpuBackend {
     pool: Arc<ThreadPool>,
+    kv_dtype: KvDtype,
 }
 
 impl CpuBackend {
@@ -28,7 +29,14 @@ impl CpuBackend {
             .map_err(|e| Error::InvalidInput(format!("cannot start {threads} CPU threads: {e}")))?;
         Ok(CpuBackend {
             pool: Arc::new(pool),
+            kv_dtype: KvDtype::F32,
         })
+    }
+
+    /// The same backend with KV caches stored as `kind` (default f32).
+    pub fn with_kv_dtype(mut self, kind: KvDtype) -> Self {
+        self.kv_dtype = kind;
+        self
     }
 
     /// Number of worker threads.
@@ -58,7 +66,7 @@ impl Backend for CpuBackend {
             OpDesc::Scale(f) => Box::new(ScaleOp::new(*f)),
             OpDesc::SliceColumns(s) => Box::new(SliceColumnsOp::new(*s)),
             OpDesc::Softmax => Box::new(SoftmaxOp),
-            OpDesc::KvCache(p) => Box::new(KvCacheOp::new(p.clone())?),
+            OpDesc::KvCache(p) => Box::new(KvCacheOp::new(p.clone(), self.kv_dtype)?),
             OpDesc::Attention(p) => Box::new(AttentionOp::new(p.clone(), pool())?),
             OpDesc::SelectLogitsRows => Box::new(SelectLogitsRowsOp),
         })

@@ -3,6 +3,7 @@
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
+use super::kv_rows::KvRows;
 use super::matmul::{axpy, dot};
 use super::softmax::softmax_in_place;
 use super::PAR_THRESHOLD;
@@ -57,12 +58,23 @@ pub fn attention(
     out: &mut [f32],
     pool: &ThreadPool,
 ) {
-    let seq = SeqAttention { q, n_q, past, k, v };
+    let row_len = shape.n_kv_heads * shape.head_dim;
+    if row_len == 0 {
+        return;
+    }
+    let seq = SeqAttention {
+        q,
+        n_q,
+        past,
+        k: KvRows::f32(k, row_len),
+        v: KvRows::f32(v, row_len),
+    };
     attention_of(&seq, shape, out, pool, true);
 }
 
 /// One sequence of an [`attention_batch`] call: its queries, their count,
-/// the tokens before them and its KV cache (as for [`attention`]).
+/// the tokens before them and its KV cache (as for [`attention`], in any
+/// storage type).
 #[derive(Clone, Copy)]
 pub struct SeqAttention<'a> {
     /// `[n_q, n_heads * head_dim]` queries.
@@ -72,9 +84,9 @@ pub struct SeqAttention<'a> {
     /// Position of the first query (tokens already cached).
     pub past: usize,
     /// The sequence's cached keys, at least `past + n_q` rows.
-    pub k: &'a [f32],
+    pub k: KvRows<'a>,
     /// The sequence's cached values, at least `past + n_q` rows.
-    pub v: &'a [f32],
+    pub v: KvRows<'a>,
 }
 
 impl SeqAttention<'_> {
@@ -145,12 +157,17 @@ fn attention_of(
         "out must be [n_q, n_heads * head_dim]"
     );
     debug_assert!(
-        k.len() >= (past + n_q) * kv_stride,
-        "k must hold past + n_q rows"
+        k.rows() >= past + n_q && k.row_len() == kv_stride,
+        "k must hold past + n_q rows of n_kv_heads * head_dim"
     );
     debug_assert!(
-        v.len() >= (past + n_q) * kv_stride,
-        "v must hold past + n_q rows"
+        v.rows() >= past + n_q && v.row_len() == kv_stride,
+        "v must hold past + n_q rows of n_kv_heads * head_dim"
+    );
+    debug_assert!(
+        head_dim.is_multiple_of(k.kind().block_len())
+            && head_dim.is_multiple_of(v.kind().block_len()),
+        "heads must be whole blocks of the cache type"
     );
     debug_assert!(
         sliding_window != Some(0),
@@ -206,7 +223,6 @@ fn attention_of(
         v,
         past,
         q_stride,
-        kv_stride,
         head_dim,
         hpt,
         group,
@@ -217,7 +233,7 @@ fn attention_of(
     };
     #[cfg(target_arch = "x86_64")]
     let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-    let task = |scratch: &mut Vec<f32>, (idx, o): (usize, &mut [f32])| {
+    let task = |scratch: &mut DecodeScratch, (idx, o): (usize, &mut [f32])| {
         #[cfg(target_arch = "x86_64")]
         if avx2 {
             // SAFETY: AVX2 and FMA were detected just above.
@@ -231,10 +247,10 @@ fn attention_of(
         pool.install(|| {
             out.par_chunks_mut(hpt * head_dim)
                 .enumerate()
-                .for_each_init(Vec::new, task)
+                .for_each_init(DecodeScratch::default, task)
         });
     } else {
-        let mut scratch = Vec::new();
+        let mut scratch = DecodeScratch::default();
         for item in out.chunks_mut(hpt * head_dim).enumerate() {
             task(&mut scratch, item);
         }
@@ -249,14 +265,25 @@ fn use_tiled(n_q: usize, group: usize, past: usize) -> bool {
     n_q > 1 && 4 * n_q * group >= tiled::ROWS && past + n_q <= i32::MAX as usize
 }
 
+/// Keys (or values) a decode task decodes at a time.
+const TILE_KEYS: usize = 64;
+
+/// The buffers of one decode thread.
+#[derive(Default)]
+struct DecodeScratch {
+    /// Scores, then probabilities, `[hpt][len]`.
+    scores: Vec<f32>,
+    /// One decoded tile of keys or values (unused for an f32 cache).
+    tile: Vec<f32>,
+}
+
 /// Everything one attention task reads.
 struct Task<'a> {
     q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    k: KvRows<'a>,
+    v: KvRows<'a>,
     past: usize,
     q_stride: usize,
-    kv_stride: usize,
     head_dim: usize,
     hpt: usize,
     group: usize,
@@ -296,39 +323,43 @@ impl<'a> Task<'a> {
         }
     }
 
-    /// Key row `j` of kv head `kvh`.
-    #[inline(always)]
-    fn key(&self, j: usize, kvh: usize) -> &'a [f32] {
-        &self.k[j * self.kv_stride + kvh * self.head_dim..][..self.head_dim]
-    }
-
-    /// Value row `j` of kv head `kvh`.
-    #[inline(always)]
-    fn value(&self, j: usize, kvh: usize) -> &'a [f32] {
-        &self.v[j * self.kv_stride + kvh * self.head_dim..][..self.head_dim]
-    }
-
     /// Task `idx` (see [`Task::span`]), written to `o`; `softmax`
     /// normalizes one row of scores in place.
     #[inline(always)]
-    fn run(&self, scratch: &mut Vec<f32>, idx: usize, o: &mut [f32], softmax: impl Fn(&mut [f32])) {
+    fn run(
+        &self,
+        scratch: &mut DecodeScratch,
+        idx: usize,
+        o: &mut [f32],
+        softmax: impl Fn(&mut [f32]),
+    ) {
         let Span { qrow, kvh, lo, len } = self.span(idx);
-        scratch.clear();
-        scratch.resize(self.hpt * len, 0.0);
-        for jj in 0..len {
-            let krow = self.key(lo + jj, kvh);
-            for (hh, qh) in qrow.chunks_exact(self.head_dim).enumerate() {
-                scratch[hh * len + jj] = dot(qh, krow) * self.scale;
+        let (hd, off) = (self.head_dim, kvh * self.head_dim);
+        let DecodeScratch { scores, tile: buf } = scratch;
+        scores.clear();
+        scores.resize(self.hpt * len, 0.0);
+        for t0 in (0..len).step_by(TILE_KEYS) {
+            let t1 = (t0 + TILE_KEYS).min(len);
+            let keys = self.k.head_tile(lo + t0..lo + t1, off, hd, buf);
+            for jj in t0..t1 {
+                let krow = keys.row(jj - t0, hd);
+                for (hh, qh) in qrow.chunks_exact(hd).enumerate() {
+                    scores[hh * len + jj] = dot(qh, krow) * self.scale;
+                }
             }
         }
-        for scores in scratch.chunks_exact_mut(len) {
-            softmax(scores);
+        for row in scores.chunks_exact_mut(len) {
+            softmax(row);
         }
         o.fill(0.0);
-        for jj in 0..len {
-            let vrow = self.value(lo + jj, kvh);
-            for (hh, oh) in o.chunks_exact_mut(self.head_dim).enumerate() {
-                axpy(scratch[hh * len + jj], vrow, oh);
+        for t0 in (0..len).step_by(TILE_KEYS) {
+            let t1 = (t0 + TILE_KEYS).min(len);
+            let values = self.v.head_tile(lo + t0..lo + t1, off, hd, buf);
+            for jj in t0..t1 {
+                let vrow = values.row(jj - t0, hd);
+                for (hh, oh) in o.chunks_exact_mut(hd).enumerate() {
+                    axpy(scores[hh * len + jj], vrow, oh);
+                }
             }
         }
     }
@@ -343,45 +374,65 @@ impl<'a> Task<'a> {
 mod simd {
     use std::arch::x86_64::*;
 
-    use super::{dot, Span, Task};
+    use super::{dot, DecodeScratch, Span, Task, TILE_KEYS};
     use crate::cpu::kernels::simd::avx2::{load, store};
 
-    /// Runs task `idx` (see `Task::run`).
+    /// Runs task `idx` (see `Task::run`), one tile of keys (then values)
+    /// at a time.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn task(ctx: &Task<'_>, scratch: &mut Vec<f32>, idx: usize, o: &mut [f32]) {
+    pub(super) fn task(ctx: &Task<'_>, scratch: &mut DecodeScratch, idx: usize, o: &mut [f32]) {
         let hd = ctx.head_dim;
         if !hd.is_multiple_of(64) {
             ctx.run(scratch, idx, o, |row| softmax(row));
             return;
         }
         let Span { qrow, kvh, lo, len } = ctx.span(idx);
-        scratch.clear();
-        scratch.resize(ctx.hpt * len, 0.0);
+        let off = kvh * hd;
+        let DecodeScratch { scores, tile: buf } = scratch;
+        scores.clear();
+        scores.resize(ctx.hpt * len, 0.0);
         let scale = _mm256_set1_ps(ctx.scale);
-        for (qh, scores) in qrow.chunks_exact(hd).zip(scratch.chunks_exact_mut(len)) {
-            let full = len / 8 * 8;
-            for j0 in (0..full).step_by(8) {
-                let rows: [&[f32]; 8] = std::array::from_fn(|t| ctx.key(lo + j0 + t, kvh));
-                let s = _mm256_mul_ps(dots8(qh, rows), scale);
-                store(&mut scores[j0..j0 + 8], s);
-            }
-            for (jj, sc) in scores.iter_mut().enumerate().skip(full) {
-                *sc = dot(qh, ctx.key(lo + jj, kvh)) * ctx.scale;
-            }
-            softmax(scores);
-        }
-        for (oh, probs) in o.chunks_exact_mut(hd).zip(scratch.chunks_exact(len)) {
-            for d0 in (0..hd).step_by(64) {
-                let mut acc = [_mm256_setzero_ps(); 8];
-                for (jj, &pr) in probs.iter().enumerate() {
-                    let v = &ctx.value(lo + jj, kvh)[d0..d0 + 64];
-                    let pr = _mm256_set1_ps(pr);
-                    for (c, a) in acc.iter_mut().enumerate() {
-                        *a = _mm256_fmadd_ps(pr, load(&v[8 * c..8 * c + 8]), *a);
-                    }
+        for t0 in (0..len).step_by(TILE_KEYS) {
+            let t1 = (t0 + TILE_KEYS).min(len);
+            let keys = ctx.k.head_tile(lo + t0..lo + t1, off, hd, buf);
+            // Whole groups of eight keys, then single keys (the tiles are
+            // whole groups, so only the last one has single keys).
+            let full = t0 + (t1 - t0) / 8 * 8;
+            for (qh, row) in qrow.chunks_exact(hd).zip(scores.chunks_exact_mut(len)) {
+                for j0 in (t0..full).step_by(8) {
+                    let r = j0 - t0;
+                    let rows = [0, 1, 2, 3, 4, 5, 6, 7].map(|t| keys.row(r + t, hd));
+                    let s = _mm256_mul_ps(dots8(qh, rows), scale);
+                    store(&mut row[j0..j0 + 8], s);
                 }
-                for (c, a) in acc.iter().enumerate() {
-                    store(&mut oh[d0 + 8 * c..d0 + 8 * c + 8], *a);
+                for (jj, sc) in row.iter_mut().enumerate().take(t1).skip(full) {
+                    *sc = dot(qh, keys.row(jj - t0, hd)) * ctx.scale;
+                }
+            }
+        }
+        for row in scores.chunks_exact_mut(len) {
+            softmax(row);
+        }
+        o.fill(0.0);
+        for t0 in (0..len).step_by(TILE_KEYS) {
+            let t1 = (t0 + TILE_KEYS).min(len);
+            let values = ctx.v.head_tile(lo + t0..lo + t1, off, hd, buf);
+            for (oh, probs) in o.chunks_exact_mut(hd).zip(scores.chunks_exact(len)) {
+                for d0 in (0..hd).step_by(64) {
+                    let mut acc = [_mm256_setzero_ps(); 8];
+                    for (c, a) in acc.iter_mut().enumerate() {
+                        *a = load(&oh[d0 + 8 * c..]);
+                    }
+                    for (r, &pr) in probs[t0..t1].iter().enumerate() {
+                        let v = &values.row(r, hd)[d0..d0 + 64];
+                        let pr = _mm256_set1_ps(pr);
+                        for (c, a) in acc.iter_mut().enumerate() {
+                            *a = _mm256_fmadd_ps(pr, load(&v[8 * c..8 * c + 8]), *a);
+                        }
+                    }
+                    for (c, a) in acc.iter().enumerate() {
+                        store(&mut oh[d0 + 8 * c..d0 + 8 * c + 8], *a);
+                    }
                 }
             }
         }
@@ -609,6 +660,8 @@ mod tests {
         parallel: bool,
     ) -> Vec<f32> {
         let mut out = vec![f32::NAN; q.len()];
+        let row_len = s.n_kv_heads * s.head_dim;
+        let (k, v) = (KvRows::f32(k, row_len), KvRows::f32(v, row_len));
         tiled::Tiled::new(q, n_q, past, k, v, s).run(ops, &mut out, pool, parallel);
         out
     }
@@ -749,6 +802,54 @@ mod tests {
         assert_close(&out, &reference(&q, n_q, past, &k, &v, &s), ATOL, RTOL);
     }
 
+    /// Attention over a cache stored as f16, Q8_0 or Q4 gives, bit for
+    /// bit, what it gives over an f32 cache holding the decoded values:
+    /// decode steps and tiled prefill, with and without a sliding window,
+    /// on one and two threads.
+    #[test]
+    fn encoded_caches_equal_f32_caches_of_their_decoded_values() {
+        use crate::cpu::kernels::kv_rows::{decode_portable, encode};
+        use mllm_core::KvDtype;
+        let mut rng = Rng::new(67);
+        let row = 3 * 64;
+        for kind in [KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_1] {
+            for (n_q, past) in [(1, 0), (1, 70), (1, 200), (3, 20), (40, 30), (150, 0)] {
+                for window in [None, Some(50)] {
+                    let s = AttnShape {
+                        sliding_window: window,
+                        ..SMOLLM2_SHAPE
+                    };
+                    let kv_len = past + n_q;
+                    let q = rng.vec(n_q * 9 * 64, 2.0);
+                    let (k, v) = (rng.vec(kv_len * row, 2.0), rng.vec(kv_len * row, 1.0));
+                    let enc = |x: &[f32]| {
+                        let mut b = vec![0u8; kv_len * kind.row_bytes(row)];
+                        encode(kind, x, &mut b);
+                        let mut back = vec![0f32; x.len()];
+                        decode_portable(kind, &b, &mut back);
+                        (b, back)
+                    };
+                    let ((kb, kd), (vb, vd)) = (enc(&k), enc(&v));
+                    for pool in [pool1(), pool2()] {
+                        let mut want = vec![f32::NAN; q.len()];
+                        attention(&q, n_q, past, &kd, &vd, &s, &mut want, &pool);
+                        let seq = SeqAttention {
+                            q: &q,
+                            n_q,
+                            past,
+                            k: KvRows::encoded(kind, &kb, row),
+                            v: KvRows::encoded(kind, &vb, row),
+                        };
+                        let mut got = vec![f32::NAN; q.len()];
+                        attention_batch(&[seq], &s, vec![&mut got[..]], &pool);
+                        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got), bits(&want), "{kind} n_q {n_q} past {past}");
+                    }
+                }
+            }
+        }
+    }
+
     /// A batch of sequences gives each exactly what `attention` gives it
     /// alone (split over the pool), both when the sequences run in
     /// parallel and when one prefill holds most of the work.
@@ -779,7 +880,13 @@ mod tests {
             let seqs: Vec<SeqAttention<'_>> = shape
                 .iter()
                 .zip(&data)
-                .map(|(&(n_q, past), (q, k, v))| SeqAttention { q, n_q, past, k, v })
+                .map(|(&(n_q, past), (q, k, v))| SeqAttention {
+                    q,
+                    n_q,
+                    past,
+                    k: KvRows::f32(k, 3 * 64),
+                    v: KvRows::f32(v, 3 * 64),
+                })
                 .collect();
             let mut outs: Vec<Vec<f32>> = shape
                 .iter()
@@ -791,11 +898,9 @@ mod tests {
                 outs.iter_mut().map(|o| &mut o[..]).collect(),
                 &pool,
             );
-            for (seq, got) in seqs.iter().zip(&outs) {
+            for ((seq, got), (_, k, v)) in seqs.iter().zip(&outs).zip(&data) {
                 let mut alone = vec![f32::NAN; got.len()];
-                attention(
-                    seq.q, seq.n_q, seq.past, seq.k, seq.v, &s, &mut alone, &pool,
-                );
+                attention(seq.q, seq.n_q, seq.past, k, v, &s, &mut alone, &pool);
                 assert_eq!(&alone, got, "{shape:?}: n_q {} past {}", seq.n_q, seq.past);
             }
         }

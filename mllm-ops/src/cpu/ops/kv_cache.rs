@@ -1,24 +1,89 @@
-//! The per-layer KV cache: per-sequence key and value rows, grown in chunks.
+//! The per-layer KV cache: per-sequence key and value rows, grown in
+//! chunks, stored as the run's [`KvDtype`].
 
 use std::any::Any;
 
 use mllm_core::op::{KvCacheParams, Op, OpInput};
 use mllm_core::step::StepLayout;
-use mllm_core::{Error, Result, Shape};
+use mllm_core::{Error, KvDtype, Result, Shape};
 
 use super::expect_rows;
+use crate::cpu::kernels::kv_rows::{encode, KvRows};
+
+/// `[capacity, row]` keys or values of one sequence.
+enum RowStore {
+    /// f32 rows, as computed.
+    F32(Vec<f32>),
+    /// Rows encoded as the cache's (non-f32) type.
+    Encoded(Vec<u8>),
+}
+
+impl RowStore {
+    fn new(kind: KvDtype) -> Self {
+        match kind {
+            KvDtype::F32 => RowStore::F32(Vec::new()),
+            _ => RowStore::Encoded(Vec::new()),
+        }
+    }
+
+    /// Rows the store has room for.
+    fn capacity(&self, kind: KvDtype, row: usize) -> usize {
+        match self {
+            RowStore::F32(v) => v.len() / row,
+            RowStore::Encoded(b) => b.len() / kind.row_bytes(row),
+        }
+    }
+
+    /// Makes room for exactly `rows` rows.
+    fn resize(&mut self, kind: KvDtype, row: usize, rows: usize) {
+        match self {
+            RowStore::F32(v) => v.resize(rows * row, 0.0),
+            RowStore::Encoded(b) => b.resize(rows * kind.row_bytes(row), 0),
+        }
+    }
+
+    /// Stores the rows `src` from row `at` on.
+    fn write(&mut self, kind: KvDtype, row: usize, at: usize, src: &[f32]) {
+        match self {
+            RowStore::F32(v) => v[at * row..at * row + src.len()].copy_from_slice(src),
+            RowStore::Encoded(b) => {
+                let bytes = kind.row_bytes(row);
+                let n = src.len() / row;
+                encode(kind, src, &mut b[at * bytes..(at + n) * bytes]);
+            }
+        }
+    }
+
+    /// The first `rows` rows.
+    fn view(&self, kind: KvDtype, row: usize, rows: usize) -> KvRows<'_> {
+        match self {
+            RowStore::F32(v) => KvRows::f32(&v[..rows * row], row),
+            RowStore::Encoded(b) => KvRows::encoded(kind, &b[..rows * kind.row_bytes(row)], row),
+        }
+    }
+}
 
 /// Keys and values of one sequence, `[capacity, kv_heads * head_dim]` each.
-#[derive(Default)]
 struct SlotCache {
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    keys: RowStore,
+    values: RowStore,
     len: usize,
+}
+
+impl SlotCache {
+    fn new(kind: KvDtype) -> Self {
+        SlotCache {
+            keys: RowStore::new(kind),
+            values: RowStore::new(kind),
+            len: 0,
+        }
+    }
 }
 
 /// The cache contents that attention reads.
 pub struct KvCacheState {
     row: usize,
+    kind: KvDtype,
     chunk: usize,
     slots: Vec<SlotCache>,
 }
@@ -39,44 +104,61 @@ impl KvCacheState {
         self.slots.iter().all(|s| s.len == 0)
     }
 
+    /// The storage type of the rows.
+    pub fn kind(&self) -> KvDtype {
+        self.kind
+    }
+
     /// Keys of `slot`: `len(slot)` rows.
-    pub fn keys(&self, slot: usize) -> &[f32] {
-        self.slots
-            .get(slot)
-            .map_or(&[], |s| &s.keys[..s.len * self.row])
+    pub fn keys(&self, slot: usize) -> KvRows<'_> {
+        match self.slots.get(slot) {
+            Some(s) => s.keys.view(self.kind, self.row, s.len),
+            None => KvRows::f32(&[], self.row),
+        }
     }
 
     /// Values of `slot`: `len(slot)` rows.
-    pub fn values(&self, slot: usize) -> &[f32] {
-        self.slots
-            .get(slot)
-            .map_or(&[], |s| &s.values[..s.len * self.row])
+    pub fn values(&self, slot: usize) -> KvRows<'_> {
+        match self.slots.get(slot) {
+            Some(s) => s.values.view(self.kind, self.row, s.len),
+            None => KvRows::f32(&[], self.row),
+        }
     }
 
     /// Positions reserved for `slot` (a multiple of the chunk size).
     pub fn capacity(&self, slot: usize) -> usize {
-        self.slots.get(slot).map_or(0, |s| s.keys.len() / self.row)
+        self.slots
+            .get(slot)
+            .map_or(0, |s| s.keys.capacity(self.kind, self.row))
+    }
+
+    /// Bytes the keys and values of one position take.
+    pub fn bytes_per_position(&self) -> usize {
+        2 * self.kind.row_bytes(self.row)
+    }
+
+    fn ensure_slot(&mut self, slot: usize) {
+        if self.slots.len() <= slot {
+            let kind = self.kind;
+            self.slots.resize_with(slot + 1, || SlotCache::new(kind));
+        }
     }
 
     /// Grows `slot` (in whole chunks) to hold at least `len` positions.
     fn reserve(&mut self, slot: usize, len: usize) {
-        if self.slots.len() <= slot {
-            self.slots.resize_with(slot + 1, SlotCache::default);
-        }
-        let (row, chunk) = (self.row, self.chunk);
+        self.ensure_slot(slot);
+        let (row, chunk, kind) = (self.row, self.chunk, self.kind);
         let s = &mut self.slots[slot];
-        if len > s.keys.len() / row {
+        if len > s.keys.capacity(kind, row) {
             let grown = len.div_ceil(chunk) * chunk;
-            s.keys.resize(grown * row, 0.0);
-            s.values.resize(grown * row, 0.0);
+            s.keys.resize(kind, row, grown);
+            s.values.resize(kind, row, grown);
         }
     }
 
     fn write(&mut self, slot: usize, past: usize, k: &[f32], v: &[f32]) -> Result<()> {
-        if self.slots.len() <= slot {
-            self.slots.resize_with(slot + 1, SlotCache::default);
-        }
-        let row = self.row;
+        self.ensure_slot(slot);
+        let (row, kind) = (self.row, self.kind);
         let s = &mut self.slots[slot];
         if past > s.len {
             return Err(Error::InvalidInput(format!(
@@ -87,8 +169,8 @@ impl KvCacheState {
         let new_len = past + k.len() / row;
         self.reserve(slot, new_len);
         let s = &mut self.slots[slot];
-        s.keys[past * row..new_len * row].copy_from_slice(k);
-        s.values[past * row..new_len * row].copy_from_slice(v);
+        s.keys.write(kind, row, past, k);
+        s.values.write(kind, row, past, v);
         s.len = new_len;
         Ok(())
     }
@@ -101,14 +183,17 @@ pub struct KvCacheOp {
 }
 
 impl KvCacheOp {
-    /// An empty cache.
-    pub fn new(params: KvCacheParams) -> Result<Self> {
+    /// An empty cache storing its rows as `kind` (whose blocks must divide
+    /// the head dimension).
+    pub fn new(params: KvCacheParams, kind: KvDtype) -> Result<Self> {
         if params.chunk == 0 {
             return Err(Error::Config("KV cache chunk must be positive".into()));
         }
+        kind.check_head_dim(params.head_dim)?;
         Ok(KvCacheOp {
             state: KvCacheState {
                 row: params.n_kv_heads * params.head_dim,
+                kind,
                 chunk: params.chunk,
                 slots: Vec::new(),
             },
@@ -163,7 +248,7 @@ impl Op for KvCacheOp {
 
     fn reset_slot(&mut self, slot: usize) {
         if let Some(s) = self.state.slots.get_mut(slot) {
-            *s = SlotCache::default();
+            *s = SlotCache::new(self.state.kind);
         }
     }
 }

@@ -17,6 +17,7 @@ use rayon::prelude::*;
 use rayon::ThreadPool;
 
 use super::AttnShape;
+use crate::cpu::kernels::kv_rows::{KvRows, Tile};
 
 /// Rows (query, head pairs) per panel: three 8-lane vectors.
 pub(super) const ROWS: usize = 24;
@@ -35,6 +36,15 @@ pub(super) struct KvLayout {
 }
 
 impl KvLayout {
+    /// The layout of `tile`'s rows for heads of `dim`.
+    fn of(tile: &Tile<'_>, dim: usize) -> Self {
+        KvLayout {
+            stride: tile.stride,
+            off: tile.off,
+            dim,
+        }
+    }
+
     /// The head's part of one cache row.
     #[inline]
     fn head(self, row: &[f32]) -> &[f32] {
@@ -84,12 +94,11 @@ pub(super) trait TileOps: Copy + Send + Sync {
 /// Everything the tiled kernel reads (see [`super::attention`]).
 pub(super) struct Tiled<'a> {
     q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    k: KvRows<'a>,
+    v: KvRows<'a>,
     n_q: usize,
     past: usize,
     q_stride: usize,
-    kv_stride: usize,
     head_dim: usize,
     group: usize,
     n_kv_heads: usize,
@@ -105,6 +114,8 @@ struct Scratch {
     st: Vec<f32>,
     /// Output accumulator, `[dim][ROWS]`.
     ot: Vec<f32>,
+    /// One decoded block of keys, then of values (unused for an f32 cache).
+    kv: Vec<f32>,
 }
 
 impl Scratch {
@@ -114,6 +125,7 @@ impl Scratch {
             qt: vec![0.0; dim * ROWS],
             st: vec![0.0; KEYS * ROWS],
             ot: vec![0.0; dim * ROWS],
+            kv: Vec::new(),
         }
     }
 }
@@ -124,8 +136,8 @@ impl<'a> Tiled<'a> {
         q: &'a [f32],
         n_q: usize,
         past: usize,
-        k: &'a [f32],
-        v: &'a [f32],
+        k: KvRows<'a>,
+        v: KvRows<'a>,
         shape: &AttnShape,
     ) -> Self {
         Tiled {
@@ -135,7 +147,6 @@ impl<'a> Tiled<'a> {
             n_q,
             past,
             q_stride: shape.n_heads * shape.head_dim,
-            kv_stride: shape.n_kv_heads * shape.head_dim,
             head_dim: shape.head_dim,
             group: shape.n_heads / shape.n_kv_heads,
             n_kv_heads: shape.n_kv_heads,
@@ -226,11 +237,7 @@ impl<'a> Tiled<'a> {
         let dim = self.head_dim;
         let n = o.len() / dim;
         let mut state = self.pack_queries(&mut s.qt, kvh, row0, n);
-        let kv = KvLayout {
-            stride: self.kv_stride,
-            off: kvh * dim,
-            dim,
-        };
+        let off = kvh * dim;
         s.ot.fill(0.0);
         // Rows are in query order: bounds grow with the row.
         let (lo_min, lo_max) = (state.lo[0] as usize, state.lo[ROWS - 1] as usize);
@@ -239,10 +246,12 @@ impl<'a> Tiled<'a> {
         while j0 <= hi_max {
             let j1 = (j0 + KEYS).min(hi_max + 1);
             let masked = (j0 < lo_max || j1 - 1 > hi_min).then_some(j0);
-            let span = j0 * kv.stride..j1 * kv.stride;
-            ops.scores(&s.qt, &self.k[span.clone()], kv, &mut s.st);
+            let keys = self.k.head_tile(j0..j1, off, dim, &mut s.kv);
+            ops.scores(&s.qt, keys.data, KvLayout::of(&keys, dim), &mut s.st);
             ops.softmax_step(&mut s.st, j1 - j0, masked, &mut state, &mut s.ot);
-            ops.accumulate(&s.st[..(j1 - j0) * ROWS], &self.v[span], kv, &mut s.ot);
+            let values = self.v.head_tile(j0..j1, off, dim, &mut s.kv);
+            let layout = KvLayout::of(&values, dim);
+            ops.accumulate(&s.st[..(j1 - j0) * ROWS], values.data, layout, &mut s.ot);
             j0 = j1;
         }
         for (r, orow) in o.chunks_exact_mut(dim).enumerate() {
