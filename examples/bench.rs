@@ -51,7 +51,7 @@ struct Args {
     #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
     depth: usize,
     #[command(flatten)]
-    device: mllm::cli::DeviceArgs,
+    backend: mllm::cli::BackendArgs,
     #[command(flatten)]
     files: mllm::cli::ModelFileArgs,
     /// CPU threads (0: one per core).
@@ -199,10 +199,10 @@ fn run(args: Args) -> Result<()> {
     };
     let mut opts = LoadOptions {
         threads: args.threads,
-        placement: args.device.placement()?,
         ..Default::default()
     };
     args.files.apply(&mut opts)?;
+    args.backend.apply(&mut opts)?;
     let mut model = Model::load(&path, &opts)?;
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())

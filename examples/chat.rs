@@ -41,7 +41,7 @@ struct Args {
     #[arg(long)]
     max_context: Option<usize>,
     #[command(flatten)]
-    device: mllm::cli::DeviceArgs,
+    backend: mllm::cli::BackendArgs,
     #[command(flatten)]
     files: mllm::cli::ModelFileArgs,
     /// CPU threads (0: one per core).
@@ -98,11 +98,11 @@ fn run(args: Args) -> Result<()> {
     };
     let mut load = LoadOptions {
         threads: args.threads,
-        placement: args.device.placement()?,
         max_context: args.max_context,
         ..Default::default()
     };
     args.files.apply(&mut load)?;
+    args.backend.apply(&mut load)?;
     let mut model = Model::load(&path, &load)?;
     let opts = GenerateOptions {
         max_tokens: args.max_tokens,

@@ -58,7 +58,7 @@ struct Args {
     #[arg(long)]
     dump_logits: Option<PathBuf>,
     #[command(flatten)]
-    device: mllm::cli::DeviceArgs,
+    backend: mllm::cli::BackendArgs,
     #[command(flatten)]
     files: mllm::cli::ModelFileArgs,
     /// CPU threads (0: one per core).
@@ -69,10 +69,10 @@ struct Args {
 fn run(args: Args) -> Result<()> {
     let mut opts = LoadOptions {
         threads: args.threads,
-        placement: args.device.placement()?,
         ..Default::default()
     };
     args.files.apply(&mut opts)?;
+    args.backend.apply(&mut opts)?;
     let mut model = Model::load(&args.model, &opts)?;
     let prompt = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),

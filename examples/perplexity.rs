@@ -34,7 +34,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     max_windows: usize,
     #[command(flatten)]
-    device: mllm::cli::DeviceArgs,
+    backend: mllm::cli::BackendArgs,
     #[command(flatten)]
     files: mllm::cli::ModelFileArgs,
     /// CPU threads (0: one per core).
@@ -75,10 +75,10 @@ fn run(args: Args) -> Result<()> {
     }
     let mut opts = LoadOptions {
         threads: args.threads,
-        placement: args.device.placement()?,
         ..Default::default()
     };
     args.files.apply(&mut opts)?;
+    args.backend.apply(&mut opts)?;
     let mut model = Model::load(&args.model, &opts)?;
     if args.ctx > model.max_context() {
         return Err(Error::InvalidInput(format!(

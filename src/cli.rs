@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::core::{Placement, Result};
+use crate::core::{KvDtype, Placement, Result};
 use crate::models::{LoadOptions, ModelFiles, SamplingParams};
 
 /// Sampling flags (`--temperature`, `--top-k`, `--top-p`, `--min-p`,
@@ -56,22 +56,32 @@ pub fn exit_code(result: Result<()>) -> ExitCode {
     }
 }
 
-/// Device flags (`--device`, `--gpu-layers`), flattened into a program's
-/// arguments.
+/// Backend flags (`--device`, `--gpu-layers`, `--kv-dtype`), flattened
+/// into a program's arguments.
 #[derive(clap::Args, Debug, Clone, Default)]
-pub struct DeviceArgs {
+pub struct BackendArgs {
     /// Run on this device: cpu, cuda or cuda:N (default: cpu, or cuda with --gpu-layers).
     #[arg(long)]
     pub device: Option<String>,
     /// Run only the first N decoder layers on the GPU; the rest stays on the CPU.
     #[arg(long)]
     pub gpu_layers: Option<usize>,
+    /// How the KV cache stores keys and values: f32, f16, q8_0 or q4 (CPU only).
+    #[arg(long, default_value_t = KvDtype::F32)]
+    pub kv_dtype: KvDtype,
 }
 
-impl DeviceArgs {
+impl BackendArgs {
     /// The placement these flags describe.
     pub fn placement(&self) -> Result<Placement> {
         Placement::from_flags(self.device.as_deref(), self.gpu_layers)
+    }
+
+    /// Sets the placement and the KV-cache type of `opts`.
+    pub fn apply(&self, opts: &mut LoadOptions) -> Result<()> {
+        opts.placement = self.placement()?;
+        opts.kv_dtype = self.kv_dtype;
+        Ok(())
     }
 }
 

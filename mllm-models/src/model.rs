@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use mllm_core::file::MllmFile;
 use mllm_core::Error;
-use mllm_core::{Device, Executor, Graph, Placement, Result, StepInput, Tensor};
+use mllm_core::{Device, Executor, Graph, KvDtype, Placement, Result, StepInput, Tensor};
 use mllm_ops::cpu::CpuBackend;
 use mllm_ops::cuda::CudaBackend;
 use serde_json::Value;
@@ -32,6 +32,9 @@ pub struct LoadOptions {
     pub chat_template: Option<String>,
     /// Which device runs which nodes (default: everything on the CPU).
     pub placement: Placement,
+    /// How the KV cache stores keys and values (default f32; the others
+    /// are CPU-only).
+    pub kv_dtype: KvDtype,
 }
 
 /// A loaded model, ready to run steps.
@@ -84,9 +87,15 @@ impl Model {
             max_context = max_context.min(cap);
         }
         let graph = Graph::trace(model.as_ref())?;
-        let cpu = CpuBackend::new(opts.threads)?;
+        let cpu = CpuBackend::new(opts.threads)?.with_kv_dtype(opts.kv_dtype);
         let executor = match opts.placement.device {
             Device::Cpu => Executor::new(graph, &cpu, &file, max_context)?,
+            Device::Cuda(_) if opts.kv_dtype != KvDtype::F32 => {
+                return Err(Error::InvalidInput(format!(
+                    "--kv-dtype {} runs on the CPU only; the CUDA backend stores its KV cache as f32",
+                    opts.kv_dtype
+                )))
+            }
             Device::Cuda(n) => {
                 let gpu = CudaBackend::new(n)?;
                 let nodes = opts.placement.assign(&graph);

@@ -37,7 +37,7 @@ pub struct Args {
     #[command(flatten)]
     pub files: mllm::cli::ModelFileArgs,
     #[command(flatten)]
-    pub device: mllm::cli::DeviceArgs,
+    pub backend: mllm::cli::BackendArgs,
     /// CPU threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -82,12 +82,15 @@ mod tests {
             "t.jinja",
             "--gpu-layers",
             "2",
+            "--kv-dtype",
+            "q8_0",
         ])
         .unwrap();
         assert_eq!(args.files.config, Some(PathBuf::from("c.json")));
         assert_eq!(args.files.tokenizer, Some(PathBuf::from("t.json")));
         assert_eq!(args.files.chat_template, Some(PathBuf::from("t.jinja")));
-        assert_eq!(args.device.gpu_layers, Some(2));
-        assert_eq!(args.device.device, None);
+        assert_eq!(args.backend.gpu_layers, Some(2));
+        assert_eq!(args.backend.device, None);
+        assert_eq!(args.backend.kv_dtype, mllm::core::KvDtype::Q8_0);
     }
 }

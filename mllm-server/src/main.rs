@@ -31,11 +31,11 @@ fn run(args: Args) -> Result<(), String> {
     };
     let mut load = LoadOptions {
         threads: args.threads,
-        placement: args.device.placement().map_err(|e| e.to_string())?,
         max_context: Some(args.ctx.unwrap_or(DEFAULT_MAX_CTX)),
         ..Default::default()
     };
     args.files.apply(&mut load).map_err(|e| e.to_string())?;
+    args.backend.apply(&mut load).map_err(|e| e.to_string())?;
     if args.ctx == Some(0) {
         return Err("--ctx must be at least 1".into());
     }
