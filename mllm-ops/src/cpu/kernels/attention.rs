@@ -215,6 +215,16 @@ fn attention_of(
             }
         }
     }
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx2 = false;
+    // One long decode: every task keeps all heads of its kv head (each key
+    // and value row read once) and its keys are split into parts instead.
+    let split = avx2 && n_q == 1 && head_dim.is_multiple_of(64) && visible > PART_KEYS;
+    if split {
+        hpt = group;
+    }
     let tasks_per_row = n_heads / hpt;
 
     let ctx = Task {
@@ -232,7 +242,10 @@ fn attention_of(
         window,
     };
     #[cfg(target_arch = "x86_64")]
-    let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    if split {
+        decode_split(&ctx, out, pool, parallel);
+        return;
+    }
     let task = |scratch: &mut DecodeScratch, (idx, o): (usize, &mut [f32])| {
         #[cfg(target_arch = "x86_64")]
         if avx2 {
@@ -253,6 +266,68 @@ fn attention_of(
         let mut scratch = DecodeScratch::default();
         for item in out.chunks_mut(hpt * head_dim).enumerate() {
             task(&mut scratch, item);
+        }
+    }
+}
+
+/// Keys per part of a long decode (see [`decode_split`]).
+const PART_KEYS: usize = 1024;
+
+/// A single query over more than [`PART_KEYS`] keys, on AVX2 with heads of
+/// a multiple of 64: every (kv head, part of [`PART_KEYS`] keys) pair is a
+/// work item (in `pool` when `parallel`) giving each head's partial maximum,
+/// sum and weighted values; the parts are then combined in order. The parts
+/// depend only on the number of visible keys, so the result does not
+/// depend on the threads or on other sequences.
+#[cfg(target_arch = "x86_64")]
+fn decode_split(ctx: &Task<'_>, out: &mut [f32], pool: &ThreadPool, parallel: bool) {
+    let (hd, hpt) = (ctx.head_dim, ctx.hpt);
+    let tasks = ctx.tasks_per_row;
+    let len = ctx.span(0).len;
+    let parts = len.div_ceil(PART_KEYS);
+    let item = hpt * (hd + 2);
+    let mut partial = vec![0.0f32; tasks * parts * item];
+    let run = |scratch: &mut DecodeScratch, (i, o): (usize, &mut [f32])| {
+        let (idx, p) = (i / parts, i % parts);
+        let keys = p * PART_KEYS..((p + 1) * PART_KEYS).min(len);
+        // SAFETY: the caller checked AVX2 and FMA.
+        unsafe { simd::part(ctx, scratch, idx, keys, o) };
+    };
+    if parallel {
+        pool.install(|| {
+            partial
+                .par_chunks_mut(item)
+                .enumerate()
+                .for_each_init(DecodeScratch::default, run)
+        });
+    } else {
+        let mut scratch = DecodeScratch::default();
+        partial
+            .chunks_mut(item)
+            .enumerate()
+            .for_each(|x| run(&mut scratch, x));
+    }
+    for (o, parts) in out
+        .chunks_exact_mut(hpt * hd)
+        .zip(partial.chunks_exact(parts * item))
+    {
+        for (h, oh) in o.chunks_exact_mut(hd).enumerate() {
+            let head = |p: usize| &parts[p * item + h * (hd + 2)..][..hd + 2];
+            let n = parts.len() / item;
+            let max = (0..n).map(|p| head(p)[0]).fold(f32::NEG_INFINITY, f32::max);
+            oh.fill(0.0);
+            let mut sum = 0.0f32;
+            for p in 0..n {
+                let w = (head(p)[0] - max).exp();
+                sum += head(p)[1] * w;
+                for (x, a) in oh.iter_mut().zip(&head(p)[2..]) {
+                    *x += a * w;
+                }
+            }
+            let inv = 1.0 / sum;
+            for x in oh.iter_mut() {
+                *x *= inv;
+            }
         }
     }
 }
@@ -386,38 +461,109 @@ mod simd {
             ctx.run(scratch, idx, o, |row| softmax(row));
             return;
         }
-        let Span { qrow, kvh, lo, len } = ctx.span(idx);
-        let off = kvh * hd;
+        let span = ctx.span(idx);
         let DecodeScratch { scores, tile: buf } = scratch;
         scores.clear();
-        scores.resize(ctx.hpt * len, 0.0);
+        scores.resize(ctx.hpt * span.len, 0.0);
+        score_keys(ctx, &span, 0..span.len, scores, buf);
+        for row in scores.chunks_exact_mut(span.len) {
+            softmax(row);
+        }
+        o.fill(0.0);
+        add_values(ctx, &span, 0..span.len, scores, buf, o);
+    }
+
+    /// One part of a split task (see `super::decode_split`): over the
+    /// visible keys `part` of task `idx`, each head's largest score, its
+    /// sum of `exp(score − max)` and the values weighted by those
+    /// exponentials, written to `out` as `[max, sum, acc[hd]]` per head.
+    /// The head dimension is a multiple of 64.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn part(
+        ctx: &Task<'_>,
+        scratch: &mut DecodeScratch,
+        idx: usize,
+        part: std::ops::Range<usize>,
+        out: &mut [f32],
+    ) {
+        let hd = ctx.head_dim;
+        let span = ctx.span(idx);
+        let n = part.len();
+        let DecodeScratch { scores, tile: buf } = scratch;
+        scores.clear();
+        scores.resize(ctx.hpt * n, 0.0);
+        // Scores of the part, laid out `[hpt][n]`.
+        let local = Span {
+            lo: span.lo + part.start,
+            len: n,
+            ..span
+        };
+        score_keys(ctx, &local, 0..n, scores, buf);
+        let mut acc = vec![0.0f32; ctx.hpt * hd];
+        for (h, row) in scores.chunks_exact_mut(n).enumerate() {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            out[h * (hd + 2)] = max;
+            out[h * (hd + 2) + 1] = exp_sum(row, max);
+        }
+        add_values(ctx, &local, 0..n, scores, buf, &mut acc);
+        for (h, a) in acc.chunks_exact(hd).enumerate() {
+            out[h * (hd + 2) + 2..(h + 1) * (hd + 2)].copy_from_slice(a);
+        }
+    }
+
+    /// `scores[h * span.len + j] = scale · q_h · k_j` for the keys `keys`
+    /// (relative to `span.lo`) of the task's heads, one decoded tile at a
+    /// time: whole groups of eight keys, then single keys (tiles are whole
+    /// groups, so only the last one has single keys).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn score_keys(
+        ctx: &Task<'_>,
+        span: &Span<'_>,
+        keys: std::ops::Range<usize>,
+        scores: &mut [f32],
+        buf: &mut Vec<f32>,
+    ) {
+        let (hd, len) = (ctx.head_dim, span.len);
+        let off = span.kvh * hd;
         let scale = _mm256_set1_ps(ctx.scale);
-        for t0 in (0..len).step_by(TILE_KEYS) {
-            let t1 = (t0 + TILE_KEYS).min(len);
-            let keys = ctx.k.head_tile(lo + t0..lo + t1, off, hd, buf);
-            // Whole groups of eight keys, then single keys (the tiles are
-            // whole groups, so only the last one has single keys).
+        for t0 in keys.clone().step_by(TILE_KEYS) {
+            let t1 = (t0 + TILE_KEYS).min(keys.end);
+            let tile = ctx.k.head_tile(span.lo + t0..span.lo + t1, off, hd, buf);
             let full = t0 + (t1 - t0) / 8 * 8;
-            for (qh, row) in qrow.chunks_exact(hd).zip(scores.chunks_exact_mut(len)) {
+            for (qh, row) in span.qrow.chunks_exact(hd).zip(scores.chunks_exact_mut(len)) {
                 for j0 in (t0..full).step_by(8) {
                     let r = j0 - t0;
-                    let rows = [0, 1, 2, 3, 4, 5, 6, 7].map(|t| keys.row(r + t, hd));
+                    let rows = [0, 1, 2, 3, 4, 5, 6, 7].map(|t| tile.row(r + t, hd));
                     let s = _mm256_mul_ps(dots8(qh, rows), scale);
                     store(&mut row[j0..j0 + 8], s);
                 }
                 for (jj, sc) in row.iter_mut().enumerate().take(t1).skip(full) {
-                    *sc = dot(qh, keys.row(jj - t0, hd)) * ctx.scale;
+                    *sc = dot(qh, tile.row(jj - t0, hd)) * ctx.scale;
                 }
             }
         }
-        for row in scores.chunks_exact_mut(len) {
-            softmax(row);
-        }
-        o.fill(0.0);
-        for t0 in (0..len).step_by(TILE_KEYS) {
-            let t1 = (t0 + TILE_KEYS).min(len);
-            let values = ctx.v.head_tile(lo + t0..lo + t1, off, hd, buf);
-            for (oh, probs) in o.chunks_exact_mut(hd).zip(scores.chunks_exact(len)) {
+    }
+
+    /// `o_h += Σ_j probs[h * span.len + j] · v_j` over the keys `keys`
+    /// (relative to `span.lo`), one decoded tile of values at a time, 64
+    /// dimensions per pass held in registers.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn add_values(
+        ctx: &Task<'_>,
+        span: &Span<'_>,
+        keys: std::ops::Range<usize>,
+        probs: &[f32],
+        buf: &mut Vec<f32>,
+        o: &mut [f32],
+    ) {
+        let (hd, len) = (ctx.head_dim, span.len);
+        let off = span.kvh * hd;
+        for t0 in keys.clone().step_by(TILE_KEYS) {
+            let t1 = (t0 + TILE_KEYS).min(keys.end);
+            let values = ctx.v.head_tile(span.lo + t0..span.lo + t1, off, hd, buf);
+            for (oh, probs) in o.chunks_exact_mut(hd).zip(probs.chunks_exact(len)) {
                 for d0 in (0..hd).step_by(64) {
                     let mut acc = [_mm256_setzero_ps(); 8];
                     for (c, a) in acc.iter_mut().enumerate() {
@@ -472,6 +618,16 @@ mod simd {
             row.fill(0.0);
             return;
         }
+        let inv = 1.0 / exp_sum(row, max);
+        for v in row.iter_mut() {
+            *v *= inv;
+        }
+    }
+
+    /// Replaces every `x` of `row` by `exp(x − max)` ([`exp8`]) and returns
+    /// their sum (`max` finite).
+    #[target_feature(enable = "avx2,fma")]
+    fn exp_sum(row: &mut [f32], max: f32) -> f32 {
         let m = _mm256_set1_ps(max);
         let mut sum = _mm256_setzero_ps();
         let mut chunks = row.chunks_exact_mut(8);
@@ -500,11 +656,7 @@ mod simd {
         let mut s = [0.0f32; 8];
         // SAFETY: `s` holds 8 floats.
         unsafe { _mm256_storeu_ps(s.as_mut_ptr(), sum) };
-        let total: f32 = s.iter().sum::<f32>() + buf.iter().sum::<f32>();
-        let inv = 1.0 / total;
-        for v in row.iter_mut() {
-            *v *= inv;
-        }
+        s.iter().sum::<f32>() + buf.iter().sum::<f32>()
     }
 }
 
@@ -800,6 +952,82 @@ mod tests {
         let mut out = vec![f32::NAN; q.len()];
         attention(&q, n_q, past, &k, &v, &s, &mut out, &pool);
         assert_close(&out, &reference(&q, n_q, past, &k, &v, &s), ATOL, RTOL);
+    }
+
+    /// Long decodes (more than `PART_KEYS` visible keys, split into parts
+    /// and combined) agree with the reference, give the same bits on one
+    /// and two threads and inside a batch, and read encoded caches like f32
+    /// caches of the decoded values.
+    #[test]
+    fn long_decodes_split_into_parts_match_the_reference() {
+        use crate::cpu::kernels::kv_rows::{decode_portable, encode};
+        use mllm_core::KvDtype;
+        let mut rng = Rng::new(68);
+        let row = 3 * 64;
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for (past, window) in [
+            (1024, None),
+            (1500, None),
+            (2600, Some(1100)),
+            (3000, Some(900)),
+        ] {
+            let s = AttnShape {
+                sliding_window: window,
+                ..SMOLLM2_SHAPE
+            };
+            let kv_len = past + 1;
+            let q = rng.vec(9 * 64, 2.0);
+            let (k, v) = (rng.vec(kv_len * row, 2.0), rng.vec(kv_len * row, 1.0));
+            let want = reference(&q, 1, past, &k, &v, &s);
+            let mut one = vec![f32::NAN; q.len()];
+            attention(&q, 1, past, &k, &v, &s, &mut one, &pool1());
+            assert_close(&one, &want, ATOL, RTOL);
+            let mut two = vec![f32::NAN; q.len()];
+            attention(&q, 1, past, &k, &v, &s, &mut two, &pool2());
+            assert_eq!(bits(&one), bits(&two), "past {past}");
+            // In a batch with a short decode, each sequence serial.
+            let short = rng.vec(11 * row, 1.0);
+            let seqs = [
+                SeqAttention {
+                    q: &q,
+                    n_q: 1,
+                    past,
+                    k: KvRows::f32(&k, row),
+                    v: KvRows::f32(&v, row),
+                },
+                SeqAttention {
+                    q: &q,
+                    n_q: 1,
+                    past: 10,
+                    k: KvRows::f32(&short, row),
+                    v: KvRows::f32(&short, row),
+                },
+            ];
+            let mut outs = [vec![f32::NAN; q.len()], vec![f32::NAN; q.len()]];
+            let [a, b] = &mut outs;
+            attention_batch(&seqs, &s, vec![&mut a[..], &mut b[..]], &pool2());
+            assert_eq!(bits(&outs[0]), bits(&one), "past {past} in a batch");
+            // A q8_0 cache equals an f32 cache of its decoded values.
+            let kind = KvDtype::Q8_0;
+            let (mut kb, mut vb) = (vec![0u8; kv_len * 204], vec![0u8; kv_len * 204]);
+            encode(kind, &k, &mut kb);
+            encode(kind, &v, &mut vb);
+            let (mut kd, mut vd) = (vec![0f32; k.len()], vec![0f32; v.len()]);
+            decode_portable(kind, &kb, &mut kd);
+            decode_portable(kind, &vb, &mut vd);
+            let mut plain = vec![f32::NAN; q.len()];
+            attention(&q, 1, past, &kd, &vd, &s, &mut plain, &pool2());
+            let seq = SeqAttention {
+                q: &q,
+                n_q: 1,
+                past,
+                k: KvRows::encoded(kind, &kb, row),
+                v: KvRows::encoded(kind, &vb, row),
+            };
+            let mut got = vec![f32::NAN; q.len()];
+            attention_batch(&[seq], &s, vec![&mut got[..]], &pool2());
+            assert_eq!(bits(&got), bits(&plain), "past {past} q8_0");
+        }
     }
 
     /// Attention over a cache stored as f16, Q8_0 or Q4 gives, bit for
