@@ -135,24 +135,25 @@ fn greedy_continuations_match_up_to_near_ties() {
     }
 }
 
-#[test]
-fn chat_answers_paris() {
-    let mut model = load_model();
-    let tokenizer = model.require_tokenizer().unwrap();
-    let mut chat = mllm::models::conversation::Conversation::new(&model, 0).unwrap();
+/// The greedy chat reply (at most 32 tokens) to the capital question.
+fn ask_capital(model: &mut Model) -> mllm::models::conversation::Turn {
+    let mut chat = mllm::models::conversation::Conversation::new(model, 0).unwrap();
     let opts = GenerateOptions {
         max_tokens: 32,
         eos_ids: model.eos_ids(),
         ..Default::default()
     };
-    let turn = chat
-        .reply(
-            &mut model,
-            "What is the capital of France?",
-            &opts,
-            &mut |_| Ok(true),
-        )
-        .unwrap();
+    chat.reply(model, "What is the capital of France?", &opts, &mut |_| {
+        Ok(true)
+    })
+    .unwrap()
+}
+
+#[test]
+fn chat_answers_paris() {
+    let mut model = load_model();
+    let tokenizer = model.require_tokenizer().unwrap();
+    let turn = ask_capital(&mut model);
     assert_eq!(
         turn.text,
         "The capital of France is Paris.",
@@ -166,14 +167,7 @@ fn chat_answers_paris() {
 /// of the repo's fixed text with the KV cache stored as `kv`, by the
 /// perplexity example.
 fn perplexity_with_kv(kv: &str) -> f64 {
-    let exe = std::env::current_exe().unwrap();
-    let example = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/perplexity");
-    let out = std::process::Command::new(example)
+    let out = std::process::Command::new(example("perplexity"))
         .args(["--model", model_path().to_str().unwrap()])
         .args(["--file", fixture("ppl.txt").to_str().unwrap()])
         .args(["--ctx", "256", "--max-windows", "8", "--threads", "2"])
@@ -186,10 +180,8 @@ fn perplexity_with_kv(kv: &str) -> f64 {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8(out.stdout).unwrap();
-    stdout
-        .trim()
-        .strip_prefix("PPL = ")
-        .unwrap_or_else(|| panic!("no PPL line in {stdout:?}"))
+    let ppl = stdout.trim().strip_prefix("PPL = ");
+    ppl.unwrap_or_else(|| panic!("no PPL line in {stdout:?}"))
         .parse()
         .unwrap()
 }
@@ -218,19 +210,6 @@ fn chat_with_a_q4_kv_cache_answers_paris() {
         ..Default::default()
     };
     let mut model = Model::load(model_path(), &opts).unwrap();
-    let mut chat = mllm::models::conversation::Conversation::new(&model, 0).unwrap();
-    let opts = GenerateOptions {
-        max_tokens: 32,
-        eos_ids: model.eos_ids(),
-        ..Default::default()
-    };
-    let turn = chat
-        .reply(
-            &mut model,
-            "What is the capital of France?",
-            &opts,
-            &mut |_| Ok(true),
-        )
-        .unwrap();
+    let turn = ask_capital(&mut model);
     assert!(turn.text.contains("Paris"), "{:?}", turn.text);
 }

@@ -82,16 +82,19 @@ fn bench_linear(c: &mut Criterion) {
     g.finish();
 }
 
+/// SmolLM2-135M's attention: 9 query heads over 3 KV heads of 64.
+const SMOLLM2_ATTENTION: AttnShape = AttnShape {
+    n_heads: 9,
+    n_kv_heads: 3,
+    head_dim: 64,
+    scale: 0.125,
+    sliding_window: None,
+};
+
 fn bench_attention(c: &mut Criterion) {
     let pool = pool(2);
     let mut g = c.benchmark_group("attention");
-    let shape = AttnShape {
-        n_heads: 9,
-        n_kv_heads: 3,
-        head_dim: 64,
-        scale: 0.125,
-        sliding_window: None,
-    };
+    let shape = SMOLLM2_ATTENTION;
     // (name, n_q, past): one decode token after 64 and 512, 128- and
     // 512-token prefills.
     for (name, n_q, past) in [
@@ -117,13 +120,7 @@ fn bench_attention(c: &mut Criterion) {
 fn bench_kv_types(c: &mut Criterion) {
     let pool = pool(2);
     let mut g = c.benchmark_group("attention_decode16@256");
-    let shape = AttnShape {
-        n_heads: 9,
-        n_kv_heads: 3,
-        head_dim: 64,
-        scale: 0.125,
-        sliding_window: None,
-    };
+    let shape = SMOLLM2_ATTENTION;
     let (seqs, past, row) = (16, 256, 3 * 64);
     let q = values(seqs * 9 * 64, 3);
     let k = values(seqs * (past + 1) * row, 4);
