@@ -9,7 +9,9 @@ use crate::{Error, Result};
 ///
 /// The discriminants are the dtype codes stored in `.mllm` files (mllm v1
 /// codes 0..=30, and mllm v2's BF16 = 128 and U8 = 129). Quantized types use
-/// ggml's block layouts.
+/// ggml's block layouts. Codes from 192 on are mllm-rs's own: weights
+/// stored in the layout of its packed kernels, so that they load by
+/// mapping alone (`mllm-convert --packed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum DType {
@@ -29,11 +31,20 @@ pub enum DType {
     Q2K = 24,
     BF16 = 128,
     U8 = 129,
+    /// Q4_0 or Q4_1 rows in groups of eight (`[rows, cols]`, rows a multiple
+    /// of 8): per group and block of 32 columns, eight f16 scales, eight f16
+    /// offsets (`−8·d` for Q4_0) and the nibbles word-interleaved, 160 bytes
+    /// for 256 values.
+    Q4Packed = 192,
+    /// Q8_0 rows in groups of eight: per group and block of 32 columns,
+    /// eight f16 scales and the quants word-interleaved, 272 bytes for 256
+    /// values.
+    Q8Packed = 193,
 }
 
 impl DType {
     /// Every dtype mllm-rs knows, in code order.
-    pub const ALL: [DType; 16] = [
+    pub const ALL: [DType; 18] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -50,6 +61,8 @@ impl DType {
         DType::Q2K,
         DType::BF16,
         DType::U8,
+        DType::Q4Packed,
+        DType::Q8Packed,
     ];
 
     /// The code stored in a `.mllm` index entry.
@@ -67,6 +80,7 @@ impl DType {
         match self {
             DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q8_1 => 32,
             DType::Q4K | DType::Q6K | DType::Q8K | DType::Q3K | DType::Q2K => 256,
+            DType::Q4Packed | DType::Q8Packed => 256,
             _ => 1,
         }
     }
@@ -86,7 +100,14 @@ impl DType {
             DType::Q8K => 292,
             DType::Q3K => 110,
             DType::Q2K => 84,
+            DType::Q4Packed => 160,
+            DType::Q8Packed => 272,
         }
+    }
+
+    /// Whether this is one of mllm-rs's packed weight layouts.
+    pub fn is_packed(self) -> bool {
+        matches!(self, DType::Q4Packed | DType::Q8Packed)
     }
 
     /// Bytes needed for `numel` elements, or an error when `numel` is not a
@@ -120,6 +141,8 @@ impl DType {
             DType::Q2K => "q2_k",
             DType::BF16 => "bf16",
             DType::U8 => "u8",
+            DType::Q4Packed => "q4_packed",
+            DType::Q8Packed => "q8_0_packed",
         }
     }
 }
@@ -155,6 +178,8 @@ mod tests {
         assert_eq!(DType::Q2K.code(), 24);
         assert_eq!(DType::BF16.code(), 128);
         assert_eq!(DType::U8.code(), 129);
+        assert_eq!(DType::Q4Packed.code(), 192);
+        assert_eq!(DType::Q8Packed.bytes_for(512).unwrap(), 544);
         assert_eq!(DType::from_code(4), None);
         for d in DType::ALL {
             assert_eq!(DType::from_code(d.code()), Some(d));

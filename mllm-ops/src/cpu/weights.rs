@@ -7,6 +7,8 @@ use mllm_core::file::TensorData;
 use mllm_core::weights::WeightSource;
 use mllm_core::{DType, Error, Result};
 
+use crate::cpu::kernels::packed::{PackedQ4, GROUP_ROWS};
+use crate::cpu::kernels::packed_q8::PackedQ8;
 use crate::cpu::kernels::qmatmul::QuantMatrix;
 use crate::quant::QuantType;
 
@@ -112,8 +114,13 @@ impl MatrixWeight {
         [rows, cols]: [usize; 2],
         op: &str,
     ) -> Result<Self> {
-        let data = weights.weight(name, &[rows, cols])?;
+        MatrixWeight::from_data(weights.weight(name, &[rows, cols])?, [rows, cols], op)
+    }
+
+    /// Binds loaded tensor data of shape `[rows, cols]` (see [`MatrixWeight::load`]).
+    fn from_data(data: TensorData, [rows, cols]: [usize; 2], op: &str) -> Result<Self> {
         let dtype = data.dtype();
+        let name = data.name().to_string();
         if let Some(qt) = QuantType::from_dtype(dtype) {
             QuantMatrix::new(qt, data.bytes(), rows, cols).map_err(|e| {
                 Error::UnsupportedDType(format!("{op}: weight '{name}' of dtype {dtype}: {e}"))
@@ -131,7 +138,8 @@ impl MatrixWeight {
             }
             other => Err(Error::UnsupportedDType(format!(
                 "{op}: weight '{name}' has dtype {other}, which this op does not support on \
-                 the CPU (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k)"
+                 the CPU (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k, and for \
+                 linear and embedding layers q4_packed and q8_0_packed)"
             ))),
         }
     }
@@ -167,4 +175,61 @@ pub fn load_f32_vector(weights: &dyn WeightSource, name: &str, len: usize) -> Re
         FloatSlice::F16(s) => s.iter().map(|x| x.to_f32()).collect(),
         FloatSlice::BF16(s) => s.iter().map(|x| x.to_f32()).collect(),
     })
+}
+
+/// A weight stored in one of mllm-rs's packed layouts (`q4_packed`,
+/// `q8_0_packed`), read in place from the mapped file.
+pub enum PackedMatrix {
+    /// Q4_0 / Q4_1 rows in groups of eight.
+    Q4(PackedQ4),
+    /// Q8_0 rows in groups of eight.
+    Q8(PackedQ8),
+}
+
+impl PackedMatrix {
+    /// Row `r` as f32 values (`out` holds a row), the values of the
+    /// unpacked type.
+    pub fn row(&self, r: usize, out: &mut [f32]) {
+        let g = r / GROUP_ROWS;
+        match self {
+            PackedMatrix::Q4(m) => PackedQ4::unpack_row(m.groups(g, 1), r % GROUP_ROWS, out),
+            PackedMatrix::Q8(m) => PackedQ8::unpack_row(m.groups(g, 1), r % GROUP_ROWS, out),
+        }
+    }
+}
+
+/// A `[rows, cols]` weight as the linear and embedding ops bind it: packed
+/// in the file, or anything [`MatrixWeight`] reads.
+pub enum AnyMatrix {
+    /// Stored in a packed layout.
+    Packed(PackedMatrix),
+    /// Stored in a plain layout.
+    Plain(MatrixWeight),
+}
+
+impl AnyMatrix {
+    /// Binds `name` with shape `[rows, cols]` (errors as for
+    /// [`MatrixWeight::load`], and for packed weights whose shape is not
+    /// whole groups and blocks).
+    pub fn load(
+        weights: &dyn WeightSource,
+        name: &str,
+        shape: [usize; 2],
+        op: &str,
+    ) -> Result<Self> {
+        let data = weights.weight(name, &shape)?;
+        let named = |e: Error| match e {
+            Error::InvalidInput(m) => Error::InvalidInput(format!("{op}: {m}")),
+            other => other,
+        };
+        Ok(match data.dtype() {
+            DType::Q4Packed => AnyMatrix::Packed(PackedMatrix::Q4(
+                PackedQ4::mapped(data, shape).map_err(named)?,
+            )),
+            DType::Q8Packed => AnyMatrix::Packed(PackedMatrix::Q8(
+                PackedQ8::mapped(data, shape).map_err(named)?,
+            )),
+            _ => AnyMatrix::Plain(MatrixWeight::from_data(data, shape, op)?),
+        })
+    }
 }

@@ -14,7 +14,8 @@
 //! horizontal sums and one F16C conversion per eight scales.
 
 use half::f16;
-use mllm_core::{Error, Result};
+use mllm_core::file::TensorData;
+use mllm_core::{DType, Error, Result};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
@@ -36,10 +37,60 @@ pub(crate) const TILE_TOKENS: usize = 4;
 /// Activation rows per block of a many-row call (bounds its scratch).
 const ROW_BLOCK: usize = 128;
 
+/// The bytes of a packed matrix: repacked at load, or read in place from a
+/// file that stores the packed layout (`DType::Q4Packed`, `Q8Packed`).
+pub(crate) enum PackedBytes {
+    /// Made at load.
+    Owned(Vec<u8>),
+    /// The mapped tensor of a packed file.
+    Mapped(TensorData),
+}
+
+impl PackedBytes {
+    /// All the packed bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            PackedBytes::Owned(v) => v,
+            PackedBytes::Mapped(d) => d.bytes(),
+        }
+    }
+
+    /// Binds a mapped tensor of the packed `dtype` as `[rows, cols]` with
+    /// `block_bytes` per group block; errors name the tensor.
+    pub(crate) fn mapped(
+        data: TensorData,
+        dtype: DType,
+        [rows, cols]: [usize; 2],
+        block_bytes: usize,
+    ) -> Result<PackedBytes> {
+        let name = data.name().to_string();
+        if data.dtype() != dtype {
+            return Err(Error::UnsupportedDType(format!(
+                "weight '{name}' has dtype {}, not {dtype}",
+                data.dtype()
+            )));
+        }
+        if !rows.is_multiple_of(GROUP_ROWS) || !cols.is_multiple_of(BLOCK) {
+            return Err(Error::InvalidInput(format!(
+                "weight '{name}' of dtype {dtype} has shape [{rows}, {cols}]: packed weights need \
+                 rows in groups of {GROUP_ROWS} and columns in blocks of {BLOCK}"
+            )));
+        }
+        let want = rows / GROUP_ROWS * (cols / BLOCK) * block_bytes;
+        if data.bytes().len() != want {
+            return Err(Error::InvalidInput(format!(
+                "weight '{name}' of dtype {dtype} holds {} bytes; [{rows}, {cols}] needs {want}",
+                data.bytes().len()
+            )));
+        }
+        Ok(PackedBytes::Mapped(data))
+    }
+}
+
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows
 /// (see the module documentation).
 pub struct PackedQ4 {
-    data: Vec<u8>,
+    data: PackedBytes,
     rows: usize,
     cols: usize,
 }
@@ -78,7 +129,45 @@ impl PackedQ4 {
                 }
             }
         }
-        Ok(PackedQ4 { data, rows, cols })
+        Ok(PackedQ4 {
+            data: PackedBytes::Owned(data),
+            rows,
+            cols,
+        })
+    }
+
+    /// A `DType::Q4Packed` tensor of `[rows, cols]`, read in place.
+    pub fn mapped(data: TensorData, shape: [usize; 2]) -> Result<PackedQ4> {
+        let data = PackedBytes::mapped(data, DType::Q4Packed, shape, PACKED_BLOCK_BYTES)?;
+        Ok(PackedQ4 {
+            data,
+            rows: shape[0],
+            cols: shape[1],
+        })
+    }
+
+    /// The packed bytes (what a packed file stores).
+    pub fn bytes(&self) -> &[u8] {
+        self.data.bytes()
+    }
+
+    /// Row `r`'s values from the packed bytes of its group (`d·q + m`,
+    /// the values Q4_0 and Q4_1 dequantize to).
+    pub fn unpack_row(group: &[u8], r: usize, out: &mut [f32]) {
+        for (blk, out) in group
+            .chunks_exact(PACKED_BLOCK_BYTES)
+            .zip(out.chunks_exact_mut(BLOCK))
+        {
+            let f = |at: usize| f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
+            let (d, m) = (f(2 * r), f(16 + 2 * r));
+            for j in 0..4 {
+                for c in 0..4 {
+                    let byte = blk[32 + 32 * j + 4 * r + c];
+                    out[4 * j + c] = d * (byte & 15) as f32 + m;
+                    out[16 + 4 * j + c] = d * (byte >> 4) as f32 + m;
+                }
+            }
+        }
     }
 
     /// Number of rows (output features).
@@ -94,7 +183,7 @@ impl PackedQ4 {
     /// The packed blocks of the `n` row groups from group `g` on.
     pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
         let len = self.cols / BLOCK * PACKED_BLOCK_BYTES;
-        &self.data[g * len..(g + n) * len]
+        &self.data.bytes()[g * len..(g + n) * len]
     }
 }
 
@@ -340,6 +429,30 @@ pub(crate) mod tests {
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
     use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
+
+    /// Each row unpacked from the packed layout has exactly the values the
+    /// Q4_0 / Q4_1 dequantizer gives the unpacked row.
+    #[test]
+    fn unpacked_rows_equal_the_dequantized_rows() {
+        let mut rng = Rng::new(43);
+        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+            let (rows, nb) = (24, 3);
+            let w = random_blocks(&mut rng, qt, rows * nb);
+            let m = QuantMatrix::new(qt, &w, rows, nb * BLOCK).unwrap();
+            let p = PackedQ4::pack(&m).unwrap();
+            let mut want = vec![0.0f32; rows * nb * BLOCK];
+            qt.dequantize_blocks(&w, &mut want);
+            for r in 0..rows {
+                let mut got = vec![f32::NAN; nb * BLOCK];
+                PackedQ4::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
+                assert_eq!(
+                    got,
+                    want[r * nb * BLOCK..(r + 1) * nb * BLOCK],
+                    "{qt} row {r}"
+                );
+            }
+        }
+    }
 
     /// Packing keeps every value: the portable packed dot with wide
     /// activations equals the f64 dot of each unpacked row's dequantized

@@ -15,10 +15,11 @@
 //! `Σ w·hi` and `Σ w·lo` of a block and then the same float steps, so all
 //! instruction sets give the same results bit for bit.
 
-use mllm_core::{Error, Result};
+use mllm_core::file::TensorData;
+use mllm_core::{DType, Error, Result};
 use rayon::ThreadPool;
 
-use super::packed::{by_row_blocks, group_outputs, quantize_rows, GROUP_ROWS};
+use super::packed::{by_row_blocks, group_outputs, quantize_rows, PackedBytes, GROUP_ROWS};
 use super::qact::{Q16Row, BLOCK, NARROW};
 use super::qkernel::QuantKernel;
 use super::qmatmul::QuantMatrix;
@@ -30,7 +31,7 @@ pub(crate) const Q8_PACKED_BLOCK_BYTES: usize = 2 * GROUP_ROWS + GROUP_ROWS * BL
 /// A Q8_0 matrix `[rows, cols]` repacked in groups of eight rows (see the
 /// module documentation).
 pub struct PackedQ8 {
-    data: Vec<u8>,
+    data: PackedBytes,
     rows: usize,
     cols: usize,
 }
@@ -67,7 +68,42 @@ impl PackedQ8 {
                 }
             }
         }
-        Ok(PackedQ8 { data, rows, cols })
+        Ok(PackedQ8 {
+            data: PackedBytes::Owned(data),
+            rows,
+            cols,
+        })
+    }
+
+    /// A `DType::Q8Packed` tensor of `[rows, cols]`, read in place.
+    pub fn mapped(data: TensorData, shape: [usize; 2]) -> Result<PackedQ8> {
+        let data = PackedBytes::mapped(data, DType::Q8Packed, shape, Q8_PACKED_BLOCK_BYTES)?;
+        Ok(PackedQ8 {
+            data,
+            rows: shape[0],
+            cols: shape[1],
+        })
+    }
+
+    /// The packed bytes (what a packed file stores).
+    pub fn bytes(&self) -> &[u8] {
+        self.data.bytes()
+    }
+
+    /// Row `r`'s values from the packed bytes of its group (`q·d`, the
+    /// values Q8_0 dequantizes to).
+    pub fn unpack_row(group: &[u8], r: usize, out: &mut [f32]) {
+        for (blk, out) in group
+            .chunks_exact(Q8_PACKED_BLOCK_BYTES)
+            .zip(out.chunks_exact_mut(BLOCK))
+        {
+            let d = half::f16::from_le_bytes([blk[2 * r], blk[2 * r + 1]]).to_f32();
+            for j in 0..BLOCK / 4 {
+                for c in 0..4 {
+                    out[4 * j + c] = blk[16 + 32 * j + 4 * r + c] as i8 as f32 * d;
+                }
+            }
+        }
     }
 
     /// Number of rows (output features).
@@ -83,7 +119,7 @@ impl PackedQ8 {
     /// The packed blocks of the `n` row groups from group `g` on.
     pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
         let len = self.cols / BLOCK * Q8_PACKED_BLOCK_BYTES;
-        &self.data[g * len..(g + n) * len]
+        &self.data.bytes()[g * len..(g + n) * len]
     }
 }
 
@@ -220,6 +256,24 @@ mod tests {
                     .sum();
                 assert!((got as f64 - want).abs() <= 1e-5 * mag, "{g} {r}");
             }
+        }
+    }
+
+    /// Each row unpacked from the packed layout has exactly the values the
+    /// Q8_0 dequantizer gives the unpacked row.
+    #[test]
+    fn unpacked_rows_equal_the_dequantized_rows() {
+        let mut rng = Rng::new(44);
+        let (rows, nb) = (16, 3);
+        let w = blocks_with_extremes(&mut rng, rows * nb);
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, nb * BLOCK).unwrap();
+        let p = PackedQ8::pack(&m).unwrap();
+        let mut want = vec![0.0f32; rows * nb * BLOCK];
+        QuantType::Q8_0.dequantize_blocks(&w, &mut want);
+        for r in 0..rows {
+            let mut got = vec![f32::NAN; nb * BLOCK];
+            PackedQ8::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
+            assert_eq!(got, want[r * nb * BLOCK..(r + 1) * nb * BLOCK], "row {r}");
         }
     }
 

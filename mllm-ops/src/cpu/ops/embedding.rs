@@ -8,12 +8,12 @@ use mllm_core::{Error, Result, Shape};
 use crate::cpu::kernels::embedding::embedding;
 use crate::cpu::kernels::qembedding::quant_embedding;
 use crate::cpu::kernels::qmatmul::QuantMatrix;
-use crate::cpu::weights::{FloatSlice, MatrixWeight};
+use crate::cpu::weights::{AnyMatrix, FloatSlice, MatrixWeight};
 
 /// The CPU embedding op.
 pub struct EmbeddingOp {
     params: EmbeddingParams,
-    table: Option<MatrixWeight>,
+    table: Option<AnyMatrix>,
 }
 
 impl EmbeddingOp {
@@ -29,7 +29,7 @@ impl EmbeddingOp {
 impl Op for EmbeddingOp {
     fn load(&mut self, weights: &dyn WeightSource) -> Result<()> {
         let p = &self.params;
-        self.table = Some(MatrixWeight::load(
+        self.table = Some(AnyMatrix::load(
             weights,
             &p.weight,
             [p.vocab, p.dim],
@@ -62,6 +62,15 @@ impl Op for EmbeddingOp {
             .table
             .as_ref()
             .ok_or_else(|| Error::InvalidInput("embedding ran before load".into()))?;
+        let table = match table {
+            AnyMatrix::Packed(t) => {
+                for (&id, out) in ids.iter().zip(output.chunks_mut(p.dim)) {
+                    t.row(id as usize, out);
+                }
+                return Ok(());
+            }
+            AnyMatrix::Plain(t) => t,
+        };
         match table {
             MatrixWeight::Quant { data, qt, cols, .. } => {
                 // A quantized table (a GGUF's, often tied to a head that was

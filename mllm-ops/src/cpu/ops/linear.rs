@@ -14,17 +14,20 @@ use crate::cpu::kernels::packed::{packed_linear, PackedQ4};
 use crate::cpu::kernels::packed_q8::{packed_q8_linear, PackedQ8};
 use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
 use crate::cpu::kernels::qmatmul::quant_linear;
-use crate::cpu::weights::{load_f32_vector, FloatSlice, MatrixSlice, MatrixWeight};
+use crate::cpu::weights::{
+    load_f32_vector, AnyMatrix, FloatSlice, MatrixSlice, MatrixWeight, PackedMatrix,
+};
 
 /// A linear layer's weight as its kernels read it.
 enum LinearWeight {
     /// In the file's layout (mostly read in place from the map).
     Plain(MatrixWeight),
-    /// Q4_0 / Q4_1 repacked at load for the packed integer kernel, with
-    /// the mapped weight it was copied from (kept to release its pages).
-    PackedQ4(PackedQ4, MatrixWeight),
-    /// Q8_0 repacked the same way.
-    PackedQ8(PackedQ8, MatrixWeight),
+    /// Q4_0 / Q4_1 for the packed integer kernel: repacked at load, with
+    /// the mapped weight it was copied from (kept to release its pages),
+    /// or stored packed in the file and read in place (`None`).
+    PackedQ4(PackedQ4, Option<MatrixWeight>),
+    /// Q8_0 packed the same way.
+    PackedQ8(PackedQ8, Option<MatrixWeight>),
 }
 
 /// The CPU linear layer.
@@ -65,13 +68,14 @@ impl LinearOp {
 impl Op for LinearOp {
     fn load(&mut self, weights: &dyn WeightSource) -> Result<()> {
         let p = &self.params;
-        let weight = MatrixWeight::load(
-            weights,
-            &p.weight,
-            [p.out_features, p.in_features],
-            "linear",
-        )?;
-        self.weight = Some(pack_if_faster(weight, self.quant));
+        let shape = [p.out_features, p.in_features];
+        self.weight = Some(
+            match AnyMatrix::load(weights, &p.weight, shape, "linear")? {
+                AnyMatrix::Packed(PackedMatrix::Q4(w)) => LinearWeight::PackedQ4(w, None),
+                AnyMatrix::Packed(PackedMatrix::Q8(w)) => LinearWeight::PackedQ8(w, None),
+                AnyMatrix::Plain(w) => pack_if_faster(w, self.quant),
+            },
+        );
         self.bias = p
             .bias
             .as_ref()
@@ -81,8 +85,9 @@ impl Op for LinearOp {
     }
 
     fn loaded(&mut self) {
-        if let Some(LinearWeight::PackedQ4(_, source) | LinearWeight::PackedQ8(_, source)) =
-            &self.weight
+        if let Some(
+            LinearWeight::PackedQ4(_, Some(source)) | LinearWeight::PackedQ8(_, Some(source)),
+        ) = &self.weight
         {
             source.release_pages();
         }
@@ -147,11 +152,11 @@ fn pack_if_faster(weight: MatrixWeight, kernel: QuantKernel) -> LinearWeight {
     }
     if let Ok(p) = PackedQ4::pack(&m) {
         weight.release_pages();
-        return LinearWeight::PackedQ4(p, weight);
+        return LinearWeight::PackedQ4(p, Some(weight));
     }
     if let Ok(p) = PackedQ8::pack(&m) {
         weight.release_pages();
-        return LinearWeight::PackedQ8(p, weight);
+        return LinearWeight::PackedQ8(p, Some(weight));
     }
     LinearWeight::Plain(weight)
 }
