@@ -182,6 +182,7 @@ fn embedding_and_head_flags_run() {
             dtype,
             embed_dtype: Some(embed),
             head_dtype: Some(head),
+            packed: false,
         };
         let c = convert_policy("tiny-llama", policy);
         let file = MllmFile::open(&c.path).unwrap();

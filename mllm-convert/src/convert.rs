@@ -9,9 +9,9 @@ use mllm_core::{DType, Error, Result};
 use mllm_models::registry::{self, TensorAction};
 
 use crate::discover::discover;
-use crate::encode::encode;
+use crate::encode::encode_stored;
 use crate::model_info::ModelInfo;
-use crate::policy::DTypePolicy;
+use crate::policy::{DTypePolicy, Storage};
 use crate::source::{natural_cmp, SourceTensor, SourceWeights};
 use crate::transpose::transpose_bytes;
 use crate::write::{in_tensor, write_file, Header};
@@ -134,6 +134,13 @@ pub fn convert_with_policy(
 ) -> Result<ConvertReport> {
     let policy = &opts.policy;
     if crate::gguf::is_gguf(input) {
+        if policy.packed {
+            return Err(Error::InvalidInput(
+                "--packed does not apply to GGUF input: import the file, then write a packed \
+                 copy with `quantize --packed`"
+                    .into(),
+            ));
+        }
         if policy.embed_dtype.is_some() || policy.head_dtype.is_some() {
             return Err(Error::InvalidInput(
                 "embedding and head dtypes do not apply to GGUF input: GGUF tensors are kept \
@@ -154,7 +161,7 @@ pub fn convert_with_policy(
     let weights = SourceWeights::open(&files.weights)?;
 
     // (spec, source dtype, source tensor, transpose).
-    let mut plan: Vec<(TensorSpec, DType, SourceTensor<'_>, bool)> = Vec::new();
+    let mut plan: Vec<(TensorSpec, DType, SourceTensor<'_>, bool, Storage)> = Vec::new();
     let mut skipped = 0;
     let mut fallbacks = 0;
     for tensor in weights.tensors()? {
@@ -184,6 +191,7 @@ pub fn convert_with_policy(
             from,
             tensor,
             transpose,
+            storage,
         ));
     }
     if plan.is_empty() {
@@ -203,19 +211,18 @@ pub fn convert_with_policy(
     };
     let specs: Vec<TensorSpec> = plan.iter().map(|p| p.0.clone()).collect();
     let written = write_file(output, header, &specs, opts.progress, |i| {
-        let (spec, from, tensor, transpose) = &plan[i];
-        let row_len = spec.shape.last().copied().unwrap_or(1);
+        let (spec, from, tensor, transpose, storage) = &plan[i];
         let named = |e| in_tensor(&tensor.name, e);
         if *transpose {
             let (rows, cols) = (tensor.shape[0], tensor.shape[1]);
             let t = transpose_bytes(tensor.data, rows, cols, from.block_bytes())?;
-            let encoded = match encode(&t, *from, spec.dtype, row_len).map_err(named)? {
+            let encoded = match encode_stored(&t, *from, storage, &spec.shape).map_err(named)? {
                 Cow::Borrowed(_) => None,
                 Cow::Owned(v) => Some(v),
             };
             Ok(Cow::Owned(encoded.unwrap_or(t)))
         } else {
-            encode(tensor.data, *from, spec.dtype, row_len).map_err(named)
+            encode_stored(tensor.data, *from, storage, &spec.shape).map_err(named)
         }
     })?;
 

@@ -5,10 +5,12 @@ use std::borrow::Cow;
 
 use half::f16;
 use mllm_core::{DType, Error, Result};
+use mllm_ops::cpu::kernels::{PackedQ4, PackedQ8, QuantMatrix};
 use mllm_ops::quant::{dequantize, quantize, QuantType};
 use rayon::prelude::*;
 
 use crate::cast::{cast, is_float, load_f32, store_f32};
+use crate::policy::Storage;
 
 /// Values quantized per parallel task (rounded to whole rows).
 const CHUNK_VALUES: usize = 1 << 16;
@@ -27,6 +29,56 @@ pub(crate) fn to_f32(bytes: &[u8], from: DType) -> Result<Vec<f32>> {
     })?;
     let mut out = vec![0.0f32; bytes.len() / qt.block_bytes() * qt.block_len()];
     dequantize(from, bytes, &mut out)?;
+    Ok(out)
+}
+
+/// Re-encodes `bytes` of `from` for a tensor of `shape` as `storage` says:
+/// [`encode`] into its block type, then, for a packed storage, rearranged
+/// into the packed layout. Bytes already in the storage's type are
+/// borrowed unchanged.
+pub(crate) fn encode_stored<'a>(
+    bytes: &'a [u8],
+    from: DType,
+    storage: &Storage,
+    shape: &[usize],
+) -> Result<Cow<'a, [u8]>> {
+    let row_len = shape.last().copied().unwrap_or(1);
+    if from == storage.dtype || !storage.dtype.is_packed() {
+        return encode(bytes, from, storage.dtype, row_len);
+    }
+    let base = encode(bytes, from, storage.base, row_len)?;
+    let rows = shape.first().copied().unwrap_or(1);
+    let qt = QuantType::from_dtype(storage.base)
+        .ok_or_else(|| Error::UnsupportedDType(format!("{} cannot be packed", storage.base)))?;
+    let m = QuantMatrix::new(qt, &base, rows, row_len)?;
+    Ok(Cow::Owned(match storage.dtype {
+        DType::Q8Packed => PackedQ8::pack(&m)?.bytes().to_vec(),
+        _ => PackedQ4::pack(&m)?.bytes().to_vec(),
+    }))
+}
+
+/// The f32 values of a packed tensor with rows of `row_len` values.
+fn unpack(bytes: &[u8], from: DType, row_len: usize) -> Result<Vec<f32>> {
+    // One block of a packed type covers eight rows of 32 values.
+    let group_bytes = row_len / 32 * from.block_bytes();
+    if row_len == 0 || !row_len.is_multiple_of(32) || !bytes.len().is_multiple_of(group_bytes) {
+        return Err(Error::InvalidInput(format!(
+            "{} bytes of {from} do not hold whole groups of rows of {row_len} values",
+            bytes.len()
+        )));
+    }
+    let mut out = vec![0.0f32; bytes.len() / group_bytes * 8 * row_len];
+    for (group, rows) in bytes
+        .chunks_exact(group_bytes)
+        .zip(out.chunks_exact_mut(8 * row_len))
+    {
+        for (r, row) in rows.chunks_exact_mut(row_len).enumerate() {
+            match from {
+                DType::Q8Packed => PackedQ8::unpack_row(group, r, row),
+                _ => PackedQ4::unpack_row(group, r, row),
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -49,7 +101,11 @@ pub(crate) fn encode(
     if is_float(from) && is_float(to) {
         return cast(bytes, from, to);
     }
-    let values = to_f32(bytes, from)?;
+    let values = if from.is_packed() {
+        unpack(bytes, from, row_len)?
+    } else {
+        to_f32(bytes, from)?
+    };
     if is_float(to) {
         return store_f32(&values, to).map(Cow::Owned);
     }

@@ -64,6 +64,11 @@ struct RoleDTypes {
     /// is the token embedding.
     #[arg(long, value_name = "DTYPE")]
     head_dtype: Option<String>,
+    /// Store Q4_0/Q4_1/Q8_0 matrices (row counts a multiple of 8) in the
+    /// packed layout of mllm-rs's kernels: the file then loads by mapping
+    /// alone, without repacking into memory.
+    #[arg(long)]
+    packed: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -130,6 +135,7 @@ impl RoleDTypes {
             dtype,
             embed_dtype: parse(&self.embed_dtype)?,
             head_dtype: parse(&self.head_dtype)?,
+            packed: self.packed,
         })
     }
 }

@@ -121,6 +121,10 @@ pub struct DTypePolicy {
     pub embed_dtype: Option<DType>,
     /// Type of an untied output head.
     pub head_dtype: Option<DType>,
+    /// Store 2-D Q4_0, Q4_1 and Q8_0 weights whose row count is a multiple
+    /// of eight in mllm-rs's packed layouts (`q4_packed`, `q8_0_packed`),
+    /// which load by mapping alone (position tables excepted).
+    pub packed: bool,
 }
 
 /// Where the policy puts one tensor.
@@ -128,6 +132,9 @@ pub struct DTypePolicy {
 pub struct Storage {
     /// The dtype the tensor is stored in.
     pub dtype: DType,
+    /// The block type it is quantized to before packing: `dtype` itself
+    /// unless `dtype` is a packed layout.
+    pub base: DType,
     /// True when its rows are not whole blocks of the type its role asks
     /// for, so the fallback rule chose `dtype`.
     pub fallback: bool,
@@ -140,6 +147,7 @@ impl DTypePolicy {
             dtype,
             embed_dtype: None,
             head_dtype: None,
+            packed: false,
         }
     }
 
@@ -179,22 +187,32 @@ impl DTypePolicy {
 
     /// Where the tensor `name` of `shape` is stored.
     pub fn storage(&self, name: &str, shape: &[usize]) -> Storage {
-        let requested = self.requested(TensorRole::of(name, shape));
+        let role = TensorRole::of(name, shape);
+        let requested = self.requested(role);
         let row = shape.last().copied().unwrap_or(1);
-        if row.is_multiple_of(requested.block_len()) {
-            return Storage {
-                dtype: requested,
-                fallback: false,
+        let (base, fallback) = if row.is_multiple_of(requested.block_len()) {
+            (requested, false)
+        } else {
+            let dtype = match requested {
+                DType::Q4K if row.is_multiple_of(32) => DType::Q4_1,
+                DType::Q6K if row.is_multiple_of(32) => DType::Q8_0,
+                _ => DType::F16,
             };
-        }
-        let dtype = match requested {
-            DType::Q4K if row.is_multiple_of(32) => DType::Q4_1,
-            DType::Q6K if row.is_multiple_of(32) => DType::Q8_0,
-            _ => DType::F16,
+            (dtype, true)
+        };
+        let packable = self.packed
+            && role != TensorRole::PositionEmbedding
+            && shape.len() == 2
+            && shape[0].is_multiple_of(8);
+        let dtype = match base {
+            DType::Q4_0 | DType::Q4_1 if packable => DType::Q4Packed,
+            DType::Q8_0 if packable => DType::Q8Packed,
+            _ => base,
         };
         Storage {
             dtype,
-            fallback: true,
+            base,
+            fallback,
         }
     }
 }
@@ -234,6 +252,7 @@ mod tests {
             dtype: DType::Q4K,
             embed_dtype: Some(DType::Q6K),
             head_dtype: Some(DType::Q8_0),
+            packed: false,
         };
         let s = |name: &str, shape: &[usize]| {
             let st = policy.storage(name, shape);
@@ -259,6 +278,7 @@ mod tests {
             dtype: DType::Q4_0,
             embed_dtype: Some(DType::BF16),
             head_dtype: None,
+            packed: false,
         };
         assert_eq!(
             floats.storage("transformer.wpe.weight", &[8, 20]).dtype,
@@ -267,6 +287,45 @@ mod tests {
         assert_eq!(
             floats.storage("lm_head.weight", &[8, 64]).dtype,
             DType::Q4_0
+        );
+    }
+
+    #[test]
+    fn packed_storage_for_whole_row_groups_of_q4_and_q8_0() {
+        let policy = DTypePolicy {
+            embed_dtype: Some(DType::Q8_0),
+            head_dtype: Some(DType::Q4K),
+            packed: true,
+            ..DTypePolicy::new(DType::Q4_1)
+        };
+        let s = |name: &str, shape: &[usize]| {
+            let st = policy.storage(name, shape);
+            (st.dtype, st.base, st.fallback)
+        };
+        assert_eq!(
+            s("a.weight", &[16, 64]),
+            (DType::Q4Packed, DType::Q4_1, false)
+        );
+        // Rows not in groups of eight, not 2-D, or not a packable type.
+        assert_eq!(s("a.weight", &[12, 64]), (DType::Q4_1, DType::Q4_1, false));
+        assert_eq!(
+            s("a.weight", &[8, 2, 64]),
+            (DType::Q4_1, DType::Q4_1, false)
+        );
+        assert_eq!(s("a.weight", &[8, 48]), (DType::F16, DType::F16, true));
+        assert_eq!(s("a.bias", &[64]), (DType::F32, DType::F32, false));
+        assert_eq!(
+            s("model.embed_tokens.weight", &[64, 32]),
+            (DType::Q8Packed, DType::Q8_0, false)
+        );
+        // A Q4_K head falls back to Q4_1 on 64-value rows, then packs.
+        assert_eq!(
+            s("lm_head.weight", &[64, 64]),
+            (DType::Q4Packed, DType::Q4_1, true)
+        );
+        assert_eq!(
+            s("lm_head.weight", &[64, 256]),
+            (DType::Q4K, DType::Q4K, false)
         );
     }
 

@@ -6,7 +6,7 @@ use mllm_core::file::{is_metadata_entry, MllmFile, TensorSpec, FORMAT_VERSION, M
 use mllm_core::{Error, Result};
 
 use crate::convert::{ConvertReport, QuantizeOptions};
-use crate::encode::encode;
+use crate::encode::encode_stored;
 use crate::source::natural_cmp;
 use crate::write::{in_tensor, write_file, Header};
 
@@ -48,6 +48,7 @@ pub fn quantize_file(input: &Path, output: &Path, opts: &QuantizeOptions) -> Res
     }
     let mut sources = Vec::with_capacity(meta.tensors.len());
     let mut specs = Vec::with_capacity(meta.tensors.len());
+    let mut storages = Vec::with_capacity(meta.tensors.len());
     let mut fallbacks = 0;
     let mut names: Vec<&String> = meta.tensors.keys().collect();
     names.sort_by(|a, b| natural_cmp(a, b));
@@ -61,6 +62,7 @@ pub fn quantize_file(input: &Path, output: &Path, opts: &QuantizeOptions) -> Res
             tensor.shape().dims(),
         ));
         sources.push(tensor);
+        storages.push(storage);
     }
 
     let mut new_meta = meta.clone();
@@ -73,8 +75,8 @@ pub fn quantize_file(input: &Path, output: &Path, opts: &QuantizeOptions) -> Res
     };
     let written = write_file(output, header, &specs, opts.progress, |i| {
         let (spec, src) = (&specs[i], &sources[i]);
-        let row_len = spec.shape.last().copied().unwrap_or(1);
-        encode(src.bytes(), src.dtype(), spec.dtype, row_len).map_err(|e| in_tensor(&spec.name, e))
+        encode_stored(src.bytes(), src.dtype(), &storages[i], &spec.shape)
+            .map_err(|e| in_tensor(&spec.name, e))
     })?;
 
     Ok(ConvertReport {

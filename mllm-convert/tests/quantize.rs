@@ -47,6 +47,7 @@ fn opts(dtype: DType, embed: Option<DType>, head: Option<DType>) -> QuantizeOpti
             dtype,
             embed_dtype: embed,
             head_dtype: head,
+            packed: false,
         },
         progress: false,
     }
