@@ -152,10 +152,11 @@ fn run_once(model: &mut Model, test: Test, depth: usize, seed: u64) -> Result<Du
     Ok(started.elapsed())
 }
 
-/// Peak resident set size of this process in bytes (Linux), if known.
-fn peak_rss_bytes() -> Option<u64> {
+/// A size field of this process's `/proc/self/status` in bytes (Linux),
+/// if known: `VmHWM:` the peak resident set, `VmRSS:` the current one.
+fn status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }
@@ -204,6 +205,8 @@ fn run(args: Args) -> Result<()> {
     args.files.apply(&mut opts)?;
     args.backend.apply(&mut opts)?;
     let mut model = Model::load(&path, &opts)?;
+    let loaded_rss = status_bytes("VmRSS:");
+    let loaded_file_rss = status_bytes("RssFile:");
     let threads = if args.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -299,17 +302,29 @@ fn run(args: Args) -> Result<()> {
             }
         }
     }
-    let rss = peak_rss_bytes();
+    let rss = status_bytes("VmHWM:");
     if args.json {
         for r in &mut results {
             r["peak_rss_bytes"] = json!(rss);
+            r["rss_after_load_bytes"] = json!(loaded_rss);
+            r["file_rss_after_load_bytes"] = json!(loaded_file_rss);
         }
         println!(
             "{}",
             serde_json::to_string_pretty(&results).unwrap_or_default()
         );
-    } else if let Some(rss) = rss {
-        println!("\npeak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
+    } else {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        if let (Some(rss), Some(file)) = (loaded_rss, loaded_file_rss) {
+            println!(
+                "\nRSS after load: {:.1} MiB ({:.1} MiB of it file pages)",
+                mib(rss),
+                mib(file)
+            );
+        }
+        if let Some(rss) = rss {
+            println!("peak RSS: {:.1} MiB", mib(rss));
+        }
     }
     Ok(())
 }

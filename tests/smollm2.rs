@@ -213,3 +213,48 @@ fn chat_with_a_q4_kv_cache_answers_paris() {
     let turn = ask_capital(&mut model);
     assert!(turn.text.contains("Paris"), "{:?}", turn.text);
 }
+
+/// A packed copy of the default model (`quantize --packed` with the file's
+/// own types, so no value changes) gives the same logits as the file
+/// repacked at load, as one prefill and token by token.
+#[test]
+fn a_packed_copy_gives_the_same_logits() {
+    use mllm::convert::{quantize_file, DTypePolicy, QuantizeOptions};
+    use mllm::core::{file::MllmFile, DType};
+    let dir = tempfile::tempdir().unwrap();
+    let packed = dir.path().join("packed.mllm");
+    let policy = DTypePolicy {
+        embed_dtype: Some(DType::Q8_0),
+        packed: true,
+        ..DTypePolicy::new(DType::Q4_1)
+    };
+    let opts = QuantizeOptions {
+        policy,
+        progress: false,
+    };
+    quantize_file(model_path(), &packed, &opts).unwrap();
+    let file = MllmFile::open(&packed).unwrap();
+    let embed = file.tensor("model.embed_tokens.weight").unwrap();
+    assert_eq!(embed.dtype(), DType::Q8Packed);
+    let mut plain = load_model();
+    let mut model = Model::load(
+        &packed,
+        &LoadOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let r = reference();
+    let prompt = ids(&r["chat"]["prompt_ids"]);
+    for one_step in [true, false] {
+        let a = last_logits(&mut plain, &prompt, one_step);
+        let b = last_logits(&mut model, &prompt, one_step);
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            assert_eq!(a, b, "one step: {one_step}");
+            continue;
+        }
+        assert_close("packed vs plain", &a, &b, 1e-2);
+    }
+}
