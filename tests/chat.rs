@@ -185,22 +185,16 @@ fn perplexity_matches_the_reference_logits() {
         .parent()
         .unwrap()
         .join("examples/perplexity");
-    let out = Command::new(example)
-        .args([
-            "--model",
-            c.path.to_str().unwrap(),
-            "--file",
-            text_path.to_str().unwrap(),
-        ])
-        .args(["--ctx", "40", "--threads", "2"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = stdout_of(
+        Command::new(example)
+            .args([
+                "--model",
+                c.path.to_str().unwrap(),
+                "--file",
+                text_path.to_str().unwrap(),
+            ])
+            .args(["--ctx", "40", "--threads", "2"]),
     );
-    let stdout = String::from_utf8(out.stdout).unwrap();
     let got: f64 = stdout
         .trim()
         .strip_prefix("PPL = ")

@@ -218,19 +218,13 @@ fn plain_v1_file_takes_tokenizer_and_template_flags() {
     .unwrap();
     let config = fixture("tiny-llama").join("config.json");
     let ids_line = |extra: &[&str]| {
-        let out = Command::new(example("generate"))
-            .args(["--model", plain.to_str().unwrap()])
-            .args(["--config", config.to_str().unwrap()])
-            .args(["--max-tokens", "4", "--print-ids", "--threads", "2"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let stdout = stdout_of(
+            Command::new(example("generate"))
+                .args(["--model", plain.to_str().unwrap()])
+                .args(["--config", config.to_str().unwrap()])
+                .args(["--max-tokens", "4", "--print-ids", "--threads", "2"])
+                .args(extra),
         );
-        let stdout = String::from_utf8(out.stdout).unwrap();
         stdout
             .lines()
             .find(|l| l.starts_with("ids: "))

@@ -167,19 +167,13 @@ fn chat_answers_paris() {
 /// of the repo's fixed text with the KV cache stored as `kv`, by the
 /// perplexity example.
 fn perplexity_with_kv(kv: &str) -> f64 {
-    let out = std::process::Command::new(example("perplexity"))
-        .args(["--model", model_path().to_str().unwrap()])
-        .args(["--file", fixture("ppl.txt").to_str().unwrap()])
-        .args(["--ctx", "256", "--max-windows", "8", "--threads", "2"])
-        .args(["--kv-dtype", kv])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let stdout = stdout_of(
+        std::process::Command::new(example("perplexity"))
+            .args(["--model", model_path().to_str().unwrap()])
+            .args(["--file", fixture("ppl.txt").to_str().unwrap()])
+            .args(["--ctx", "256", "--max-windows", "8", "--threads", "2"])
+            .args(["--kv-dtype", kv]),
     );
-    let stdout = String::from_utf8(out.stdout).unwrap();
     let ppl = stdout.trim().strip_prefix("PPL = ");
     ppl.unwrap_or_else(|| panic!("no PPL line in {stdout:?}"))
         .parse()

@@ -31,6 +31,18 @@ pub fn example(name: &str) -> PathBuf {
     path
 }
 
+/// Runs `cmd` and returns its stdout; fails the test with its stderr when
+/// it does not succeed.
+pub fn stdout_of(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// A converted model in a temporary directory (kept alive with the guard).
 pub struct Converted {
     pub dir: tempfile::TempDir,
