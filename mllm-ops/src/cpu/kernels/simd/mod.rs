@@ -17,8 +17,9 @@
 //! * `neon` (aarch64): both paths, the integer one with `sdot` where the
 //!   dot-product extension is present.
 //!
-//! All functions are safe `#[target_feature]` functions; the only way to
-//! reach them is through a `QuantKernel`, which checks the CPU first.
+//! All functions are safe `#[target_feature]` functions; the only ways to
+//! reach them are a `QuantKernel` and, for the KV decoders,
+//! `avx2_kv::available`, both of which check the CPU first.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
