@@ -1007,6 +1007,15 @@ mod tests {
             let [a, b] = &mut outs;
             attention_batch(&seqs, &s, vec![&mut a[..], &mut b[..]], &pool2());
             assert_eq!(bits(&outs[0]), bits(&one), "past {past} in a batch");
+            // Three long decodes together run one per thread, each serial.
+            let three = [seqs[0], seqs[0], seqs[0]];
+            let mut outs = [0, 1, 2].map(|_| vec![f32::NAN; q.len()]);
+            let [a, b, c] = &mut outs;
+            let views = vec![&mut a[..], &mut b[..], &mut c[..]];
+            attention_batch(&three, &s, views, &pool2());
+            for o in &outs {
+                assert_eq!(bits(o), bits(&one), "past {past}, three in a batch");
+            }
             // A q8_0 cache equals an f32 cache of its decoded values.
             let kind = KvDtype::Q8_0;
             let (mut kb, mut vb) = (vec![0u8; kv_len * 204], vec![0u8; kv_len * 204]);
