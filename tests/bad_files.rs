@@ -251,6 +251,34 @@ fn plain_v1_file_needs_config() {
     assert_eq!(step(&mut plain_model), step(&mut full_model));
 }
 
+/// A config whose layer count the file's tensors cannot back (each layer
+/// needs at least one) is refused before the model is built: a hostile
+/// count of 10^12 would otherwise allocate 10^12 layers.
+#[test]
+fn a_layer_count_beyond_the_tensors_is_refused() {
+    let (c, _) = good_file();
+    let dst = c.dir.path().join("plain.mllm");
+    rewrite(&c.path, &dst, "", Header::Plain);
+    let tensors = MllmFile::open(&dst).unwrap().entries().len();
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fixture("tiny-llama/config.json")).unwrap()).unwrap();
+    config["num_hidden_layers"] = serde_json::json!(1_000_000_000_000u64);
+    let opts = LoadOptions {
+        config: Some(config),
+        ..Default::default()
+    };
+    match Model::load(&dst, &opts) {
+        Err(Error::Config(msg)) => assert_eq!(
+            msg,
+            format!(
+                "config 'num_hidden_layers' is 1000000000000, but the weights hold only {tensors} tensors"
+            )
+        ),
+        Err(other) => panic!("expected Config, got {other:?}"),
+        Ok(_) => panic!("must be refused"),
+    }
+}
+
 /// A plain file whose tensor has the wrong byte size for the model's shape.
 #[test]
 fn plain_v1_size_mismatch_against_model_shape() {

@@ -222,6 +222,8 @@ struct Tiny {
     eps: f32,
     rope_base: Option<f32>,
     q_type: u32,
+    /// `llama.block_count` (the tensors are always those of one layer).
+    block_count: u32,
 }
 
 impl Default for Tiny {
@@ -232,6 +234,7 @@ impl Default for Tiny {
             eps: 1e-5,
             rope_base: None,
             q_type: G_F32,
+            block_count: 1,
         }
     }
 }
@@ -241,7 +244,7 @@ fn tiny_llama(opts: &Tiny) -> Gguf {
     let mut g = Gguf::new(opts.version);
     g.string("general.architecture", "llama")
         .string("general.name", "tiny")
-        .u32("llama.block_count", 1)
+        .u32("llama.block_count", opts.block_count)
         .u32("llama.context_length", 128)
         .u32("llama.embedding_length", HIDDEN as u32)
         .u32("llama.feed_forward_length", FFN as u32)
@@ -1242,4 +1245,77 @@ fn cli_converts_gguf_and_explains_dtype() {
         "{stderr}"
     );
     assert!(!dir.path().join("x.mllm").exists());
+}
+
+// ------------------------------------------------------ mutation campaign
+
+/// A deterministic campaign over mutants of the tiny GGUF (f32, and with a
+/// Q4_1 tensor): each is imported, and whatever imports is loaded and run
+/// for one step. Nothing may panic; both outcomes must occur.
+#[test]
+fn mutated_gguf_files_never_panic() {
+    use mllm_models::{LoadOptions, Model};
+    use mllm_mutate::{campaign, Outcome};
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("m.gguf"), dir.path().join("m.mllm"));
+    let exercise = |mutant: &[u8]| {
+        std::fs::write(&input, mutant).unwrap();
+        if convert(&input, &output, &ConvertOptions::default()).is_err() {
+            return Outcome::Refused;
+        }
+        let opts = LoadOptions {
+            threads: 1,
+            ..Default::default()
+        };
+        let Ok(mut model) = Model::load(&output, &opts) else {
+            return Outcome::Refused;
+        };
+        let step = StepInput::single(0, vec![1, 3, 4], LogitsMode::Last);
+        match model.step(&step) {
+            Ok(_) => Outcome::Ran,
+            Err(_) => Outcome::Refused,
+        }
+    };
+    for (q_type, seed) in [(G_F32, 0x6600_0001), (G_Q4_1, 0x6600_0002)] {
+        let g = tiny_llama(&Tiny {
+            q_type,
+            ..Tiny::default()
+        });
+        let tally = campaign(&g.bytes(), 1000, seed, exercise);
+        assert!(tally.ran > 0 && tally.refused > 0, "{tally:?}");
+    }
+}
+
+/// Found by the campaign: a block count of billions made the import build
+/// billions of layers (an allocation abort). It is now an error naming
+/// the key, before anything is built for it.
+#[test]
+fn a_block_count_beyond_the_tensors_is_an_error() {
+    let err = import_err(&tiny_llama(&Tiny {
+        block_count: 3_000_000_000,
+        ..Tiny::default()
+    }));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("'num_hidden_layers' is 3000000000") && msg.contains("only 11 tensors"),
+        "{msg}"
+    );
+}
+
+/// Found by the campaign: a row of 2^62 values overflowed the byte count
+/// (a panic in debug builds). It is now a named error.
+#[test]
+fn a_row_length_whose_bytes_overflow_is_an_error() {
+    let mut g = tiny_llama(&Tiny::default());
+    let norm = g
+        .tensors
+        .iter_mut()
+        .find(|t| t.name == "blk.0.ffn_norm.weight")
+        .unwrap();
+    norm.ne = vec![1 << 62];
+    let msg = import_err(&g).to_string();
+    assert!(
+        msg.contains("blk.0.ffn_norm.weight") && msg.contains("more bytes than fit in memory"),
+        "{msg}"
+    );
 }

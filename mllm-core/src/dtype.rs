@@ -111,7 +111,7 @@ impl DType {
     }
 
     /// Bytes needed for `numel` elements, or an error when `numel` is not a
-    /// whole number of blocks.
+    /// whole number of blocks or the byte count overflows `usize`.
     pub fn bytes_for(self, numel: usize) -> Result<usize> {
         let block = self.block_len();
         if !numel.is_multiple_of(block) {
@@ -119,7 +119,13 @@ impl DType {
                 "{self}: {numel} elements are not a multiple of the block size {block}"
             )));
         }
-        Ok(numel / block * self.block_bytes())
+        (numel / block)
+            .checked_mul(self.block_bytes())
+            .ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "{self}: {numel} elements need more bytes than fit in memory"
+                ))
+            })
     }
 
     /// The lowercase name used on command lines and in metadata.
@@ -192,5 +198,11 @@ mod tests {
         assert_eq!(DType::F16.bytes_for(10).unwrap(), 20);
         assert_eq!(DType::Q4_0.bytes_for(64).unwrap(), 36);
         assert!(DType::Q4_0.bytes_for(33).is_err());
+        // A count from a hostile file: an error, not an overflow.
+        let err = DType::F32
+            .bytes_for(usize::MAX / 2)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("more bytes than fit in memory"), "{err}");
     }
 }

@@ -122,3 +122,24 @@ impl<'a> HfConfig<'a> {
             })
     }
 }
+
+/// The keys architectures read their layer count from.
+const LAYER_COUNT_KEYS: [&str; 3] = ["num_hidden_layers", "n_layer", "num_layers"];
+
+/// Checks that the layer count a config asks for (`num_hidden_layers`,
+/// `n_layer` or `num_layers`) is at most `tensors`, the number of tensors
+/// the weights hold: every layer needs at least one, so a larger count
+/// cannot be backed by the file, and it is refused before anything is
+/// built for it.
+pub fn check_layer_count(config: &serde_json::Value, tensors: usize) -> Result<()> {
+    for key in LAYER_COUNT_KEYS {
+        if let Some(n) = config.get(key).and_then(serde_json::Value::as_u64) {
+            if n > tensors as u64 {
+                return Err(Error::Config(format!(
+                    "config '{key}' is {n}, but the weights hold only {tensors} tensors"
+                )));
+            }
+        }
+    }
+    Ok(())
+}

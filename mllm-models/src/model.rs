@@ -67,6 +67,7 @@ impl Model {
         let file = MllmFile::open(path)?;
         let meta = file.metadata();
         let (architecture, config) = file_meta::config(&file, opts)?;
+        crate::config::check_layer_count(&config, file.entries().len())?;
         let tokenizer_json = file_meta::text(
             &file,
             file.tokenizer_json()?,

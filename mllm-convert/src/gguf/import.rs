@@ -112,6 +112,7 @@ pub fn import_gguf(input: &Path, output: &Path, opts: &ConvertOptions) -> Result
         },
     )?;
     // Building the model checks that the synthesized config is usable.
+    mllm_models::config::check_layer_count(&config, gguf.tensors().len())?;
     (arch.build)(&config)?;
     plan.sort_by(|a, b| natural_cmp(&a.spec.name, &b.spec.name));
 

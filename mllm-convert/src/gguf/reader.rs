@@ -153,12 +153,15 @@ impl GgufFile {
             ))
         })?;
         let row_len = info.ne[0] as usize;
-        let row_bytes = dtype.bytes_for(row_len).map_err(|_| {
-            Error::BadGguf(format!(
+        if !row_len.is_multiple_of(dtype.block_len()) {
+            return Err(Error::BadGguf(format!(
                 "tensor '{name}': rows of {row_len} {dtype} values are not whole blocks of {}",
                 dtype.block_len()
-            ))
-        })?;
+            )));
+        }
+        let row_bytes = dtype
+            .bytes_for(row_len)
+            .map_err(|e| Error::BadGguf(format!("tensor '{name}': {e}")))?;
         let rows = info.ne[1..].iter().product::<u64>();
         let len = (row_bytes as u64).checked_mul(rows);
         let start = self.data_start.checked_add(info.offset);
