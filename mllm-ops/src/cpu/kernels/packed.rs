@@ -37,32 +37,44 @@ pub(crate) const TILE_TOKENS: usize = 4;
 /// Activation rows per block of a many-row call (bounds its scratch).
 const ROW_BLOCK: usize = 128;
 
-/// The bytes of a packed matrix: repacked at load, or read in place from a
-/// file that stores the packed layout (`DType::Q4Packed`, `Q8Packed`).
-pub(crate) enum PackedBytes {
+/// Where a packed matrix's bytes live.
+enum PackedBytes {
     /// Made at load.
     Owned(Vec<u8>),
     /// The mapped tensor of a packed file.
     Mapped(TensorData),
 }
 
-impl PackedBytes {
-    /// All the packed bytes.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        match self {
-            PackedBytes::Owned(v) => v,
-            PackedBytes::Mapped(d) => d.bytes(),
+/// The bytes of a packed `[rows, cols]` matrix, `block_bytes` per block of
+/// eight rows by 32 columns, group after group: repacked at load, or read
+/// in place from a file that stores the packed layout (`DType::Q4Packed`,
+/// `Q8Packed`). Shared by [`PackedQ4`] and `PackedQ8`.
+pub(crate) struct PackedData {
+    bytes: PackedBytes,
+    rows: usize,
+    cols: usize,
+    block_bytes: usize,
+}
+
+impl PackedData {
+    /// Bytes made at load for a `[rows, cols]` matrix.
+    pub(crate) fn owned(bytes: Vec<u8>, rows: usize, cols: usize, block_bytes: usize) -> Self {
+        PackedData {
+            bytes: PackedBytes::Owned(bytes),
+            rows,
+            cols,
+            block_bytes,
         }
     }
 
     /// Binds a mapped tensor of the packed `dtype` as `[rows, cols]` with
-    /// `block_bytes` per group block; errors name the tensor.
+    /// `block_bytes` per block; errors name the tensor.
     pub(crate) fn mapped(
         data: TensorData,
         dtype: DType,
         [rows, cols]: [usize; 2],
         block_bytes: usize,
-    ) -> Result<PackedBytes> {
+    ) -> Result<PackedData> {
         let name = data.name().to_string();
         if data.dtype() != dtype {
             return Err(Error::UnsupportedDType(format!(
@@ -83,16 +95,43 @@ impl PackedBytes {
                 data.bytes().len()
             )));
         }
-        Ok(PackedBytes::Mapped(data))
+        Ok(PackedData {
+            bytes: PackedBytes::Mapped(data),
+            rows,
+            cols,
+            block_bytes,
+        })
+    }
+
+    /// All the packed bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            PackedBytes::Owned(v) => v,
+            PackedBytes::Mapped(d) => d.bytes(),
+        }
+    }
+
+    /// Number of rows.
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Values per row.
+    pub(crate) fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The packed blocks of the `n` row groups from group `g` on.
+    pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
+        let len = self.cols / BLOCK * self.block_bytes;
+        &self.bytes()[g * len..(g + n) * len]
     }
 }
 
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows
 /// (see the module documentation).
 pub struct PackedQ4 {
-    data: PackedBytes,
-    rows: usize,
-    cols: usize,
+    data: PackedData,
 }
 
 impl PackedQ4 {
@@ -130,20 +169,14 @@ impl PackedQ4 {
             }
         }
         Ok(PackedQ4 {
-            data: PackedBytes::Owned(data),
-            rows,
-            cols,
+            data: PackedData::owned(data, rows, cols, PACKED_BLOCK_BYTES),
         })
     }
 
     /// A `DType::Q4Packed` tensor of `[rows, cols]`, read in place.
     pub fn mapped(data: TensorData, shape: [usize; 2]) -> Result<PackedQ4> {
-        let data = PackedBytes::mapped(data, DType::Q4Packed, shape, PACKED_BLOCK_BYTES)?;
-        Ok(PackedQ4 {
-            data,
-            rows: shape[0],
-            cols: shape[1],
-        })
+        let data = PackedData::mapped(data, DType::Q4Packed, shape, PACKED_BLOCK_BYTES)?;
+        Ok(PackedQ4 { data })
     }
 
     /// The packed bytes (what a packed file stores).
@@ -172,18 +205,17 @@ impl PackedQ4 {
 
     /// Number of rows (output features).
     pub fn rows(&self) -> usize {
-        self.rows
+        self.data.rows()
     }
 
     /// Values per row (input features).
     pub fn cols(&self) -> usize {
-        self.cols
+        self.data.cols()
     }
 
     /// The packed blocks of the `n` row groups from group `g` on.
     pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
-        let len = self.cols / BLOCK * PACKED_BLOCK_BYTES;
-        &self.data.bytes()[g * len..(g + n) * len]
+        self.data.groups(g, n)
     }
 }
 

@@ -19,7 +19,7 @@ use mllm_core::file::TensorData;
 use mllm_core::{DType, Error, Result};
 use rayon::ThreadPool;
 
-use super::packed::{by_row_blocks, group_outputs, quantize_rows, PackedBytes, GROUP_ROWS};
+use super::packed::{by_row_blocks, group_outputs, quantize_rows, PackedData, GROUP_ROWS};
 use super::qact::{Q16Row, BLOCK, NARROW};
 use super::qkernel::QuantKernel;
 use super::qmatmul::QuantMatrix;
@@ -31,9 +31,7 @@ pub(crate) const Q8_PACKED_BLOCK_BYTES: usize = 2 * GROUP_ROWS + GROUP_ROWS * BL
 /// A Q8_0 matrix `[rows, cols]` repacked in groups of eight rows (see the
 /// module documentation).
 pub struct PackedQ8 {
-    data: PackedBytes,
-    rows: usize,
-    cols: usize,
+    data: PackedData,
 }
 
 impl PackedQ8 {
@@ -69,20 +67,14 @@ impl PackedQ8 {
             }
         }
         Ok(PackedQ8 {
-            data: PackedBytes::Owned(data),
-            rows,
-            cols,
+            data: PackedData::owned(data, rows, cols, Q8_PACKED_BLOCK_BYTES),
         })
     }
 
     /// A `DType::Q8Packed` tensor of `[rows, cols]`, read in place.
     pub fn mapped(data: TensorData, shape: [usize; 2]) -> Result<PackedQ8> {
-        let data = PackedBytes::mapped(data, DType::Q8Packed, shape, Q8_PACKED_BLOCK_BYTES)?;
-        Ok(PackedQ8 {
-            data,
-            rows: shape[0],
-            cols: shape[1],
-        })
+        let data = PackedData::mapped(data, DType::Q8Packed, shape, Q8_PACKED_BLOCK_BYTES)?;
+        Ok(PackedQ8 { data })
     }
 
     /// The packed bytes (what a packed file stores).
@@ -108,18 +100,17 @@ impl PackedQ8 {
 
     /// Number of rows (output features).
     pub fn rows(&self) -> usize {
-        self.rows
+        self.data.rows()
     }
 
     /// Values per row (input features).
     pub fn cols(&self) -> usize {
-        self.cols
+        self.data.cols()
     }
 
     /// The packed blocks of the `n` row groups from group `g` on.
     pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
-        let len = self.cols / BLOCK * Q8_PACKED_BLOCK_BYTES;
-        &self.data.bytes()[g * len..(g + n) * len]
+        self.data.groups(g, n)
     }
 }
 
