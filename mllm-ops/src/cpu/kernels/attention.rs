@@ -201,11 +201,19 @@ fn attention_of(
         return;
     }
 
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx2 = false;
+    // One long decode: every task keeps all heads of its kv head (each key
+    // and value row read once) and its keys are split into parts instead.
+    let split = avx2 && n_q == 1 && head_dim.is_multiple_of(64) && visible > PART_KEYS;
+
     // A task handles `hpt` consecutive query heads sharing one kv head, so
     // that each key and value row is loaded once for all of them. Split the
     // groups further only when that is needed to give every thread work.
     let mut hpt = group;
-    if parallel {
+    if parallel && !split {
         for d in 1..=group {
             if group.is_multiple_of(d) {
                 hpt = group / d;
@@ -214,16 +222,6 @@ fn attention_of(
                 }
             }
         }
-    }
-    #[cfg(target_arch = "x86_64")]
-    let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-    #[cfg(not(target_arch = "x86_64"))]
-    let avx2 = false;
-    // One long decode: every task keeps all heads of its kv head (each key
-    // and value row read once) and its keys are split into parts instead.
-    let split = avx2 && n_q == 1 && head_dim.is_multiple_of(64) && visible > PART_KEYS;
-    if split {
-        hpt = group;
     }
     let tasks_per_row = n_heads / hpt;
 
@@ -285,6 +283,7 @@ fn decode_split(ctx: &Task<'_>, out: &mut [f32], pool: &ThreadPool, parallel: bo
     let tasks = ctx.tasks_per_row;
     let len = ctx.span(0).len;
     let parts = len.div_ceil(PART_KEYS);
+    // Per (task, part): `hpt` maxima, `hpt` sums, `hpt × hd` values.
     let item = hpt * (hd + 2);
     let mut partial = vec![0.0f32; tasks * parts * item];
     let run = |scratch: &mut DecodeScratch, (i, o): (usize, &mut [f32])| {
@@ -307,20 +306,26 @@ fn decode_split(ctx: &Task<'_>, out: &mut [f32], pool: &ThreadPool, parallel: bo
             .enumerate()
             .for_each(|x| run(&mut scratch, x));
     }
-    for (o, parts) in out
+    for (o, task_parts) in out
         .chunks_exact_mut(hpt * hd)
         .zip(partial.chunks_exact(parts * item))
     {
         for (h, oh) in o.chunks_exact_mut(hd).enumerate() {
-            let head = |p: usize| &parts[p * item + h * (hd + 2)..][..hd + 2];
-            let n = parts.len() / item;
-            let max = (0..n).map(|p| head(p)[0]).fold(f32::NEG_INFINITY, f32::max);
+            // Head `h`'s maximum, sum and weighted values in part `p`.
+            let part = |p: usize| {
+                let it = &task_parts[p * item..][..item];
+                (it[h], it[hpt + h], &it[2 * hpt + h * hd..][..hd])
+            };
+            let max = (0..parts)
+                .map(|p| part(p).0)
+                .fold(f32::NEG_INFINITY, f32::max);
             oh.fill(0.0);
             let mut sum = 0.0f32;
-            for p in 0..n {
-                let w = (head(p)[0] - max).exp();
-                sum += head(p)[1] * w;
-                for (x, a) in oh.iter_mut().zip(&head(p)[2..]) {
+            for p in 0..parts {
+                let (m, l, acc) = part(p);
+                let w = (m - max).exp();
+                sum += l * w;
+                for (x, a) in oh.iter_mut().zip(acc) {
                     *x += a * w;
                 }
             }
@@ -476,8 +481,8 @@ mod simd {
     /// One part of a split task (see `super::decode_split`): over the
     /// visible keys `part` of task `idx`, each head's largest score, its
     /// sum of `exp(score − max)` and the values weighted by those
-    /// exponentials, written to `out` as `[max, sum, acc[hd]]` per head.
-    /// The head dimension is a multiple of 64.
+    /// exponentials, written to `out` as `[max; hpt]`, `[sum; hpt]`, then
+    /// `[hpt][hd]` weighted values. The head dimension is a multiple of 64.
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn part(
         ctx: &Task<'_>,
@@ -499,16 +504,14 @@ mod simd {
             ..span
         };
         score_keys(ctx, &local, 0..n, scores, buf);
-        let mut acc = vec![0.0f32; ctx.hpt * hd];
-        for (h, row) in scores.chunks_exact_mut(n).enumerate() {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            out[h * (hd + 2)] = max;
-            out[h * (hd + 2) + 1] = exp_sum(row, max);
+        let (maxes, rest) = out.split_at_mut(ctx.hpt);
+        let (sums, acc) = rest.split_at_mut(ctx.hpt);
+        for ((row, max), sum) in scores.chunks_exact_mut(n).zip(maxes).zip(sums) {
+            *max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            *sum = exp_sum(row, *max);
         }
-        add_values(ctx, &local, 0..n, scores, buf, &mut acc);
-        for (h, a) in acc.chunks_exact(hd).enumerate() {
-            out[h * (hd + 2) + 2..(h + 1) * (hd + 2)].copy_from_slice(a);
-        }
+        acc.fill(0.0);
+        add_values(ctx, &local, 0..n, scores, buf, &mut acc[..ctx.hpt * hd]);
     }
 
     /// `scores[h * span.len + j] = scale · q_h · k_j` for the keys `keys`
