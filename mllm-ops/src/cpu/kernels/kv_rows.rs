@@ -8,10 +8,9 @@
 
 use std::ops::Range;
 
-use half::f16;
 use mllm_core::KvDtype;
 
-use crate::quant::{q4_1, q8_0};
+use crate::quant::{f16_at, q4_1, q8_0, to_f16};
 
 /// The rows of one sequence's keys or values: `rows() × row_len` values.
 #[derive(Clone, Copy)]
@@ -108,7 +107,7 @@ impl<'a> KvRows<'a> {
                 let row_bytes = kind.row_bytes(self.row_len);
                 let head = kind.row_bytes(off)..kind.row_bytes(off + dim);
                 let src = &bytes[rows.start * row_bytes..rows.end * row_bytes];
-                decode_rows(kind, src, row_bytes, head, buf);
+                decode_rows(kind, src, row_bytes, head, dim, buf);
                 Tile {
                     data: buf,
                     stride: dim,
@@ -130,7 +129,7 @@ pub fn encode(kind: KvDtype, src: &[f32], dst: &mut [u8]) {
         }
         KvDtype::F16 => {
             for (o, &x) in dst.chunks_exact_mut(2).zip(src) {
-                o.copy_from_slice(&f16::from_f32(x).to_le_bytes());
+                o.copy_from_slice(&to_f16(x).0);
             }
         }
         KvDtype::Q8_0 => {
@@ -153,10 +152,16 @@ pub fn encode(kind: KvDtype, src: &[f32], dst: &mut [u8]) {
 }
 
 /// Decodes the bytes `head` of every row of `src` (rows of `row_bytes`
-/// encoded as `kind`) into consecutive rows of `out`, with the widest
-/// decoder the CPU has.
-fn decode_rows(kind: KvDtype, src: &[u8], row_bytes: usize, head: Range<usize>, out: &mut [f32]) {
-    let dim = out.len() / (src.len() / row_bytes).max(1);
+/// encoded as `kind`) into consecutive rows of `dim` values of `out`, with
+/// the widest decoder the CPU has.
+fn decode_rows(
+    kind: KvDtype,
+    src: &[u8],
+    row_bytes: usize,
+    head: Range<usize>,
+    dim: usize,
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if super::simd::avx2_kv::available() {
         // SAFETY: `available` checked AVX2, FMA and F16C.
@@ -178,7 +183,7 @@ pub(crate) fn decode_portable(kind: KvDtype, src: &[u8], out: &mut [f32]) {
         }
         KvDtype::F16 => {
             for (o, b) in out.iter_mut().zip(src.chunks_exact(2)) {
-                *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                *o = f16_at(b, 0);
             }
         }
         KvDtype::Q8_0 => {
@@ -226,8 +231,8 @@ fn quantize_q4_1_fitted(x: &[f32; 32], out: &mut [u8; q4_1::BLOCK_BYTES]) {
         if d <= 0.0 {
             break;
         }
-        let (db, d) = crate::quant::to_f16(d);
-        let (mb, m) = crate::quant::to_f16(m);
+        let (db, d) = to_f16(d);
+        let (mb, m) = to_f16(m);
         cand[..2].copy_from_slice(&db);
         cand[2..4].copy_from_slice(&mb);
         let qv = |v: f32| (((v - m) / d).round().clamp(0.0, 15.0)) as u8;

@@ -132,11 +132,6 @@ impl KvCacheState {
             .map_or(0, |s| s.keys.capacity(self.kind, self.row))
     }
 
-    /// Bytes the keys and values of one position take.
-    pub fn bytes_per_position(&self) -> usize {
-        2 * self.kind.row_bytes(self.row)
-    }
-
     fn ensure_slot(&mut self, slot: usize) {
         if self.slots.len() <= slot {
             let kind = self.kind;
