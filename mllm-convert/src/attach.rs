@@ -136,6 +136,7 @@ fn gather(opts: &AttachOptions) -> Result<ModelInfo> {
 /// found by binding the model's weights to the file (which checks that
 /// each is present with the size of its shape).
 fn weight_shapes(file: &MllmFile, info: &ModelInfo) -> Result<IndexMap<String, Vec<usize>>> {
+    mllm_models::config::check_layer_count(&info.config, file.entries().len())?;
     let model = (registry::find(&info.architecture)?.build)(&info.config)?;
     let graph = Graph::trace(model.as_ref())?;
     let recorder = ShapeRecorder {

@@ -124,6 +124,24 @@ fn attach_refuses_what_does_not_fit() {
     assert!(err.contains("model.layers.0.mlp"), "{err}");
     assert!(!out_path.exists());
 
+    // A layer count the tensors cannot back is refused before the model
+    // is built (as on load and on GGUF import).
+    wrong["intermediate_size"] = serde_json::json!(128);
+    wrong["num_hidden_layers"] = serde_json::json!(1_000_000_000_000u64);
+    std::fs::write(&wrong_path, wrong.to_string()).unwrap();
+    let err = stderr(attach(&[
+        plain.to_str().unwrap(),
+        "-o",
+        out,
+        "--config",
+        wrong_path.to_str().unwrap(),
+    ]));
+    assert!(
+        err.contains("'num_hidden_layers' is 1000000000000, but the weights hold only"),
+        "{err}"
+    );
+    assert!(!out_path.exists());
+
     // No config at all.
     let err = stderr(attach(&[plain.to_str().unwrap(), "-o", out]));
     assert!(
