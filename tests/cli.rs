@@ -90,18 +90,24 @@ fn generate_reports_errors_without_panicking() {
     assert!(stderr.contains("embeds no tokenizer"), "{stderr}");
 }
 
+/// tiny-llama as a plain mllm v1 file in `dir`.
+fn plain_tiny_llama(dir: &std::path::Path) -> std::path::PathBuf {
+    let plain = dir.join("plain.mllm");
+    plain_v1::write_plain_v1(
+        &fixture("tiny-llama").join("model.safetensors"),
+        &plain,
+        &[],
+    );
+    plain
+}
+
 /// A plain mllm v1 file (written without the project's writer) runs from
 /// the command line with `--config` and gives the reference ids and
 /// logits; without `--config` the error names the flag.
 #[test]
 fn plain_v1_file_runs_with_config_flag() {
     let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("plain.mllm");
-    plain_v1::write_plain_v1(
-        &fixture("tiny-llama").join("model.safetensors"),
-        &plain,
-        &[],
-    );
+    let plain = plain_tiny_llama(dir.path());
     let reference = Reference::load("tiny-llama");
     let prompt: Vec<String> = reference
         .ids("/inputs/long")
@@ -195,12 +201,7 @@ fn contradicting_config_flag_is_refused() {
 #[test]
 fn plain_v1_file_takes_tokenizer_and_template_flags() {
     let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("plain.mllm");
-    plain_v1::write_plain_v1(
-        &fixture("tiny-llama").join("model.safetensors"),
-        &plain,
-        &[],
-    );
+    let plain = plain_tiny_llama(dir.path());
     let tokenizer = dir.path().join("tokenizer.json");
     let vocab = serde_json::json!({"[UNK]": 0, "hello": 5, "world": 7});
     let json = serde_json::json!({
