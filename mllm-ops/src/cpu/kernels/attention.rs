@@ -41,9 +41,9 @@ pub struct AttnShape {
 /// with a sliding window `w`): `out = softmax(scale · q·kᵀ) · v`, in f32 with
 /// max subtraction. Runs in `pool` unless the work is tiny.
 ///
-/// Steps with enough (query, head) pairs per kv head (prefill) run the tiled
-/// kernel of [`tiled`]: blocks of queries against blocks of keys with an
-/// online softmax. Other steps (decode) score one query at a time, split
+/// Steps of more than one query (prefill) run the tiled kernel of
+/// [`tiled`]: blocks of queries against blocks of keys with an online
+/// softmax. Single-query steps (decode) score one query at a time, split
 /// over (query, head-group) pairs (the query heads of one kv head are
 /// processed together so that every key and value row is read once per
 /// group).
@@ -190,7 +190,7 @@ fn attention_of(
     let threads = pool.current_num_threads().max(1);
     let parallel = may_split && threads > 1 && work >= PAR_THRESHOLD;
 
-    if use_tiled(n_q, group, past) {
+    if use_tiled(n_q, past) {
         let tiled = tiled::Tiled::new(q, n_q, past, k, v, shape);
         #[cfg(target_arch = "x86_64")]
         if let Some(ops) = tiled::Avx2::detect() {
@@ -337,12 +337,13 @@ fn decode_split(ctx: &Task<'_>, out: &mut [f32], pool: &ThreadPool, parallel: bo
     }
 }
 
-/// Whether a step of `n_q` queries after `past` cached tokens, `group` query
-/// heads per kv head, takes the tiled kernel: it pays off from a quarter of
-/// a panel of (query, head) rows per kv head (measured with 3 heads per kv
-/// head after 512 tokens), and needs positions that fit `i32`.
-fn use_tiled(n_q: usize, group: usize, past: usize) -> bool {
-    n_q > 1 && 4 * n_q * group >= tiled::ROWS && past + n_q <= i32::MAX as usize
+/// Whether a step of `n_q` queries after `past` cached tokens takes the
+/// tiled kernel: every step of more than one query does (positions must fit
+/// `i32`). A query's tiled result depends only on its position, its values
+/// and the keys (see [`tiled`]), so a prompt gives the same bits however it
+/// is cut into chunks, which prefix reuse in a server relies on.
+fn use_tiled(n_q: usize, past: usize) -> bool {
+    n_q > 1 && past + n_q <= i32::MAX as usize
 }
 
 /// Keys (or values) a decode task decodes at a time.
@@ -865,6 +866,58 @@ mod tests {
     fn tiled_avx2_matches_reference() {
         match tiled::Avx2::detect() {
             Some(ops) => check_tiled(ops),
+            None => eprintln!("skipping: no AVX2/FMA"),
+        }
+    }
+
+    /// Checks with `ops` that the tiled kernel gives each query the same bits
+    /// however the prompt is cut into chunks: the queries `r..n` run as one
+    /// chunk after `r` cached tokens equal rows `r..n` of the whole prompt,
+    /// for cuts inside and at the edges of key blocks and panels, GQA and
+    /// MHA, with and without a sliding window.
+    fn check_tiled_chunking<O: tiled::TileOps>(ops: O) {
+        let mut rng = Rng::new(66);
+        let pool = pool1();
+        let n = 150;
+        for (n_heads, n_kv_heads, head_dim) in [(9, 3, 64), (4, 4, 16), (6, 2, 7)] {
+            for window in [None, Some(5), Some(90)] {
+                let s = AttnShape {
+                    n_heads,
+                    n_kv_heads,
+                    head_dim,
+                    scale: 1.0 / (head_dim as f32).sqrt(),
+                    sliding_window: window,
+                };
+                let width = n_heads * head_dim;
+                let q = rng.vec(n * width, 2.0);
+                let k = rng.vec(n * n_kv_heads * head_dim, 2.0);
+                let v = rng.vec(n * n_kv_heads * head_dim, 1.0);
+                let whole = run_tiled(ops, &q, n, 0, &k, &v, &s, &pool, false);
+                for r in [1, 7, 30, 63, 64, 65, 100, 148] {
+                    let part = run_tiled(ops, &q[r * width..], n - r, r, &k, &v, &s, &pool, false);
+                    let same = part
+                        .iter()
+                        .zip(&whole[r * width..])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "cut at {r}, heads {n_heads}/{n_kv_heads}, window {window:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tiled_scalar_results_do_not_depend_on_the_chunks() {
+        check_tiled_chunking(tiled::Scalar);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn tiled_avx2_results_do_not_depend_on_the_chunks() {
+        match tiled::Avx2::detect() {
+            Some(ops) => check_tiled_chunking(ops),
             None => eprintln!("skipping: no AVX2/FMA"),
         }
     }

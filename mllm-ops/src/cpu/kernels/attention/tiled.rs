@@ -5,8 +5,15 @@
 //! [`KEYS`] keys with an online softmax (flash-attention style): per block,
 //! the scores `S = Q·Kᵀ` and the update `O += P·V` are small register-blocked
 //! matrix products, and the running row maxima and sums rescale `O` whenever
-//! a maximum grows. Keys that no row of a panel sees are never visited, and
-//! the causal / sliding-window mask is applied only to blocks that need it.
+//! a maximum grows. Key blocks start at multiples of [`KEYS`]; blocks that
+//! no row of a panel sees are never visited, and the causal /
+//! sliding-window mask is applied only to blocks that need it.
+//!
+//! A row's result depends only on its query, its position and the keys,
+//! never on the other rows of its panel: all arithmetic is lane-wise, a
+//! masked key's probability is exactly 0, and a block of which a row sees
+//! nothing rescales it by exactly 1. So a prompt cut into chunks at any
+//! positions gives the same bits as the whole prompt at once.
 //!
 //! Panels are stored transposed (`[column][ROWS]`) so that one column of a
 //! panel is three 8-lane vectors: the softmax works on whole vectors without
@@ -242,7 +249,9 @@ impl<'a> Tiled<'a> {
         // Rows are in query order: bounds grow with the row.
         let (lo_min, lo_max) = (state.lo[0] as usize, state.lo[ROWS - 1] as usize);
         let (hi_min, hi_max) = (state.hi[0] as usize, state.hi[ROWS - 1] as usize);
-        let mut j0 = lo_min;
+        // Key blocks start at multiples of `KEYS` whatever rows share the
+        // panel, so each row sees the same blocks in any panel.
+        let mut j0 = lo_min / KEYS * KEYS;
         while j0 <= hi_max {
             let j1 = (j0 + KEYS).min(hi_max + 1);
             let masked = (j0 < lo_max || j1 - 1 > hi_min).then_some(j0);
