@@ -133,25 +133,75 @@ async fn the_next_chat_turn_prefills_only_what_is_new() {
     let answer = reply(&first);
     let turn2 = json!({"messages": [{"role": "system", "content": system},
         {"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": answer},
-        {"role": "user", "content": "And a vegetable?"}], "temperature": 0, "max_tokens": 12});
+        {"role": "user", "content": "And a vegetable?"}], "temperature": 0, "max_tokens": 12,
+        "logprobs": true, "top_logprobs": 3});
     let (_, second) = post(&base, "/v1/chat/completions", &turn2).await;
     let prompt1 = first["usage"]["prompt_tokens"].as_u64().unwrap();
     let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
         .as_u64()
         .unwrap();
-    // Whole 64-token chunks of the first prompt are reused.
-    assert_eq!(cached, prompt1 / 64 * 64, "{second}");
+    // The whole first prompt is reused (its last token was prefilled with
+    // others, in a chunk of several tokens), the first reply is not.
+    assert_ne!(prompt1 % 64, 1);
+    assert_eq!(cached, prompt1, "{second}");
     assert!(cached >= 192);
     let (_, metrics) = get(&base, "/metrics").await;
     assert_eq!(
         metric(&metrics, "mllm_prefix_reused_tokens_total"),
         cached as f64
     );
-    // Reuse is exact: a fresh server that prefills everything answers the same.
+    // Reuse is exact: a fresh server that prefills everything answers the
+    // same tokens with the same log-probabilities.
     let fresh = start(engine(2, 16), 1024, None).await;
     let (_, again) = post(&fresh, "/v1/chat/completions", &turn2).await;
     assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     assert_eq!(reply(&again), reply(&second));
+    assert_eq!(
+        again["choices"][0]["logprobs"],
+        second["choices"][0]["logprobs"]
+    );
+    assert!(second["choices"][0]["logprobs"]["content"][0]["logprob"].is_number());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_system_prompt_is_prefilled_once_and_changes_nothing() {
+    let ask = |question: &str| {
+        json!({"messages": [{"role": "system", "content": "You answer in one short sentence."},
+            {"role": "user", "content": question}], "temperature": 0, "max_tokens": 8,
+            "logprobs": true, "top_logprobs": 2})
+    };
+    let (first, second) = (ask("Name a fruit."), ask("Name a colour."));
+    let base = start(engine(1, 16), 1024, None).await;
+    post(&base, "/v1/chat/completions", &first).await;
+    let (_, shared) = post(&base, "/v1/chat/completions", &second).await;
+    let cached = &shared["usage"]["prompt_tokens_details"]["cached_tokens"];
+    let prompt = &shared["usage"]["prompt_tokens"];
+    // The template and the system prompt come from the cache (they end in
+    // the middle of a prefill chunk); the question is prefilled.
+    assert!(
+        cached.as_u64().unwrap() >= 15 && cached.as_u64() < prompt.as_u64(),
+        "{shared}"
+    );
+    let fresh = start(engine(1, 16), 1024, None).await;
+    let (_, alone) = post(&fresh, "/v1/chat/completions", &second).await;
+    assert_eq!(alone["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    assert_eq!(
+        alone["choices"][0]["logprobs"],
+        shared["choices"][0]["logprobs"]
+    );
+    assert_eq!(reply(&alone), reply(&shared));
+    // The same request again reuses all but its last two tokens, and still
+    // gives the same bits.
+    let (_, again) = post(&base, "/v1/chat/completions", &second).await;
+    let n = prompt.as_u64().unwrap();
+    assert_eq!(
+        again["usage"]["prompt_tokens_details"]["cached_tokens"],
+        n - 2
+    );
+    assert_eq!(
+        alone["choices"][0]["logprobs"],
+        again["choices"][0]["logprobs"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,7 +25,7 @@ pub use request::{Event, FinishReason, GenRequest, TokenLogprob, Usage};
 use crate::metrics::{add, Metrics};
 use scheduler::{plan_step, Progress, Work};
 use sequence::{Next, Sequence};
-use slots::Slots;
+use slots::{reusable_chunk, Slots};
 
 /// How the engine batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,8 +287,11 @@ impl Engine {
         for (row, (&(i, work), chunk)) in plan.iter().zip(&input.chunks).enumerate() {
             let seq = &mut self.running[i];
             seq.cached.extend_from_slice(&chunk.tokens);
-            if let Work::Prefill { end, .. } = work {
+            if let Work::Prefill { start, end } = work {
                 seq.prefilled = end;
+                if seq.reusable == start && reusable_chunk(end - start, self.config.prefill_chunk) {
+                    seq.reusable = end;
+                }
                 if end < seq.req.prompt.len() {
                     continue;
                 }
@@ -325,10 +328,8 @@ impl Engine {
     /// then sends its last event: a client that sees its answer end also
     /// sees the slot free in the metrics.
     fn release(&mut self, mut seq: Sequence, last: Option<Event>) {
-        let chunk = self.config.prefill_chunk;
-        let reusable = seq.prefilled / chunk * chunk;
         let cached = std::mem::take(&mut seq.cached);
-        self.slots.release(seq.slot, cached, reusable);
+        self.slots.release(seq.slot, cached, seq.reusable);
         self.metrics.active_sequences.fetch_sub(1, Ordering::AcqRel);
         if let Some(event) = last {
             seq.send(event);

@@ -22,6 +22,9 @@ pub struct Sequence {
     pub prefilled: usize,
     /// Prompt tokens reused from the slot's earlier contents.
     pub reused: usize,
+    /// Leading prompt tokens a later prompt may reuse (see
+    /// `slots::reusable_chunk`).
+    pub reusable: usize,
     /// The sampled token that the next step feeds.
     pub pending: Option<u32>,
     /// Tokens the slot's cache holds, in order.
@@ -62,6 +65,7 @@ impl Sequence {
             slot,
             prefilled: reused,
             reused,
+            reusable: reused,
             pending: None,
             cached: req.prompt[..reused].to_vec(),
             generated: Vec::new(),
