@@ -116,3 +116,47 @@ fn compressed_caches_are_refused_on_cuda() {
         "{err}"
     );
 }
+
+/// A slot copied from another (`Model::copy_slot`, how the server shares a
+/// prompt prefix between sequences) continues exactly as the original, for
+/// every cache type: the rest of the prompt gives the very logits of a
+/// whole-prompt prefill, the next decode step equals the original's, and
+/// the original is unchanged. Copying more than the source holds, or a
+/// slot onto itself, is an error.
+#[test]
+fn a_copied_prefix_continues_as_the_original() {
+    let c = convert_to(&fixture("tiny-qwen3"), DType::F32);
+    let ids: Vec<u32> = (3..43).collect();
+    for kv in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_1] {
+        let mut model = load_with(&c.path, kv).unwrap();
+        let whole = model
+            .step(&StepInput::single(0, ids.clone(), LogitsMode::All))
+            .unwrap();
+        // Slot 2 held something else before: the copy replaces it.
+        model
+            .step(&StepInput::single(2, vec![9; 50], LogitsMode::Last))
+            .unwrap();
+        model.copy_slot(0, 2, 25).unwrap();
+        assert_eq!(model.slot_len(2), 25);
+        let rest = model
+            .step(&StepInput::single(2, ids[25..].to_vec(), LogitsMode::All))
+            .unwrap();
+        let vocab = whole.shape().last();
+        assert_eq!(rest.data(), &whole.data()[25 * vocab..], "{kv:?}");
+        let next = |m: &mut Model, slot| {
+            m.step(&StepInput::single(slot, vec![7], LogitsMode::Last))
+                .unwrap()
+                .row(0)
+                .to_vec()
+        };
+        assert_eq!(next(&mut model, 0), next(&mut model, 2), "{kv:?}");
+        assert_eq!(model.slot_len(0), 41);
+
+        let err = model.copy_slot(0, 3, 42).unwrap_err().to_string();
+        assert!(
+            err.contains("cannot copy 42 tokens of slot 0 (holding 41) into slot 3"),
+            "{err}"
+        );
+        assert!(model.copy_slot(1, 1, 0).is_err());
+    }
+}

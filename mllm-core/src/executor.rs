@@ -244,6 +244,27 @@ impl Executor {
         }
     }
 
+    /// Makes slot `to` hold the first `len` tokens of the sequence in slot
+    /// `from` (keys and values copied; `from` is unchanged), so that a new
+    /// sequence sharing that prefix continues from it. An error when `from`
+    /// holds fewer than `len` tokens or is `to`.
+    pub fn copy_slot(&mut self, from: usize, to: usize, len: usize) -> Result<()> {
+        let held = self.slot_len(from);
+        if from == to || len > held {
+            return Err(Error::InvalidInput(format!(
+                "cannot copy {len} tokens of slot {from} (holding {held}) into slot {to}"
+            )));
+        }
+        for op in &mut self.ops {
+            op.copy_slot(from, to, len);
+        }
+        if self.slot_lens.len() <= to {
+            self.slot_lens.resize(to + 1, 0);
+        }
+        self.slot_lens[to] = len;
+        Ok(())
+    }
+
     /// Starts (or, with `false`, stops and clears) timing every node's execute.
     pub fn set_profiling(&mut self, on: bool) {
         self.profile = on.then(|| vec![Duration::ZERO; self.graph.nodes().len()]);

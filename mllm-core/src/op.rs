@@ -282,4 +282,10 @@ pub trait Op: Send {
 
     /// Forgets everything stored for the sequence in `slot`.
     fn reset_slot(&mut self, _slot: usize) {}
+
+    /// Makes `to` hold the first `len` positions stored for `from` (which
+    /// holds at least that many), replacing what `to` held: a sequence
+    /// continues another's prefix without recomputing it. Ops that keep
+    /// nothing per sequence ignore it.
+    fn copy_slot(&mut self, _from: usize, _to: usize, _len: usize) {}
 }

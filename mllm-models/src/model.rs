@@ -215,6 +215,12 @@ impl Model {
         self.executor.reset_slot(slot)
     }
 
+    /// Makes slot `to` hold the first `len` tokens of slot `from` (see
+    /// [`Executor::copy_slot`]).
+    pub fn copy_slot(&mut self, from: usize, to: usize, len: usize) -> Result<()> {
+        self.executor.copy_slot(from, to, len)
+    }
+
     /// The executor (for inspection: reshape counts, arena size, profile).
     pub fn executor(&self) -> &Executor {
         &self.executor

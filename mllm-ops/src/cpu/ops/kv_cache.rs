@@ -54,6 +54,21 @@ impl RowStore {
         }
     }
 
+    /// Makes the first `rows` rows those of `src` (same type and row
+    /// length, at least `rows` rows; room for them already made).
+    fn copy_rows(&mut self, kind: KvDtype, row: usize, src: &RowStore, rows: usize) {
+        match (self, src) {
+            (RowStore::F32(dst), RowStore::F32(src)) => {
+                dst[..rows * row].copy_from_slice(&src[..rows * row])
+            }
+            (RowStore::Encoded(dst), RowStore::Encoded(src)) => {
+                let n = rows * kind.row_bytes(row);
+                dst[..n].copy_from_slice(&src[..n]);
+            }
+            _ => unreachable!("the stores of one cache share its type"),
+        }
+    }
+
     /// The first `rows` rows.
     fn view(&self, kind: KvDtype, row: usize, rows: usize) -> KvRows<'_> {
         match self {
@@ -151,6 +166,20 @@ impl KvCacheState {
         }
     }
 
+    /// Makes slot `to` hold the first `len` positions of slot `from`.
+    fn copy(&mut self, from: usize, to: usize, len: usize) {
+        self.ensure_slot(from.max(to));
+        let len = len.min(self.len(from));
+        self.reserve(to, len);
+        let (row, kind) = (self.row, self.kind);
+        let mut dst = std::mem::replace(&mut self.slots[to], SlotCache::new(kind));
+        let src = &self.slots[from];
+        dst.keys.copy_rows(kind, row, &src.keys, len);
+        dst.values.copy_rows(kind, row, &src.values, len);
+        dst.len = len;
+        self.slots[to] = dst;
+    }
+
     fn write(&mut self, slot: usize, past: usize, k: &[f32], v: &[f32]) -> Result<()> {
         self.ensure_slot(slot);
         let (row, kind) = (self.row, self.kind);
@@ -244,6 +273,12 @@ impl Op for KvCacheOp {
     fn reset_slot(&mut self, slot: usize) {
         if let Some(s) = self.state.slots.get_mut(slot) {
             *s = SlotCache::new(self.state.kind);
+        }
+    }
+
+    fn copy_slot(&mut self, from: usize, to: usize, len: usize) {
+        if from != to {
+            self.state.copy(from, to, len);
         }
     }
 }
