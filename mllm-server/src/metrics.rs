@@ -72,8 +72,11 @@ pub struct Metrics {
     pub rejected_queue_full: AtomicU64,
     /// Prompt tokens of admitted requests.
     pub prompt_tokens: AtomicU64,
-    /// Prompt tokens whose KV entries were reused from a free slot.
+    /// Prompt tokens whose KV entries were reused (from a free slot or
+    /// copied from a running sequence).
     pub prefix_reused_tokens: AtomicU64,
+    /// The part of `prefix_reused_tokens` copied from running sequences.
+    pub prefix_copied_tokens: AtomicU64,
     /// Generated tokens.
     pub completion_tokens: AtomicU64,
     /// Sequences ended because their client went away.
@@ -100,6 +103,7 @@ impl Default for Metrics {
             rejected_queue_full: AtomicU64::new(0),
             prompt_tokens: AtomicU64::new(0),
             prefix_reused_tokens: AtomicU64::new(0),
+            prefix_copied_tokens: AtomicU64::new(0),
             completion_tokens: AtomicU64::new(0),
             cancelled: AtomicU64::new(0),
             steps: AtomicU64::new(0),
@@ -122,7 +126,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let counters: [(&str, &str, &AtomicU64); 9] = [
+        let counters: [(&str, &str, &AtomicU64); 10] = [
             (
                 "mllm_requests_total",
                 "Requests to the generation routes.",
@@ -145,8 +149,13 @@ impl Metrics {
             ),
             (
                 "mllm_prefix_reused_tokens_total",
-                "Prompt tokens not prefilled because a free slot already held them.",
+                "Prompt tokens not prefilled because a slot already held them.",
                 &self.prefix_reused_tokens,
+            ),
+            (
+                "mllm_prefix_copied_tokens_total",
+                "Reused prompt tokens copied from the slot of a running sequence.",
+                &self.prefix_copied_tokens,
             ),
             (
                 "mllm_completion_tokens_total",

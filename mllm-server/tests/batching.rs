@@ -204,6 +204,62 @@ async fn a_shared_system_prompt_is_prefilled_once_and_changes_nothing() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn requests_arriving_together_compute_their_shared_prompt_once() {
+    let system = format!(
+        "You are terse. {}",
+        "Never use more words than needed. ".repeat(20)
+    );
+    let ask = |question: &str| {
+        json!({"messages": [{"role": "system", "content": system},
+            {"role": "user", "content": question}], "temperature": 0, "max_tokens": 6,
+            "logprobs": true, "top_logprobs": 2})
+    };
+    let reqs = [
+        "Name a fruit.",
+        "Name a tree.",
+        "Name a bird.",
+        "Name a fish.",
+    ]
+    .map(ask);
+    let base = start(engine(4, 16), 1024, None).await;
+    let tasks: Vec<_> = reqs
+        .iter()
+        .cloned()
+        .map(|r| {
+            let base = base.clone();
+            tokio::spawn(async move { post(&base, "/v1/chat/completions", &r).await })
+        })
+        .collect();
+    let mut together = Vec::new();
+    for t in tasks {
+        let (status, v) = t.await.unwrap();
+        assert_eq!(status, 200, "{v}");
+        together.push(v);
+    }
+    // One request prefills the system prompt; the others copy it from its
+    // slot once it is computed.
+    let cached: Vec<u64> = together
+        .iter()
+        .map(|v| {
+            v["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(cached.iter().filter(|&&c| c == 0).count(), 1, "{cached:?}");
+    assert!(cached.iter().all(|&c| c == 0 || c >= 150), "{cached:?}");
+    let (_, metrics) = get(&base, "/metrics").await;
+    let copied = metric(&metrics, "mllm_prefix_copied_tokens_total");
+    assert!(copied >= 150.0, "{copied}");
+    // Each equals the request alone on a fresh server, to the bit.
+    for (r, v) in reqs.iter().zip(&together) {
+        let fresh = start(engine(1, 16), 1024, None).await;
+        let (_, alone) = post(&fresh, "/v1/chat/completions", r).await;
+        assert_eq!(alone["choices"][0]["logprobs"], v["choices"][0]["logprobs"]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_503_with_retry_after() {
     let base = start(engine(1, 1), 2048, None).await;

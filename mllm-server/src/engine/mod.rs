@@ -195,14 +195,24 @@ impl Engine {
         add(&self.metrics.cancelled, gone as u64);
     }
 
-    /// Moves waiting requests into free slots, reusing cached prefixes.
+    /// Moves waiting requests into free slots, reusing cached prefixes: a
+    /// free slot's, or one copied from a running sequence. A request whose
+    /// prompt starts like a prompt still being prefilled waits until that
+    /// part is computed instead of computing it again.
     fn admit(&mut self) {
         while let Some(sub) = self.waiting.front() {
-            let Some(acq) = self.slots.acquire(&sub.req.prompt) else {
+            let prompt = &sub.req.prompt;
+            let Some(free) = self.slots.best_free(prompt) else {
                 return;
             };
+            let donor = self.best_running_prefix(prompt);
+            let available = free.reused.max(donor.map_or(0, |(_, n)| n));
+            if self.coming_prefix(prompt) > available {
+                return;
+            }
             let sub = self.waiting.pop_front().expect("front exists");
             self.metrics.queue_length.fetch_sub(1, Ordering::AcqRel);
+            let acq = self.slots.acquire(&sub.req.prompt).expect("a slot is free");
             let sampler = match Sampler::new(sub.req.sampling) {
                 Ok(s) => s,
                 Err(e) => {
@@ -211,22 +221,65 @@ impl Engine {
                     continue;
                 }
             };
-            self.model.truncate_slot(acq.slot, acq.reused);
-            if self.model.slot_len(acq.slot) != acq.reused {
-                self.model.reset_slot(acq.slot);
-            }
-            let seq = Sequence::new(
-                acq.slot,
-                acq.reused,
-                sub.req,
-                sampler,
-                sub.events,
-                sub.arrived,
-            );
+            let reused = match donor {
+                Some((from, n)) if n > acq.reused => self.copy_prefix(from, acq.slot, n),
+                _ => {
+                    self.model.truncate_slot(acq.slot, acq.reused);
+                    if self.model.slot_len(acq.slot) == acq.reused {
+                        acq.reused
+                    } else {
+                        self.model.reset_slot(acq.slot);
+                        0
+                    }
+                }
+            };
+            let seq = Sequence::new(acq.slot, reused, sub.req, sampler, sub.events, sub.arrived);
             add(&self.metrics.prompt_tokens, seq.req.prompt.len() as u64);
-            add(&self.metrics.prefix_reused_tokens, acq.reused as u64);
+            add(&self.metrics.prefix_reused_tokens, reused as u64);
             add(&self.metrics.active_sequences, 1);
             self.running.push(seq);
+        }
+    }
+
+    /// The running sequence whose computed prompt shares the longest
+    /// reusable prefix with `prompt`: its slot and that length.
+    fn best_running_prefix(&self, prompt: &[u32]) -> Option<(usize, usize)> {
+        self.running
+            .iter()
+            .map(|seq| {
+                let held = &seq.req.prompt[..seq.reusable];
+                (seq.slot, self.slots.reuse_limit(held, seq.reusable, prompt))
+            })
+            .filter(|&(_, n)| n > 0)
+            .max_by_key(|&(_, n)| n)
+    }
+
+    /// The longest prefix of `prompt` that a running sequence still
+    /// prefilling will have computed once its prompt is in.
+    fn coming_prefix(&self, prompt: &[u32]) -> usize {
+        self.running
+            .iter()
+            .filter(|seq| seq.prefilled < seq.req.prompt.len())
+            .map(|seq| {
+                let held = &seq.req.prompt;
+                self.slots.reuse_limit(held, held.len(), prompt)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Copies the first `n` tokens of slot `from` into slot `to`; returns
+    /// how many `to` now holds (none if the copy failed).
+    fn copy_prefix(&mut self, from: usize, to: usize, n: usize) -> usize {
+        match self.model.copy_slot(from, to, n) {
+            Ok(()) => {
+                add(&self.metrics.prefix_copied_tokens, n as u64);
+                n
+            }
+            Err(_) => {
+                self.model.reset_slot(to);
+                0
+            }
         }
     }
 

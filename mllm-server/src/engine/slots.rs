@@ -67,16 +67,7 @@ impl Slots {
     /// is always left to prefill, so that the step yields the logits of the
     /// last one.
     pub fn acquire(&mut self, prompt: &[u32]) -> Option<Acquired> {
-        let (slot, reused) = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.busy)
-            .map(|(i, s)| (i, self.reusable_prefix(s, prompt)))
-            .max_by_key(|&(i, reused)| {
-                let s = &self.slots[i];
-                (reused, Reverse(s.released_at), Reverse(i))
-            })?;
+        let Acquired { slot, reused } = self.best_free(prompt)?;
         let s = &mut self.slots[slot];
         s.busy = true;
         s.tokens.truncate(reused);
@@ -84,17 +75,27 @@ impl Slots {
         Some(Acquired { slot, reused })
     }
 
-    /// How many leading tokens of `prompt` may be taken from `slot`.
-    fn reusable_prefix(&self, slot: &Slot, prompt: &[u32]) -> usize {
-        let common = slot
-            .tokens
+    /// The slot [`Slots::acquire`] would take for `prompt`, without taking
+    /// it.
+    pub fn best_free(&self, prompt: &[u32]) -> Option<Acquired> {
+        let (slot, reused) = self
+            .slots
             .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
-        let reused = common
-            .min(slot.reusable)
-            .min(prompt.len().saturating_sub(1));
+            .enumerate()
+            .filter(|(_, s)| !s.busy)
+            .map(|(i, s)| (i, self.reuse_limit(&s.tokens, s.reusable, prompt)))
+            .max_by_key(|&(i, reused)| {
+                let s = &self.slots[i];
+                (reused, Reverse(s.released_at), Reverse(i))
+            })?;
+        Some(Acquired { slot, reused })
+    }
+
+    /// How many leading tokens of `prompt` may be taken from a cache that
+    /// holds `held`, of which the first `reusable` may be reused.
+    pub fn reuse_limit(&self, held: &[u32], reusable: usize, prompt: &[u32]) -> usize {
+        let common = held.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let reused = common.min(reusable).min(prompt.len().saturating_sub(1));
         // Alone, the last token shares its chunk with the one before it
         // unless it starts a chunk: then leave both to prefill.
         let last_alone = reused + 1 == prompt.len() && !reused.is_multiple_of(self.chunk);
