@@ -245,9 +245,12 @@ impl Executor {
     }
 
     /// Makes slot `to` hold the first `len` tokens of the sequence in slot
-    /// `from` (keys and values copied; `from` is unchanged), so that a new
-    /// sequence sharing that prefix continues from it. An error when `from`
-    /// holds fewer than `len` tokens or is `to`.
+    /// `from` (`from` is unchanged), so that a new sequence sharing that
+    /// prefix continues from it: a fork. The CPU KV cache shares the
+    /// prefix's pages and copies a page only when one of the two slots
+    /// writes into it, so forking costs no more than a page per layer
+    /// however long the prefix. An error when `from` holds fewer than
+    /// `len` tokens or is `to`.
     pub fn copy_slot(&mut self, from: usize, to: usize, len: usize) -> Result<()> {
         let held = self.slot_len(from);
         if from == to || len > held {

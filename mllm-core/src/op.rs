@@ -285,7 +285,9 @@ pub trait Op: Send {
 
     /// Makes `to` hold the first `len` positions stored for `from` (which
     /// holds at least that many), replacing what `to` held: a sequence
-    /// continues another's prefix without recomputing it. Ops that keep
-    /// nothing per sequence ignore it.
+    /// continues another's prefix without recomputing it. Stores may share
+    /// the rows rather than copy them, as long as a later write to either
+    /// slot leaves the other unchanged. Ops that keep nothing per sequence
+    /// ignore it.
     fn copy_slot(&mut self, _from: usize, _to: usize, _len: usize) {}
 }

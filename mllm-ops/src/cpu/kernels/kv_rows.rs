@@ -7,16 +7,52 @@
 //! f16 widened), so every SIMD decoder gives the portable one's bits.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use mllm_core::KvDtype;
 
 use crate::quant::{f16_at, q4_1, q8_0, to_f16};
 
-/// The rows of one sequence's keys or values: `rows() × row_len` values.
+/// One page of a KV cache: a fixed number of rows in the cache's storage
+/// type. Sequences that share a prefix share its pages (`Arc`), and a page
+/// is copied only when a sequence writes into one it shares.
+#[derive(Clone, Debug)]
+pub enum KvPage {
+    /// f32 rows, as computed.
+    F32(Vec<f32>),
+    /// Rows encoded as the cache's (non-f32) type.
+    Encoded(Vec<u8>),
+}
+
+impl KvPage {
+    fn data(&self, kind: KvDtype) -> KvData<'_> {
+        match self {
+            KvPage::F32(v) => KvData::F32(v),
+            KvPage::Encoded(b) => KvData::Encoded(kind, b),
+        }
+    }
+}
+
+/// The rows of one sequence's keys or values: `rows() × row_len` values,
+/// in one run or in pages.
 #[derive(Clone, Copy)]
 pub struct KvRows<'a> {
-    data: KvData<'a>,
+    store: Store<'a>,
+    kind: KvDtype,
+    rows: usize,
     row_len: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Store<'a> {
+    /// All rows in one slice.
+    Flat(KvData<'a>),
+    /// Pages of `page_rows` rows; row `r` is row `r % page_rows` of page
+    /// `r / page_rows`.
+    Paged {
+        pages: &'a [Arc<KvPage>],
+        page_rows: usize,
+    },
 }
 
 #[derive(Clone, Copy)]
@@ -49,7 +85,9 @@ impl<'a> KvRows<'a> {
     pub fn f32(rows: &'a [f32], row_len: usize) -> Self {
         debug_assert!(row_len > 0 && rows.len().is_multiple_of(row_len));
         KvRows {
-            data: KvData::F32(rows),
+            store: Store::Flat(KvData::F32(rows)),
+            kind: KvDtype::F32,
+            rows: rows.len() / row_len,
             row_len,
         }
     }
@@ -59,17 +97,34 @@ impl<'a> KvRows<'a> {
     pub fn encoded(kind: KvDtype, bytes: &'a [u8], row_len: usize) -> Self {
         debug_assert!(bytes.len().is_multiple_of(kind.row_bytes(row_len)));
         KvRows {
-            data: KvData::Encoded(kind, bytes),
+            store: Store::Flat(KvData::Encoded(kind, bytes)),
+            kind,
+            rows: bytes.len() / kind.row_bytes(row_len),
+            row_len,
+        }
+    }
+
+    /// The first `rows` rows of `pages`, each page holding `page_rows` rows
+    /// of `row_len` values stored as `kind` (f32 pages for f32).
+    pub fn paged(
+        kind: KvDtype,
+        pages: &'a [Arc<KvPage>],
+        page_rows: usize,
+        rows: usize,
+        row_len: usize,
+    ) -> Self {
+        debug_assert!(page_rows > 0 && rows <= pages.len() * page_rows);
+        KvRows {
+            store: Store::Paged { pages, page_rows },
+            kind,
+            rows,
             row_len,
         }
     }
 
     /// Number of rows.
     pub fn rows(&self) -> usize {
-        match self.data {
-            KvData::F32(v) => v.len() / self.row_len,
-            KvData::Encoded(kind, b) => b.len() / kind.row_bytes(self.row_len),
-        }
+        self.rows
     }
 
     /// Values per row.
@@ -79,15 +134,24 @@ impl<'a> KvRows<'a> {
 
     /// The storage type.
     pub fn kind(&self) -> KvDtype {
-        match self.data {
-            KvData::F32(_) => KvDtype::F32,
-            KvData::Encoded(kind, _) => kind,
+        self.kind
+    }
+
+    /// The run of rows that holds row `r`: its data and its first row.
+    fn run_of(&self, r: usize) -> (KvData<'a>, usize) {
+        match self.store {
+            Store::Flat(data) => (data, 0),
+            Store::Paged { pages, page_rows } => {
+                let p = r / page_rows;
+                (pages[p].data(self.kind), p * page_rows)
+            }
         }
     }
 
-    /// Rows `rows` of the head at values `off..off + dim` of each row: the
-    /// f32 rows in place, or the other types decoded into `buf` (`off` and
-    /// `dim` whole blocks of the type).
+    /// Rows `rows` of the head at values `off..off + dim` of each row: f32
+    /// rows in place when they lie in one run, otherwise (other types, or
+    /// a tile across pages) copied or decoded into `buf` (`off` and `dim`
+    /// whole blocks of the type). The values are the same either way.
     pub(crate) fn head_tile<'b>(
         &'b self,
         rows: Range<usize>,
@@ -95,24 +159,68 @@ impl<'a> KvRows<'a> {
         dim: usize,
         buf: &'b mut Vec<f32>,
     ) -> Tile<'b> {
-        match self.data {
-            KvData::F32(v) => Tile {
-                data: &v[rows.start * self.row_len..rows.end * self.row_len],
-                stride: self.row_len,
-                off,
-            },
+        debug_assert!(rows.end <= self.rows);
+        let (data, first) = self.run_of(rows.start);
+        let (_, last) = self.run_of(rows.end.max(rows.start + 1) - 1);
+        if first == last {
+            let local = rows.start - first..rows.end - first;
+            if let KvData::F32(v) = data {
+                return Tile {
+                    data: &v[local.start * self.row_len..local.end * self.row_len],
+                    stride: self.row_len,
+                    off,
+                };
+            }
+            buf.clear();
+            buf.resize(rows.len() * dim, 0.0);
+            self.decode_run(data, local, off, dim, buf);
+        } else {
+            buf.clear();
+            buf.resize(rows.len() * dim, 0.0);
+            let mut r = rows.start;
+            while r < rows.end {
+                let (data, first) = self.run_of(r);
+                let end = match self.store {
+                    Store::Paged { page_rows, .. } => (first + page_rows).min(rows.end),
+                    Store::Flat(_) => rows.end,
+                };
+                let out = &mut buf[(r - rows.start) * dim..(end - rows.start) * dim];
+                self.decode_run(data, r - first..end - first, off, dim, out);
+                r = end;
+            }
+        }
+        Tile {
+            data: buf,
+            stride: dim,
+            off: 0,
+        }
+    }
+
+    /// Writes the head at `off..off + dim` of rows `local` of one run into
+    /// consecutive rows of `dim` values of `out`.
+    fn decode_run(
+        &self,
+        data: KvData<'_>,
+        local: Range<usize>,
+        off: usize,
+        dim: usize,
+        out: &mut [f32],
+    ) {
+        match data {
+            KvData::F32(v) => {
+                let rows = &v[local.start * self.row_len..local.end * self.row_len];
+                for (src, o) in rows
+                    .chunks_exact(self.row_len)
+                    .zip(out.chunks_exact_mut(dim))
+                {
+                    o.copy_from_slice(&src[off..off + dim]);
+                }
+            }
             KvData::Encoded(kind, bytes) => {
-                buf.clear();
-                buf.resize(rows.len() * dim, 0.0);
                 let row_bytes = kind.row_bytes(self.row_len);
                 let head = kind.row_bytes(off)..kind.row_bytes(off + dim);
-                let src = &bytes[rows.start * row_bytes..rows.end * row_bytes];
-                decode_rows(kind, src, row_bytes, head, dim, buf);
-                Tile {
-                    data: buf,
-                    stride: dim,
-                    off: 0,
-                }
+                let src = &bytes[local.start * row_bytes..local.end * row_bytes];
+                decode_rows(kind, src, row_bytes, head, dim, out);
             }
         }
     }
@@ -392,6 +500,55 @@ mod tests {
         assert_eq!(tile.row(1, 64), &x[2 * 192 + 128..3 * 192]);
         assert_eq!(tile.data.as_ptr(), x[192..].as_ptr());
         assert!(buf.is_empty());
+    }
+
+    /// Pages hold the same rows as one run: a tile inside a page, across
+    /// pages or over all of them has the flat tile's values, bit for bit.
+    #[test]
+    fn tiles_across_pages_equal_tiles_of_one_run() {
+        for kind in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_1] {
+            let (x, bytes) = rows(kind, 10, 13);
+            let flat = match kind {
+                KvDtype::F32 => KvRows::f32(&x, 192),
+                _ => KvRows::encoded(kind, &bytes, 192),
+            };
+            // Pages of 4 rows; the last one only half used.
+            let rb = kind.row_bytes(192);
+            let pages: Vec<Arc<KvPage>> = (0..3)
+                .map(|p| {
+                    let mut b = bytes[(p * 4 * rb).min(bytes.len())..].to_vec();
+                    b.resize(4 * rb, 0);
+                    b.truncate(4 * rb);
+                    Arc::new(match kind {
+                        KvDtype::F32 => KvPage::F32(
+                            b.chunks_exact(4)
+                                .map(|v| f32::from_le_bytes(v.try_into().unwrap()))
+                                .collect(),
+                        ),
+                        _ => KvPage::Encoded(b),
+                    })
+                })
+                .collect();
+            let paged = KvRows::paged(kind, &pages, 4, 10, 192);
+            assert_eq!((paged.rows(), paged.kind()), (10, kind));
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for range in [0..10, 3..9, 4..8, 5..6, 7..10, 0..4] {
+                for head in 0..3 {
+                    let want = flat.head_tile(range.clone(), head * 64, 64, &mut a);
+                    let got = paged.head_tile(range.clone(), head * 64, 64, &mut b);
+                    for r in 0..range.len() {
+                        let bits = |t: &Tile<'_>| {
+                            t.row(r, 64).iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                        };
+                        assert_eq!(
+                            bits(&got),
+                            bits(&want),
+                            "{kind} {range:?} head {head} row {r}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// The SIMD decoders give the portable decoder's bits.

@@ -1,98 +1,31 @@
-//! The per-layer KV cache: per-sequence key and value rows, grown in
-//! chunks, stored as the run's [`KvDtype`].
+//! The per-layer KV cache: per-sequence key and value rows in pages of
+//! `chunk` positions, stored as the run's [`KvDtype`].
+//!
+//! Pages are reference-counted: [`Op::copy_slot`] makes a slot share the
+//! pages of another's prefix instead of copying them, and a page is copied
+//! only when a slot writes into a page it shares (copy on write). So a
+//! sequence forked from another (a beam, a request continuing a running
+//! one's prompt) costs at most one page per layer, whatever its length.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use mllm_core::op::{KvCacheParams, Op, OpInput};
 use mllm_core::step::StepLayout;
 use mllm_core::{Error, KvDtype, Result, Shape};
 
 use super::expect_rows;
-use crate::cpu::kernels::kv_rows::{encode, KvRows};
+use crate::cpu::kernels::kv_rows::{encode, KvPage, KvRows};
 
-/// `[capacity, row]` keys or values of one sequence.
-enum RowStore {
-    /// f32 rows, as computed.
-    F32(Vec<f32>),
-    /// Rows encoded as the cache's (non-f32) type.
-    Encoded(Vec<u8>),
-}
+/// Keys or values of one sequence: pages of `chunk` rows.
+type Pages = Vec<Arc<KvPage>>;
 
-impl RowStore {
-    fn new(kind: KvDtype) -> Self {
-        match kind {
-            KvDtype::F32 => RowStore::F32(Vec::new()),
-            _ => RowStore::Encoded(Vec::new()),
-        }
-    }
-
-    /// Rows the store has room for.
-    fn capacity(&self, kind: KvDtype, row: usize) -> usize {
-        match self {
-            RowStore::F32(v) => v.len() / row,
-            RowStore::Encoded(b) => b.len() / kind.row_bytes(row),
-        }
-    }
-
-    /// Makes room for exactly `rows` rows.
-    fn resize(&mut self, kind: KvDtype, row: usize, rows: usize) {
-        match self {
-            RowStore::F32(v) => v.resize(rows * row, 0.0),
-            RowStore::Encoded(b) => b.resize(rows * kind.row_bytes(row), 0),
-        }
-    }
-
-    /// Stores the rows `src` from row `at` on.
-    fn write(&mut self, kind: KvDtype, row: usize, at: usize, src: &[f32]) {
-        match self {
-            RowStore::F32(v) => v[at * row..at * row + src.len()].copy_from_slice(src),
-            RowStore::Encoded(b) => {
-                let bytes = kind.row_bytes(row);
-                let n = src.len() / row;
-                encode(kind, src, &mut b[at * bytes..(at + n) * bytes]);
-            }
-        }
-    }
-
-    /// Makes the first `rows` rows those of `src` (same type and row
-    /// length, at least `rows` rows; room for them already made).
-    fn copy_rows(&mut self, kind: KvDtype, row: usize, src: &RowStore, rows: usize) {
-        match (self, src) {
-            (RowStore::F32(dst), RowStore::F32(src)) => {
-                dst[..rows * row].copy_from_slice(&src[..rows * row])
-            }
-            (RowStore::Encoded(dst), RowStore::Encoded(src)) => {
-                let n = rows * kind.row_bytes(row);
-                dst[..n].copy_from_slice(&src[..n]);
-            }
-            _ => unreachable!("the stores of one cache share its type"),
-        }
-    }
-
-    /// The first `rows` rows.
-    fn view(&self, kind: KvDtype, row: usize, rows: usize) -> KvRows<'_> {
-        match self {
-            RowStore::F32(v) => KvRows::f32(&v[..rows * row], row),
-            RowStore::Encoded(b) => KvRows::encoded(kind, &b[..rows * kind.row_bytes(row)], row),
-        }
-    }
-}
-
-/// Keys and values of one sequence, `[capacity, kv_heads * head_dim]` each.
+/// Keys and values of one sequence and how many positions they hold.
+#[derive(Default)]
 struct SlotCache {
-    keys: RowStore,
-    values: RowStore,
+    keys: Pages,
+    values: Pages,
     len: usize,
-}
-
-impl SlotCache {
-    fn new(kind: KvDtype) -> Self {
-        SlotCache {
-            keys: RowStore::new(kind),
-            values: RowStore::new(kind),
-            len: 0,
-        }
-    }
 }
 
 /// The cache contents that attention reads.
@@ -126,16 +59,17 @@ impl KvCacheState {
 
     /// Keys of `slot`: `len(slot)` rows.
     pub fn keys(&self, slot: usize) -> KvRows<'_> {
-        match self.slots.get(slot) {
-            Some(s) => s.keys.view(self.kind, self.row, s.len),
-            None => KvRows::f32(&[], self.row),
-        }
+        self.rows(slot, |s| &s.keys)
     }
 
     /// Values of `slot`: `len(slot)` rows.
     pub fn values(&self, slot: usize) -> KvRows<'_> {
+        self.rows(slot, |s| &s.values)
+    }
+
+    fn rows(&self, slot: usize, which: impl Fn(&SlotCache) -> &Pages) -> KvRows<'_> {
         match self.slots.get(slot) {
-            Some(s) => s.values.view(self.kind, self.row, s.len),
+            Some(s) => KvRows::paged(self.kind, which(s), self.chunk, s.len, self.row),
             None => KvRows::f32(&[], self.row),
         }
     }
@@ -144,59 +78,105 @@ impl KvCacheState {
     pub fn capacity(&self, slot: usize) -> usize {
         self.slots
             .get(slot)
-            .map_or(0, |s| s.keys.capacity(self.kind, self.row))
+            .map_or(0, |s| s.keys.len() * self.chunk)
+    }
+
+    /// Pages of `slot` that another slot shares too (keys and values
+    /// counted once).
+    pub fn shared_pages(&self, slot: usize) -> usize {
+        self.slots.get(slot).map_or(0, |s| {
+            s.keys.iter().filter(|p| Arc::strong_count(p) > 1).count()
+        })
     }
 
     fn ensure_slot(&mut self, slot: usize) {
         if self.slots.len() <= slot {
-            let kind = self.kind;
-            self.slots.resize_with(slot + 1, || SlotCache::new(kind));
+            self.slots.resize_with(slot + 1, SlotCache::default);
         }
     }
 
-    /// Grows `slot` (in whole chunks) to hold at least `len` positions.
-    fn reserve(&mut self, slot: usize, len: usize) {
+    /// An empty page.
+    fn new_page(&self) -> Arc<KvPage> {
+        Arc::new(match self.kind {
+            KvDtype::F32 => KvPage::F32(vec![0.0; self.chunk * self.row]),
+            kind => KvPage::Encoded(vec![0; self.chunk * kind.row_bytes(self.row)]),
+        })
+    }
+
+    /// Makes `slot` able to take positions `from..to`: grows it in whole
+    /// pages and gives it its own copy of every page in that range that it
+    /// shares with another slot.
+    fn reserve(&mut self, slot: usize, from: usize, to: usize) {
         self.ensure_slot(slot);
-        let (row, chunk, kind) = (self.row, self.chunk, self.kind);
+        while self.slots[slot].keys.len() * self.chunk < to {
+            let (k, v) = (self.new_page(), self.new_page());
+            let s = &mut self.slots[slot];
+            s.keys.push(k);
+            s.values.push(v);
+        }
         let s = &mut self.slots[slot];
-        if len > s.keys.capacity(kind, row) {
-            let grown = len.div_ceil(chunk) * chunk;
-            s.keys.resize(kind, row, grown);
-            s.values.resize(kind, row, grown);
+        for p in from / self.chunk..to.div_ceil(self.chunk) {
+            Arc::make_mut(&mut s.keys[p]);
+            Arc::make_mut(&mut s.values[p]);
         }
     }
 
-    /// Makes slot `to` hold the first `len` positions of slot `from`.
+    /// Makes slot `to` hold the first `len` positions of slot `from`,
+    /// sharing its pages.
     fn copy(&mut self, from: usize, to: usize, len: usize) {
         self.ensure_slot(from.max(to));
         let len = len.min(self.len(from));
-        self.reserve(to, len);
-        let (row, kind) = (self.row, self.kind);
-        let mut dst = std::mem::replace(&mut self.slots[to], SlotCache::new(kind));
+        let pages = len.div_ceil(self.chunk);
         let src = &self.slots[from];
-        dst.keys.copy_rows(kind, row, &src.keys, len);
-        dst.values.copy_rows(kind, row, &src.values, len);
-        dst.len = len;
-        self.slots[to] = dst;
+        let copied = SlotCache {
+            keys: src.keys[..pages].to_vec(),
+            values: src.values[..pages].to_vec(),
+            len,
+        };
+        self.slots[to] = copied;
     }
 
     fn write(&mut self, slot: usize, past: usize, k: &[f32], v: &[f32]) -> Result<()> {
         self.ensure_slot(slot);
-        let (row, kind) = (self.row, self.kind);
-        let s = &mut self.slots[slot];
-        if past > s.len {
+        let held = self.slots[slot].len;
+        if past > held {
             return Err(Error::InvalidInput(format!(
-                "KV cache slot {slot} holds {} positions; cannot write at position {past}",
-                s.len
+                "KV cache slot {slot} holds {held} positions; cannot write at position {past}"
             )));
         }
-        let new_len = past + k.len() / row;
-        self.reserve(slot, new_len);
+        let new_len = past + k.len() / self.row;
+        self.reserve(slot, past, new_len);
+        let (row, kind, chunk) = (self.row, self.kind, self.chunk);
         let s = &mut self.slots[slot];
-        s.keys.write(kind, row, past, k);
-        s.values.write(kind, row, past, v);
+        let mut at = past;
+        while at < new_len {
+            let (p, local) = (at / chunk, at % chunk);
+            let end = new_len.min((p + 1) * chunk);
+            let src = (at - past) * row..(end - past) * row;
+            write_rows(
+                Arc::make_mut(&mut s.keys[p]),
+                kind,
+                row,
+                local,
+                &k[src.clone()],
+            );
+            write_rows(Arc::make_mut(&mut s.values[p]), kind, row, local, &v[src]);
+            at = end;
+        }
         s.len = new_len;
         Ok(())
+    }
+}
+
+/// Stores the rows `src` into `page` from row `at` on.
+fn write_rows(page: &mut KvPage, kind: KvDtype, row: usize, at: usize, src: &[f32]) {
+    match page {
+        KvPage::F32(v) => v[at * row..at * row + src.len()].copy_from_slice(src),
+        KvPage::Encoded(b) => {
+            let bytes = kind.row_bytes(row);
+            let n = src.len() / row;
+            encode(kind, src, &mut b[at * bytes..(at + n) * bytes]);
+        }
     }
 }
 
@@ -257,11 +237,12 @@ impl Op for KvCacheOp {
         Ok(())
     }
 
-    /// Grows every slot of the step to its new length, on the caller's
-    /// thread (`execute` then only copies).
+    /// Grows every slot of the step to its new length and gives it its own
+    /// copy of any shared page it is about to write, on the caller's thread
+    /// (`execute` then only writes rows).
     fn prepare(&mut self, step: &StepLayout) -> Result<()> {
         for seq in &step.seqs {
-            self.state.reserve(seq.slot, seq.past + seq.len);
+            self.state.reserve(seq.slot, seq.past, seq.past + seq.len);
         }
         Ok(())
     }
@@ -272,7 +253,7 @@ impl Op for KvCacheOp {
 
     fn reset_slot(&mut self, slot: usize) {
         if let Some(s) = self.state.slots.get_mut(slot) {
-            *s = SlotCache::new(self.state.kind);
+            *s = SlotCache::default();
         }
     }
 
@@ -280,5 +261,90 @@ impl Op for KvCacheOp {
         if from != to {
             self.state.copy(from, to, len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cache of rows of 32 values in pages of 4 positions.
+    fn cache(kind: KvDtype) -> KvCacheState {
+        let op = KvCacheOp::new(
+            KvCacheParams {
+                n_kv_heads: 1,
+                head_dim: 32,
+                chunk: 4,
+            },
+            kind,
+        )
+        .unwrap();
+        op.state
+    }
+
+    /// `n` rows whose values identify the row and the writer.
+    fn rows(first: usize, n: usize, tag: f32) -> Vec<f32> {
+        (0..n * 32)
+            .map(|i| tag + (first * 32 + i) as f32 / 64.0)
+            .collect()
+    }
+
+    /// All of a slot's keys and values, decoded.
+    fn contents(c: &KvCacheState, slot: usize) -> (Vec<f32>, Vec<f32>) {
+        let read = |kv: KvRows<'_>| {
+            let mut buf = Vec::new();
+            kv.head_tile(0..kv.rows(), 0, 32, &mut buf).data.to_vec()
+        };
+        (read(c.keys(slot)), read(c.values(slot)))
+    }
+
+    #[test]
+    fn a_copied_slot_shares_pages_until_either_slot_writes_into_one() {
+        for kind in [KvDtype::F32, KvDtype::Q8_0] {
+            let mut c = cache(kind);
+            c.write(0, 0, &rows(0, 10, 1.0), &rows(0, 10, -1.0))
+                .unwrap();
+            c.copy(0, 1, 6);
+            assert_eq!((c.len(1), c.shared_pages(1)), (6, 2), "{kind}");
+            let (k0, v0) = contents(&c, 0);
+            let (k1, v1) = contents(&c, 1);
+            assert_eq!((&k1[..], &v1[..]), (&k0[..6 * 32], &v0[..6 * 32]));
+
+            // Slot 1 writes position 6, in the second page: it gets its own
+            // copy of that page only, and slot 0 keeps its row 6.
+            c.reserve(1, 6, 7);
+            assert_eq!(c.shared_pages(1), 1, "{kind}");
+            c.write(1, 6, &rows(6, 1, 5.0), &rows(6, 1, -5.0)).unwrap();
+            assert_eq!(contents(&c, 0), (k0.clone(), v0.clone()), "{kind}");
+            let (k1, _) = contents(&c, 1);
+            assert_eq!(&k1[..6 * 32], &k0[..6 * 32]);
+            assert_ne!(&k1[6 * 32..], &k0[6 * 32..7 * 32]);
+
+            // Writing into the shared first page from slot 0 leaves slot 1's.
+            c.write(0, 2, &rows(2, 1, 9.0), &rows(2, 1, -9.0)).unwrap();
+            assert_eq!(contents(&c, 1).0[..6 * 32], k1[..6 * 32], "{kind}");
+            assert_eq!(c.shared_pages(1), 0, "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_reset_slot_releases_its_share_of_the_pages() {
+        let mut c = cache(KvDtype::F32);
+        c.write(0, 0, &rows(0, 5, 1.0), &rows(0, 5, 2.0)).unwrap();
+        c.copy(0, 1, 5);
+        assert_eq!(c.shared_pages(0), 2);
+        c.slots[1] = SlotCache::default();
+        assert_eq!(c.shared_pages(0), 0);
+    }
+
+    #[test]
+    fn writing_past_the_end_of_a_slot_is_an_error() {
+        let mut c = cache(KvDtype::F32);
+        c.write(0, 0, &rows(0, 2, 1.0), &rows(0, 2, 1.0)).unwrap();
+        let err = c.write(0, 3, &rows(3, 1, 1.0), &rows(3, 1, 1.0));
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "invalid input: KV cache slot 0 holds 2 positions; cannot write at position 3"
+        );
     }
 }
