@@ -9,6 +9,12 @@
 //! little-endian float32 `.npy` of shape `[n_prompt, vocab]`; `--print-ids`
 //! prints the generated ids as one line `ids: a,b,c`. Both are stable
 //! interfaces for parity checks.
+//!
+//! `--beams N` (N > 1) runs beam search instead of sampling, as transformers'
+//! `generate(num_beams=N, do_sample=False)`: `--length-penalty`,
+//! `--early-stopping false|true|never` and `--num-return K` as there. It
+//! prints the K best hypotheses, best first, each as
+//! `beam I score S: TEXT` (or `beam I score S ids: a,b,c` with `--print-ids`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -21,7 +27,9 @@ use mllm::core::npy::write_npy_f32;
 use mllm::core::{Error, Result};
 use mllm::models::chat::Message;
 use mllm::models::tokenizer::TextStream;
-use mllm::models::{generate, GenerateOptions, LoadOptions, Model};
+use mllm::models::{
+    beam_search, generate, BeamOptions, EarlyStopping, GenerateOptions, LoadOptions, Model,
+};
 
 #[derive(Parser, Debug)]
 #[command(about = "Generate a continuation of a prompt with a .mllm model")]
@@ -51,6 +59,19 @@ struct Args {
     /// Do not stop at end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
+    /// Beam search with this many beams (1: sample or decode greedily).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    beams: u32,
+    /// Beam search: a finished hypothesis scores its log-probability over
+    /// its length to this power.
+    #[arg(long, default_value_t = 1.0)]
+    length_penalty: f32,
+    /// Beam search: when to stop before every beam ends (false, true, never).
+    #[arg(long, default_value = "false")]
+    early_stopping: EarlyStopping,
+    /// Beam search: how many hypotheses to print.
+    #[arg(long, default_value_t = 1)]
+    num_return: usize,
     /// Print the generated ids as one line `ids: a,b,c`.
     #[arg(long)]
     print_ids: bool,
@@ -85,14 +106,18 @@ fn run(args: Args) -> Result<()> {
         (Some(text), None) => model.require_tokenizer()?.encode(text, true)?,
         (None, None) => return Err(Error::InvalidInput("give --prompt or --prompt-ids".into())),
     };
+    let eos_ids = if args.ignore_eos {
+        Vec::new()
+    } else {
+        model.eos_ids()
+    };
+    if args.beams > 1 {
+        return run_beams(&args, &mut model, &prompt, eos_ids);
+    }
     let gen_opts = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling: args.sampling.params(),
-        eos_ids: if args.ignore_eos {
-            Vec::new()
-        } else {
-            model.eos_ids()
-        },
+        eos_ids,
         keep_prompt_logits: args.dump_logits.is_some(),
     };
     let started = Instant::now();
@@ -142,6 +167,58 @@ fn run(args: Args) -> Result<()> {
         out.tokens.len(),
         decoded as f64 / decode_s.max(1e-9),
         out.stop
+    );
+    Ok(())
+}
+
+/// Beam search from `prompt`; prints the hypotheses and the speed.
+fn run_beams(args: &Args, model: &mut Model, prompt: &[u32], eos_ids: Vec<u32>) -> Result<()> {
+    if args.sampling.temperature != 0.0 {
+        return Err(Error::InvalidInput(
+            "beam search does not sample: --temperature must be 0 with --beams".into(),
+        ));
+    }
+    if args.dump_logits.is_some() {
+        return Err(Error::InvalidInput(
+            "--dump-logits is not available with --beams".into(),
+        ));
+    }
+    let opts = BeamOptions {
+        num_beams: args.beams as usize,
+        max_tokens: args.max_tokens,
+        length_penalty: args.length_penalty,
+        early_stopping: args.early_stopping,
+        num_return_sequences: args.num_return,
+        eos_ids,
+    };
+    let started = Instant::now();
+    let out = beam_search(model, prompt, &opts)?;
+    let secs = started.elapsed().as_secs_f64();
+    let tokenizer = if args.print_ids {
+        None
+    } else {
+        model.tokenizer()
+    };
+    for (i, h) in out.hypotheses.iter().enumerate() {
+        match &tokenizer {
+            Some(t) => println!(
+                "beam {i} score {:.6}: {}",
+                h.score,
+                t.decode(&h.tokens, true)?
+            ),
+            None => {
+                let ids: Vec<String> = h.tokens.iter().map(u32::to_string).collect();
+                println!("beam {i} score {:.6} ids: {}", h.score, ids.join(","));
+            }
+        }
+    }
+    eprintln!(
+        "prompt {} tokens, {} steps of {} beams in {:.3}s ({:.1} beam tokens/s)",
+        prompt.len(),
+        out.steps,
+        opts.num_beams,
+        secs,
+        (out.steps * opts.num_beams) as f64 / secs.max(1e-9)
     );
     Ok(())
 }

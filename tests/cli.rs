@@ -249,3 +249,76 @@ fn plain_v1_file_takes_tokenizer_and_template_flags() {
     ];
     assert_eq!(ids_line(&chat), want);
 }
+
+/// `generate --beams` prints transformers' beam-search hypotheses, best
+/// first, with their scores (the tiny-llama case of
+/// `tests/fixtures/beam_search.json` that sets every beam flag).
+#[test]
+fn generate_with_beams_prints_the_reference_hypotheses() {
+    let text = std::fs::read_to_string(fixture("beam_search.json")).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let case = doc["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["model"] == "tiny-llama" && c["early_stopping"] == "never")
+        .unwrap();
+    assert!(case["eos_ids"].as_array().unwrap().is_empty());
+    let arg = |key: &str| case[key].to_string();
+    let prompt: Vec<String> = case["prompt"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+    let c = convert_to(&fixture("tiny-llama"), DType::F32);
+    let out = Command::new(example("generate"))
+        .args(["--model", c.path.to_str().unwrap()])
+        .args(["--prompt-ids", &prompt.join(",")])
+        .args(["--max-tokens", &arg("max_new_tokens")])
+        .args(["--beams", &arg("num_beams")])
+        .args(["--length-penalty", &arg("length_penalty")])
+        .args(["--early-stopping", "never"])
+        .args(["--num-return", &arg("num_return_sequences")])
+        .args(["--ignore-eos", "--print-ids", "--threads", "2"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let results = case["results"].as_array().unwrap();
+    assert_eq!(stdout.lines().count(), results.len(), "{stdout}");
+    for (i, (line, want)) in stdout.lines().zip(results).enumerate() {
+        let (head, ids) = line.split_once(" ids: ").unwrap();
+        let score: f64 = head
+            .strip_prefix(&format!("beam {i} score "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let want_ids: Vec<String> = want["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        assert_eq!(ids, want_ids.join(","), "{line}");
+        let want_score = want["score"].as_f64().unwrap();
+        assert!(
+            (score - want_score).abs() <= 1e-4 * want_score.abs().max(1.0),
+            "{line}"
+        );
+    }
+    assert!(stderr.contains("10 steps of 3 beams"), "{stderr}");
+
+    // Sampling flags do not mix with beams.
+    let out = Command::new(example("generate"))
+        .args(["--model", c.path.to_str().unwrap(), "--prompt-ids", "1,2"])
+        .args(["--beams", "2", "--temperature", "0.7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "error: invalid input: beam search does not sample: --temperature must be 0 with --beams"
+    );
+}

@@ -1,6 +1,7 @@
 //! mllm-models: architectures as trees of Modules, the architecture registry,
 //! model loading, tokenization and generation.
 
+pub mod beam;
 pub mod chat;
 pub mod config;
 pub mod conversation;
@@ -20,6 +21,9 @@ pub mod registry;
 pub mod sampling;
 pub mod tokenizer;
 
+pub use beam::{
+    beam_search, beam_search_batch, BeamOptions, BeamResult, EarlyStopping, Hypothesis,
+};
 pub use file_meta::ModelFiles;
 pub use generation::{generate, generate_batch, GenerateOptions, Generation, StopReason};
 pub use model::{LoadOptions, Model};
