@@ -19,6 +19,7 @@ pub mod phi3;
 pub mod qwen3;
 pub mod registry;
 pub mod sampling;
+pub mod text;
 pub mod tokenizer;
 
 pub use beam::{

@@ -9,7 +9,6 @@ mod request;
 pub mod scheduler;
 mod sequence;
 pub mod slots;
-pub mod text;
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;

@@ -9,7 +9,7 @@ use mllm_models::{Sampler, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::request::{Event, FinishReason, GenRequest, TokenLogprob, Usage};
-use super::text::{IncrementalDecoder, StopMatcher};
+use mllm_models::text::{IncrementalDecoder, StopMatcher};
 use crate::metrics::Metrics;
 
 /// A request holding a KV-cache slot.

@@ -3,7 +3,7 @@
 //! released before it is known that they do not match.
 
 use mllm_core::Result;
-use mllm_models::Tokenizer;
+use crate::Tokenizer;
 
 /// Decodes a growing list of ids piece by piece. Only a short window of
 /// recent ids is decoded per token (not the whole list), and text is
