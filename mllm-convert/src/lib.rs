@@ -41,6 +41,7 @@ mod attach;
 mod cast;
 mod convert;
 pub mod default_model;
+mod describe;
 mod discover;
 mod encode;
 pub mod gguf;
@@ -55,6 +56,7 @@ mod write;
 pub use attach::{attach, AttachOptions, AttachReport};
 pub use cast::cast;
 pub use convert::{convert, convert_with_policy, ConvertOptions, ConvertReport, QuantizeOptions};
+pub use describe::describe;
 pub use discover::{
     discover, ModelFiles, WeightFiles, CONFIG_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX_FILE,
 };

@@ -2,8 +2,8 @@
 //! that never splits a UTF-8 character, and stop strings that are never
 //! released before it is known that they do not match.
 
-use mllm_core::Result;
 use crate::Tokenizer;
+use mllm_core::Result;
 
 /// Decodes a growing list of ids piece by piece. Only a short window of
 /// recent ids is decoded per token (not the whole list), and text is

@@ -9,8 +9,8 @@ use mllm_models::{Sampler, Tokenizer};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::request::{Event, FinishReason, GenRequest, TokenLogprob, Usage};
-use mllm_models::text::{IncrementalDecoder, StopMatcher};
 use crate::metrics::Metrics;
+use mllm_models::text::{IncrementalDecoder, StopMatcher};
 
 /// A request holding a KV-cache slot.
 pub struct Sequence {
