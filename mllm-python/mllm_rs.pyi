@@ -6,11 +6,25 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
+from typing_extensions import TypedDict, Unpack
 
 __version__: str
 
 Prompt = Union[str, Sequence[int]]
 Stop = Union[str, List[str], None]
+
+class Sampling(TypedDict, total=False):
+    """The keyword arguments of every generation method (all optional)."""
+
+    max_tokens: int  # 256
+    temperature: float  # 0: greedy
+    top_k: int  # 0: off
+    top_p: float  # 1: off
+    min_p: float  # 0: off
+    repetition_penalty: float  # 1: off
+    seed: int
+    stop: Stop  # the text ends before the first (not for generate_ids)
+    ignore_eos: bool
 
 class MllmError(Exception):
     """Base class of every error raised by mllm_rs."""
@@ -39,75 +53,31 @@ class Model:
     def generate(
         self,
         prompt: Prompt,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        seed: int = 0,
-        stop: Stop = None,
-        ignore_eos: bool = False,
+        **sampling: Unpack[Sampling],
     ) -> str:
         """The text generated after `prompt` (temperature 0: greedy)."""
     def generate_ids(
         self,
         prompt: Prompt,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        seed: int = 0,
-        ignore_eos: bool = False,
+        **sampling: Unpack[Sampling],
     ) -> List[int]:
         """Like generate, but the generated token ids (needs no tokenizer for id prompts)."""
     def stream(
         self,
         prompt: Prompt,
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        seed: int = 0,
-        stop: Stop = None,
-        ignore_eos: bool = False,
+        **sampling: Unpack[Sampling],
     ) -> TextIterator:
         """Like generate, as an iterator over pieces of text."""
     def chat(
         self,
         messages: List[Dict[str, str]],
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        seed: int = 0,
-        stop: Stop = None,
-        ignore_eos: bool = False,
+        **sampling: Unpack[Sampling],
     ) -> str:
         """The reply to OpenAI-style messages ({"role": ..., "content": ...}), with the model's chat template."""
     def generate_batch(
         self,
         prompts: List[Prompt],
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        seed: int = 0,
-        stop: Stop = None,
-        ignore_eos: bool = False,
+        **sampling: Unpack[Sampling],
     ) -> List[str]:
         """One text per prompt, generated together in packed batches (sequence i samples with seed + i)."""
     def tokenize(self, text: str, add_special_tokens: bool = False) -> List[int]: ...

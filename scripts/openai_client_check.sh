@@ -24,25 +24,9 @@ base_url=$1
 shift
 script_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-skip() {
-    echo "SKIP: $*"
-    exit 0
-}
-
-command -v python3 >/dev/null 2>&1 || skip "python3 not found"
-python3 -c 'import sys; sys.exit(sys.version_info < (3, 8))' 2>/dev/null ||
-    skip "python3 is older than 3.8"
-python3 -c 'import venv, ensurepip' 2>/dev/null ||
-    skip "python3 has no venv/ensurepip module (e.g. install python3-venv)"
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/openai-client-check.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 130' INT TERM
-
-python3 -m venv "$tmp/venv" >"$tmp/venv.log" 2>&1 ||
-    skip "python3 -m venv failed: $(tail -n 1 "$tmp/venv.log")"
-py="$tmp/venv/bin/python"
-"$py" -m pip --version >/dev/null 2>&1 || skip "pip is unavailable in the virtual environment"
+# shellcheck source=scripts/throwaway_venv.sh
+source "$script_dir/throwaway_venv.sh"
+throwaway_venv openai-client-check 8
 
 if [ -z "$OPENAI_VERSION" ]; then
     if "$py" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then

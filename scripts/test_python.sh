@@ -14,23 +14,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 profile="${MLLM_PYTHON_PROFILE:-release}"
 
-skip() {
-    echo "SKIP: $*"
-    exit 0
-}
-
-command -v python3 >/dev/null 2>&1 || skip "python3 not found"
-python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null ||
-    skip "python3 is older than 3.9"
-python3 -c 'import venv, ensurepip' 2>/dev/null ||
-    skip "python3 has no venv/ensurepip module (e.g. install python3-venv)"
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/mllm-python-test.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 130' INT TERM
-
-python3 -m venv "$tmp/venv"
-py="$tmp/venv/bin/python"
+# shellcheck source=scripts/throwaway_venv.sh
+source "$root/scripts/throwaway_venv.sh"
+throwaway_venv mllm-python-test 9
 pip=("$py" -m pip --disable-pip-version-check --quiet)
 "${pip[@]}" install "pytest==8.4.2" "numpy>=1.21"
 MATURIN_PEP517_ARGS="--profile $profile" "${pip[@]}" install "$root/mllm-python"
