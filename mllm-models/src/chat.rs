@@ -46,6 +46,38 @@ pub struct ChatTemplate {
 
 const TEMPLATE_NAME: &str = "chat";
 
+/// Template instructions one rendering may run: real templates use tens
+/// per message, so this allows conversations of tens of thousands of
+/// messages, while a hostile template (nested loops of billions of
+/// iterations) fails in well under a second instead of hanging.
+pub const RENDER_FUEL: u64 = 10_000_000;
+
+/// Most bytes a rendering may produce (far more than any context holds),
+/// so a template cannot exhaust memory by writing.
+pub const MAX_RENDERED_BYTES: usize = 64 << 20;
+
+/// Collects rendered bytes up to [`MAX_RENDERED_BYTES`], then refuses more.
+#[derive(Default)]
+struct BoundedOutput {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("rendered prompt too long"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl ChatTemplate {
     /// Compiles `source`; `bos_token` and `eos_token` are exposed to it.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
@@ -56,6 +88,7 @@ impl ChatTemplate {
             .build()
             .map_err(|e| Error::Tokenizer(format!("chat template syntax: {e}")))?;
         env.set_syntax(syntax);
+        env.set_fuel(Some(RENDER_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
             "raise_exception",
@@ -79,14 +112,26 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| Error::Tokenizer(format!("chat template: {e}")))?;
-        template
-            .render(context! {
-                messages => Serde(messages),
-                add_generation_prompt => add_generation_prompt,
-                bos_token => &self.bos_token,
-                eos_token => &self.eos_token,
-            })
-            .map_err(|e| Error::Tokenizer(format!("chat template failed to render: {e}")))
+        let mut out = BoundedOutput::default();
+        let rendered = template
+            .render_captured_to(
+                context! {
+                    messages => Serde(messages),
+                    add_generation_prompt => add_generation_prompt,
+                    bos_token => &self.bos_token,
+                    eos_token => &self.eos_token,
+                },
+                &mut out,
+            )
+            .map(drop);
+        if out.overflowed {
+            return Err(Error::Tokenizer(format!(
+                "chat template failed to render: the rendered prompt is over {MAX_RENDERED_BYTES} bytes"
+            )));
+        }
+        rendered.map_err(|e| Error::Tokenizer(format!("chat template failed to render: {e}")))?;
+        String::from_utf8(out.bytes)
+            .map_err(|e| Error::Tokenizer(format!("chat template wrote invalid UTF-8: {e}")))
     }
 }
 
