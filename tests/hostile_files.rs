@@ -10,42 +10,11 @@ use std::path::Path;
 
 use common::*;
 use mllm::convert::{quantize_file, DTypePolicy, QuantizeOptions};
-use mllm::core::file::MllmFile;
-use mllm::core::{DType, LogitsMode, StepInput};
-use mllm::models::{LoadOptions, Model};
-use mllm_mutate::{campaign, Outcome, Tally};
+use mllm::core::DType;
+use mllm_mutate::{campaign, Tally};
 
 /// Mutants per seed file.
 const MUTANTS: usize = 1000;
-
-/// Opens, views and runs the file at `path`.
-fn exercise(path: &Path) -> Outcome {
-    let Ok(file) = MllmFile::open(path) else {
-        return Outcome::Refused;
-    };
-    if let Some(meta) = file.metadata() {
-        for name in meta.tensors.keys() {
-            if let Ok(t) = file.tensor(name) {
-                let _ = t.bytes().len();
-            }
-        }
-    }
-    let _ = file.tokenizer_json();
-    let _ = file.chat_template();
-    let opts = LoadOptions {
-        threads: 1,
-        ..Default::default()
-    };
-    let Ok(mut model) = Model::load(path, &opts) else {
-        return Outcome::Refused;
-    };
-    let vocab = model.vocab_size().max(1) as u32;
-    let prompt: Vec<u32> = [1, 5, 9].iter().map(|i| i % vocab).collect();
-    match model.step(&StepInput::single(0, prompt, LogitsMode::Last)) {
-        Ok(_) => Outcome::Ran,
-        Err(_) => Outcome::Refused,
-    }
-}
 
 /// The campaign over mutants of the file at `seed`.
 fn run(seed: &Path, rng_seed: u64) -> Tally {
@@ -54,7 +23,7 @@ fn run(seed: &Path, rng_seed: u64) -> Tally {
     let path = dir.path().join("mutant.mllm");
     campaign(&bytes, MUTANTS, rng_seed, |mutant| {
         std::fs::write(&path, mutant).unwrap();
-        exercise(&path)
+        mllm_fuzz::mllm_file(&path)
     })
 }
 

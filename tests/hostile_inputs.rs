@@ -8,37 +8,13 @@
 
 mod common;
 
-use std::path::Path;
-
 use common::*;
-use mllm::convert::{convert, ConvertOptions};
-use mllm::core::{LogitsMode, StepInput};
 use mllm::models::chat::{ChatTemplate, Message};
-use mllm::models::{LoadOptions, Model};
-use mllm_mutate::{campaign, Outcome};
+use mllm_fuzz::{chat_template, Outcome};
+use mllm_mutate::campaign;
 
 /// Mutants per seed.
 const MUTANTS: usize = 400;
-
-/// Converts `input`, loads the result and runs one step.
-fn convert_load_step(input: &Path, output: &Path) -> Outcome {
-    if convert(input, output, &ConvertOptions::default()).is_err() {
-        return Outcome::Refused;
-    }
-    let opts = LoadOptions {
-        threads: 1,
-        ..Default::default()
-    };
-    let Ok(mut model) = Model::load(output, &opts) else {
-        return Outcome::Refused;
-    };
-    let vocab = model.vocab_size().max(1) as u32;
-    let prompt = [1u32, 5, 9].map(|i| i % vocab).to_vec();
-    match model.step(&StepInput::single(0, prompt, LogitsMode::Last)) {
-        Ok(_) => Outcome::Ran,
-        Err(_) => Outcome::Refused,
-    }
-}
 
 /// A copy of a fixture model directory whose file `name` each mutant
 /// replaces.
@@ -57,7 +33,7 @@ fn campaign_on_file(model: &str, name: &str, input: &str, rng_seed: u64) -> mllm
     let input = dir.path().join(input);
     campaign(&seed, MUTANTS, rng_seed, |mutant| {
         std::fs::write(&target, mutant).unwrap();
-        convert_load_step(&input, &output)
+        mllm_fuzz::convertible(&input, &output)
     })
 }
 
@@ -84,55 +60,30 @@ fn mutated_shard_indexes_and_shards_never_panic() {
 }
 
 /// Chat templates in the styles models ship (ChatML with a default system
-/// prompt, Llama 2 with `raise_exception`, Gemma with loop controls), and
-/// the messages rendered with them, separated by a NUL byte.
-const TEMPLATE_SEEDS: [&str; 3] = [
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are helpful<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}\0[{\"role\":\"user\",\"content\":\"Hi\"}]",
-    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('roles must alternate') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'].strip() + ' [/INST]' }}{% else %}{{ ' ' + message['content'].strip() + eos_token }}{% endif %}{% endfor %}\0[{\"role\":\"user\",\"content\":\" a \"},{\"role\":\"assistant\",\"content\":\"b\"}]",
-    "{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n{{ m.content | trim }}<end_of_turn>\n{% if loop.index > 8 %}{% break %}{% endif %}{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}\0[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":\"é ü\"}]",
-];
-
-/// Compiles the template before the first NUL byte and renders the
-/// messages after it (or one user message when they do not parse).
-fn render_template(input: &[u8]) -> Outcome {
-    let (source, messages) = match input.iter().position(|&b| b == 0) {
-        Some(at) => (&input[..at], &input[at + 1..]),
-        None => (input, &b""[..]),
-    };
-    let messages: Vec<Message> = serde_json::from_slice::<Vec<serde_json::Value>>(messages)
-        .ok()
-        .map(|list| {
-            list.iter()
-                .map(|m| {
-                    let field = |k: &str| m.get(k).and_then(|v| v.as_str()).unwrap_or("");
-                    Message::new(field("role"), field("content"))
-                })
-                .collect()
+/// prompt, Llama 2 with `raise_exception`, Gemma with loop controls), each
+/// followed by a NUL byte and the messages to render
+/// (`tests/fixtures/chat_templates/*.seed`, also the fuzzer's seeds).
+fn template_seeds() -> Vec<(String, Vec<u8>)> {
+    let mut seeds: Vec<_> = std::fs::read_dir(fixture("chat_templates"))
+        .unwrap()
+        .map(|e| {
+            let path = e.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).unwrap())
         })
-        .unwrap_or_else(|| vec![Message::user("hello")]);
-    let Ok(template) = ChatTemplate::new(&String::from_utf8_lossy(source), "<s>", "</s>") else {
-        return Outcome::Refused;
-    };
-    let a = template.render(&messages, true);
-    let b = template.render(&messages, false);
-    if a.is_ok() && b.is_ok() {
-        Outcome::Ran
-    } else {
-        Outcome::Refused
-    }
+        .collect();
+    seeds.sort();
+    seeds
 }
 
 #[test]
 fn mutated_chat_templates_and_messages_never_panic() {
-    for (i, seed) in TEMPLATE_SEEDS.iter().enumerate() {
-        assert_eq!(render_template(seed.as_bytes()), Outcome::Ran, "seed {i}");
-        let t = campaign(
-            seed.as_bytes(),
-            2000,
-            0x7E3F_0000 + i as u64,
-            render_template,
-        );
-        assert!(t.ran > 0 && t.refused > 0, "seed {i}: {t:?}");
+    let seeds = template_seeds();
+    assert_eq!(seeds.len(), 3);
+    for (i, (name, seed)) in seeds.iter().enumerate() {
+        assert_eq!(chat_template(seed), Outcome::Ran, "{name}");
+        let t = campaign(seed, 2000, 0x7E3F_0000 + i as u64, chat_template);
+        assert!(t.ran > 0 && t.refused > 0, "{name}: {t:?}");
     }
 }
 
@@ -174,7 +125,8 @@ fn hostile_templates_fail_quickly_instead_of_hanging_or_exhausting_memory() {
     let long: Vec<Message> = (0..5000)
         .map(|i| Message::user(format!("message {i}")))
         .collect();
-    let text = ChatTemplate::new(TEMPLATE_SEEDS[0].split('\0').next().unwrap(), "", "")
+    let chatml = std::fs::read_to_string(fixture("chat_templates/chatml.seed")).unwrap();
+    let text = ChatTemplate::new(chatml.split('\0').next().unwrap(), "", "")
         .and_then(|t| t.render(&long, true))
         .unwrap();
     assert!(text.contains("message 4999"));

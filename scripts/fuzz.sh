@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs one libFuzzer target of fuzz/ (cargo-fuzz, nightly toolchain) from
+# seeds made of the repository's fixtures.
+#
+# Usage: scripts/fuzz.sh TARGET [RUNS] [extra libFuzzer flags...]
+#   TARGET: mllm_file | safetensors | chat_template
+#   RUNS:   executions (default 1000000)
+# Needs `rustup toolchain install nightly` and `cargo install cargo-fuzz`.
+# The corpus grows in fuzz/corpus/TARGET; crashes land in fuzz/artifacts/TARGET
+# (turn each into a fix and a regression test). Inputs that run over 1 s
+# count as hangs, and the process may not use more than 4 GiB.
+set -euo pipefail
+
+target=${1:?usage: scripts/fuzz.sh TARGET [RUNS] [libFuzzer flags...]}
+runs=${2:-1000000}
+shift $(($# < 2 ? $# : 2))
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+corpus="$root/fuzz/corpus/$target"
+mkdir -p "$corpus"
+
+if [ -z "$(ls -A "$corpus")" ]; then
+    fixtures="$root/tests/fixtures"
+    case "$target" in
+    mllm_file)
+        for dtype in f32 q8_0 q4_0; do
+            cargo run -q --release -p mllm-convert -- "$fixtures/tiny-llama" \
+                -o "$corpus/tiny-llama-$dtype.mllm" --dtype "$dtype" --quiet
+        done
+        ;;
+    safetensors)
+        cp "$fixtures/tiny-llama/model.safetensors" "$corpus/tiny-llama.safetensors"
+        ;;
+    chat_template)
+        cp "$fixtures"/chat_templates/*.seed "$corpus/"
+        ;;
+    *)
+        echo "unknown target: $target" >&2
+        exit 2
+        ;;
+    esac
+fi
+
+cd "$root/fuzz"
+exec cargo +nightly fuzz run "$target" "$corpus" -- \
+    -runs="$runs" -timeout=1 -rss_limit_mb=4096 -print_final_stats=1 "$@"
