@@ -14,8 +14,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::errors::{IntoPy, InvalidInputError, MllmError};
-use crate::files::loadable_path;
-use crate::sampling::{cut_at_stop, run, Finish, Sampling};
+use crate::files::{json_to_py, loadable_path};
+use crate::sampling::{cut_at_stop, run, Sampling};
 use crate::stream::TextIterator;
 
 /// A language model loaded from a `.mllm` or `.gguf` file.
@@ -64,27 +64,43 @@ impl Model {
     fn generate_text(&self, py: Python<'_>, ids: Vec<u32>, sampling: Sampling) -> PyResult<String> {
         let tok = self.tokenizer()?;
         let inner = self.inner.clone();
-        let mut interrupt: Option<PyErr> = None;
+        let mut interrupt = Interrupt::default();
         let out = py.detach(|| {
             let mut model = lock(&inner)?;
             let mut text = String::new();
-            let finish = run(&mut model, &tok, &ids, &sampling, &mut |piece| {
+            run(&mut model, &tok, &ids, &sampling, &mut |piece| {
                 text.push_str(piece);
-                match Python::attach(|py| py.check_signals()) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        interrupt = Some(e);
-                        false
-                    }
-                }
+                interrupt.keep_going()
             })
             .py_err()?;
-            debug_assert!(finish == Finish::Done || interrupt.is_some());
-            Ok::<_, PyErr>(text)
+            Ok(text)
         });
-        match interrupt {
+        interrupt.or(out)
+    }
+}
+
+/// Ctrl-C during a call that runs with the GIL released: checked between
+/// tokens, and raised in place of the call's result.
+#[derive(Default)]
+struct Interrupt(Option<PyErr>);
+
+impl Interrupt {
+    /// Checks for signals (briefly taking the GIL); `false` once one came.
+    fn keep_going(&mut self) -> bool {
+        match Python::attach(|py| py.check_signals()) {
+            Ok(()) => true,
+            Err(e) => {
+                self.0 = Some(e);
+                false
+            }
+        }
+    }
+
+    /// The signal's exception if one came, else `result`.
+    fn or<T>(self, result: PyResult<T>) -> PyResult<T> {
+        match self.0 {
             Some(e) => Err(e),
-            None => out,
+            None => result,
         }
     }
 }
@@ -158,23 +174,14 @@ impl Model {
         }
         let ids = self.prompt_ids(prompt)?;
         let inner = self.inner.clone();
-        let mut interrupt: Option<PyErr> = None;
+        let mut interrupt = Interrupt::default();
         let out = py.detach(|| {
             let mut model = lock(&inner)?;
             let opts = sampling.options(&model);
-            let mut on_token = |_| match Python::attach(|py| py.check_signals()) {
-                Ok(()) => Ok(true),
-                Err(e) => {
-                    interrupt = Some(e);
-                    Ok(false)
-                }
-            };
+            let mut on_token = |_| Ok(interrupt.keep_going());
             generate(&mut model, &ids, &opts, &mut on_token).py_err()
         });
-        match interrupt {
-            Some(e) => Err(e),
-            None => Ok(out?.tokens),
-        }
+        interrupt.or(out.map(|g| g.tokens))
     }
 
     /// Like `generate`, but returns an iterator over the pieces of text as
@@ -290,7 +297,7 @@ impl Model {
             model.reset_slot(0);
             let out = out.py_err()?;
             let (rows, cols) = (out.rows(), out.data().len() / out.rows().max(1));
-            Array2::from_shape_vec((rows, cols), out.data().to_vec())
+            Array2::from_shape_vec((rows, cols), out.into_data())
                 .map_err(|e| MllmError::new_err(e.to_string()))
         })?;
         Ok(array.into_pyarray(py))
@@ -299,8 +306,8 @@ impl Model {
     /// The model's configuration (its `config.json`) as a dict.
     #[getter]
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let text = self.lock()?.config().to_string();
-        py.import("json")?.call_method1("loads", (text,))
+        let config = self.lock()?.config().clone();
+        json_to_py(py, &config)
     }
 
     /// Ids that end generation.

@@ -1,7 +1,7 @@
 //! The sampling keyword arguments shared by `generate`, `stream`, `chat`
 //! and `generate_batch`, and the generation loop they drive.
 
-use mllm_core::{Error, Result};
+use mllm_core::Result;
 use mllm_models::text::{IncrementalDecoder, StopMatcher};
 use mllm_models::{generate, GenerateOptions, Model, SamplingParams, Tokenizer};
 use pyo3::prelude::*;
@@ -111,15 +111,6 @@ fn stop_strings(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         .collect()
 }
 
-/// Why a generation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Finish {
-    /// An end-of-sequence token, a stop string, or the token budget.
-    Done,
-    /// `on_text` asked to stop (the caller went away or was interrupted).
-    Cancelled,
-}
-
 /// Generates from `prompt` in slot 0 and hands each piece of text to
 /// `on_text` as soon as it is certain (whole characters, never a part of
 /// a stop string); `on_text` returns `false` to stop.
@@ -129,46 +120,32 @@ pub fn run(
     prompt: &[u32],
     sampling: &Sampling,
     on_text: &mut dyn FnMut(&str) -> bool,
-) -> Result<Finish> {
+) -> Result<()> {
     if sampling.max_tokens == 0 {
-        return Ok(Finish::Done);
+        return Ok(());
     }
     let opts = sampling.options(model);
     let mut decoder = IncrementalDecoder::new();
     let mut stops = StopMatcher::new(sampling.stop.clone());
-    let mut finish = Finish::Done;
-    let mut stopped = false;
-    let mut failure: Option<Error> = None;
+    // Generation ended early: a stop string, or `on_text` said stop.
+    let mut ended = false;
     let mut on_token = |id: u32| -> Result<bool> {
         if opts.eos_ids.contains(&id) {
             return Ok(true);
         }
-        let piece = match decoder.push(tokenizer, id) {
-            Ok(p) => p,
-            Err(e) => {
-                failure = Some(e);
-                return Ok(false);
-            }
-        };
-        let released = stops.push(&piece);
-        if !released.text.is_empty() && !on_text(&released.text) {
-            finish = Finish::Cancelled;
-            return Ok(false);
-        }
-        stopped = released.stopped;
-        Ok(!stopped)
+        let released = stops.push(&decoder.push(tokenizer, id)?);
+        let cancelled = !released.text.is_empty() && !on_text(&released.text);
+        ended = cancelled || released.stopped;
+        Ok(!ended)
     };
     generate(model, prompt, &opts, &mut on_token)?;
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    if finish == Finish::Done && !stopped {
+    if !ended {
         let rest = stops.finish();
-        if !rest.is_empty() && !on_text(&rest) {
-            finish = Finish::Cancelled;
+        if !rest.is_empty() {
+            on_text(&rest);
         }
     }
-    Ok(finish)
+    Ok(())
 }
 
 /// Cuts `text` before the first of `stops` it contains.
