@@ -188,18 +188,16 @@ pub fn beam_search_batch(
             tokens: p.clone(),
         })
         .collect();
-    let mut owners: Vec<usize> = (0..prompts.len()).collect();
     while !chunks.is_empty() {
         let logits = model.step(&StepInput {
             chunks: std::mem::take(&mut chunks),
             logits: LogitsMode::Last,
         })?;
+        // The step ran the searches still going, in order: one row each at
+        // the first step, one per beam after.
         let mut row = 0;
-        for (j, s) in searches.iter_mut().enumerate() {
-            let rows = owners.iter().filter(|&&o| o == j).count();
-            if rows == 0 {
-                continue;
-            }
+        for s in searches.iter_mut().filter(|s| !s.done) {
+            let rows = if s.first { 1 } else { s.running.len() };
             let log_probs: Vec<Vec<f32>> = (row..row + rows)
                 .map(|r| log_softmax(logits.row(r)))
                 .collect();
@@ -207,17 +205,12 @@ pub fn beam_search_batch(
             s.advance(&log_probs, opts);
             s.fork(model)?;
         }
-        owners.clear();
-        for (j, s) in searches.iter().enumerate() {
-            if s.done {
-                continue;
-            }
+        for s in searches.iter().filter(|s| !s.done) {
             for (b, beam) in s.running.iter().enumerate() {
                 chunks.push(SeqChunk {
                     slot: s.slot(b),
                     tokens: vec![*beam.tokens.last().expect("a running beam has a token")],
                 });
-                owners.push(j);
             }
         }
     }
