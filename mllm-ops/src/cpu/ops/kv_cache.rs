@@ -81,14 +81,6 @@ impl KvCacheState {
             .map_or(0, |s| s.keys.len() * self.chunk)
     }
 
-    /// Pages of `slot` that another slot shares too (keys and values
-    /// counted once).
-    pub fn shared_pages(&self, slot: usize) -> usize {
-        self.slots.get(slot).map_or(0, |s| {
-            s.keys.iter().filter(|p| Arc::strong_count(p) > 1).count()
-        })
-    }
-
     fn ensure_slot(&mut self, slot: usize) {
         if self.slots.len() <= slot {
             self.slots.resize_with(slot + 1, SlotCache::default);
@@ -268,6 +260,14 @@ impl Op for KvCacheOp {
 mod tests {
     use super::*;
 
+    /// Pages of `slot` that another slot shares too (keys and values
+    /// counted once).
+    fn shared_pages(c: &KvCacheState, slot: usize) -> usize {
+        c.slots.get(slot).map_or(0, |s| {
+            s.keys.iter().filter(|p| Arc::strong_count(p) > 1).count()
+        })
+    }
+
     /// A cache of rows of 32 values in pages of 4 positions.
     fn cache(kind: KvDtype) -> KvCacheState {
         let op = KvCacheOp::new(
@@ -305,7 +305,7 @@ mod tests {
             c.write(0, 0, &rows(0, 10, 1.0), &rows(0, 10, -1.0))
                 .unwrap();
             c.copy(0, 1, 6);
-            assert_eq!((c.len(1), c.shared_pages(1)), (6, 2), "{kind}");
+            assert_eq!((c.len(1), shared_pages(&c, 1)), (6, 2), "{kind}");
             let (k0, v0) = contents(&c, 0);
             let (k1, v1) = contents(&c, 1);
             assert_eq!((&k1[..], &v1[..]), (&k0[..6 * 32], &v0[..6 * 32]));
@@ -313,7 +313,7 @@ mod tests {
             // Slot 1 writes position 6, in the second page: it gets its own
             // copy of that page only, and slot 0 keeps its row 6.
             c.reserve(1, 6, 7);
-            assert_eq!(c.shared_pages(1), 1, "{kind}");
+            assert_eq!(shared_pages(&c, 1), 1, "{kind}");
             c.write(1, 6, &rows(6, 1, 5.0), &rows(6, 1, -5.0)).unwrap();
             assert_eq!(contents(&c, 0), (k0.clone(), v0.clone()), "{kind}");
             let (k1, _) = contents(&c, 1);
@@ -323,7 +323,7 @@ mod tests {
             // Writing into the shared first page from slot 0 leaves slot 1's.
             c.write(0, 2, &rows(2, 1, 9.0), &rows(2, 1, -9.0)).unwrap();
             assert_eq!(contents(&c, 1).0[..6 * 32], k1[..6 * 32], "{kind}");
-            assert_eq!(c.shared_pages(1), 0, "{kind}");
+            assert_eq!(shared_pages(&c, 1), 0, "{kind}");
         }
     }
 
@@ -332,9 +332,9 @@ mod tests {
         let mut c = cache(KvDtype::F32);
         c.write(0, 0, &rows(0, 5, 1.0), &rows(0, 5, 2.0)).unwrap();
         c.copy(0, 1, 5);
-        assert_eq!(c.shared_pages(0), 2);
+        assert_eq!(shared_pages(&c, 0), 2);
         c.slots[1] = SlotCache::default();
-        assert_eq!(c.shared_pages(0), 0);
+        assert_eq!(shared_pages(&c, 0), 0);
     }
 
     #[test]
