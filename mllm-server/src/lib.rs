@@ -18,6 +18,7 @@ use std::sync::Arc;
 use axum::Router;
 use mllm_models::Model;
 
+use api::validate::ModelFacts;
 use engine::EngineConfig;
 use http::AppState;
 use metrics::Metrics;
@@ -35,24 +36,12 @@ pub struct ServerOptions {
 
 /// Starts the engine on `model` and returns the router that serves it.
 pub fn build(model: Model, opts: ServerOptions) -> Result<Router, String> {
-    let tokenizer = model
-        .tokenizer()
-        .ok_or("the model file embeds no tokenizer; the server needs one")?;
-    let template = match model.chat_template() {
-        Some(_) => Some(model.chat_template_renderer().map_err(|e| e.to_string())?),
-        None => None,
-    };
+    let facts = ModelFacts::of(&model, opts.model_id)?;
     let metrics = Arc::new(Metrics::default());
-    let context = model.max_context();
-    let vocab_size = model.vocab_size();
-    let engine = engine::start(model, tokenizer.clone(), opts.engine, metrics.clone())?;
+    let engine = engine::start(model, facts.tokenizer.clone(), opts.engine, metrics.clone())?;
     let state = AppState {
         engine,
-        tokenizer,
-        template,
-        model_id: opts.model_id,
-        context,
-        vocab_size,
+        model: facts,
         metrics,
         api_key: opts.api_key,
         started: http::unix_now(),

@@ -4,5 +4,6 @@
 pub mod error;
 pub mod request;
 pub mod response;
+pub mod validate;
 
 pub use error::ApiError;

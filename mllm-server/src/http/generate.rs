@@ -16,10 +16,9 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
-use crate::api::request::{
-    fields, parse_body, ChatFields, CommonParams, CompletionFields, Prompt, Settings,
-};
+use crate::api::request::Settings;
 use crate::api::response::{logprobs_json, Header, Kind};
+use crate::api::validate::{validate, Validated};
 use crate::api::ApiError;
 use crate::engine::{Event, GenRequest, SubmitError, TokenLogprob};
 use crate::metrics::add;
@@ -32,11 +31,11 @@ struct Prepared {
 }
 
 pub(super) async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    respond(&state, prepare_chat(&state, &body)).await
+    respond(&state, prepare(&state, Kind::Chat, &body)).await
 }
 
 pub(super) async fn completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    respond(&state, prepare_text(&state, &body)).await
+    respond(&state, prepare(&state, Kind::Text, &body)).await
 }
 
 /// Submits a prepared request and answers it, counting errors.
@@ -69,144 +68,24 @@ async fn run(state: &Arc<AppState>, p: Prepared) -> Result<Response, ApiError> {
     }
 }
 
-fn prepare_chat(state: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
-    let value = parse_body(body)?;
-    let common: CommonParams = fields(&value)?;
-    let chat: ChatFields = fields(&value)?;
-    let header = header(state, &common, Kind::Chat)?;
-    let messages = chat.messages()?;
-    let template = state.template.as_ref().ok_or_else(|| {
-        ApiError::bad_field(
-            "messages",
-            "this model has no chat template; use /v1/completions",
-        )
-    })?;
-    let text = template
-        .render(&messages, true)
-        .map_err(|e| ApiError::bad_field("messages", e.to_string()))?;
-    let ids = state
-        .tokenizer
-        .encode(&text, false)
-        .map_err(|e| ApiError::bad_field("messages", e.to_string()))?;
-    prepared(state, header, &common, ids, "messages", chat.logprobs()?)
-}
-
-fn prepare_text(state: &AppState, body: &[u8]) -> Result<Prepared, ApiError> {
-    let value = parse_body(body)?;
-    let common: CommonParams = fields(&value)?;
-    let text: CompletionFields = fields(&value)?;
-    let header = header(state, &common, Kind::Text)?;
-    let ids = match text.prompt()? {
-        Prompt::Ids(ids) => {
-            check_ids(&ids, state.vocab_size, "prompt")?;
-            ids
-        }
-        Prompt::Text(s) => state
-            .tokenizer
-            .encode(&s, true)
-            .map_err(|e| ApiError::bad_field("prompt", e.to_string()))?,
-    };
-    prepared(state, header, &common, ids, "prompt", text.logprobs()?)
-}
-
-/// The validated settings and engine request for `prompt` (whose field is
-/// `prompt_param`).
-fn prepared(
-    state: &AppState,
-    header: Header,
-    common: &CommonParams,
-    prompt: Vec<u32>,
-    prompt_param: &str,
-    logprobs: Option<usize>,
-) -> Result<Prepared, ApiError> {
-    let settings = common.settings()?;
-    let request = gen_request(state, prompt, prompt_param, &settings, logprobs)?;
-    Ok(Prepared {
-        header,
-        settings,
-        request,
-    })
-}
-
-/// The response header, after checking the requested model.
-fn header(state: &AppState, common: &CommonParams, kind: Kind) -> Result<Header, ApiError> {
-    if let Some(name) = &common.model {
-        if name != &state.model_id && name != "default" && !name.is_empty() {
-            return Err(ApiError::model_not_found(name));
-        }
-    }
+/// The validated request with the header of its response.
+fn prepare(state: &AppState, kind: Kind, body: &[u8]) -> Result<Prepared, ApiError> {
+    let Validated { settings, request } = validate(&state.model, kind, body)?;
     let n = state.next_id.fetch_add(1, Ordering::Relaxed);
     let prefix = match kind {
         Kind::Chat => "chatcmpl",
         Kind::Text => "cmpl",
     };
-    Ok(Header {
+    let header = Header {
         id: format!("{prefix}-{n}"),
         created: super::unix_now(),
-        model: state.model_id.clone(),
+        model: state.model.model_id.clone(),
         kind,
-    })
-}
-
-/// Checks that every id is in the vocabulary.
-pub(super) fn check_ids(ids: &[u32], vocab: usize, param: &str) -> Result<(), ApiError> {
-    match ids.iter().find(|&&id| id as usize >= vocab) {
-        Some(id) => Err(ApiError::bad_field(
-            param,
-            format!("token id {id} is outside the vocabulary of {vocab} tokens"),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// The engine request, after checking the prompt and `max_tokens` against
-/// the context.
-fn gen_request(
-    state: &AppState,
-    prompt: Vec<u32>,
-    prompt_param: &str,
-    s: &Settings,
-    logprobs: Option<usize>,
-) -> Result<GenRequest, ApiError> {
-    let ctx = state.context;
-    if prompt.is_empty() {
-        return Err(ApiError::bad_field(
-            prompt_param,
-            "the prompt has no tokens",
-        ));
-    }
-    if prompt.len() >= ctx {
-        return Err(ApiError::bad_field(
-            prompt_param,
-            format!(
-                "the prompt has {} tokens but the context holds {ctx} (prompt and reply together)",
-                prompt.len()
-            ),
-        ));
-    }
-    let room = ctx - prompt.len();
-    let max_tokens = match s.max_tokens {
-        Some(m) if m > room => {
-            return Err(ApiError::bad_field(
-                "max_tokens",
-                format!(
-                    "max_tokens is {m}, but the context of {ctx} tokens leaves {room} after the {}-token prompt",
-                    prompt.len()
-                ),
-            ))
-        }
-        Some(m) => m,
-        None => room,
     };
-    Ok(GenRequest {
-        prompt,
-        max_tokens,
-        sampling: s.sampling,
-        presence_penalty: s.presence_penalty,
-        frequency_penalty: s.frequency_penalty,
-        stop: s.stop.clone(),
-        ignore_eos: s.ignore_eos,
-        logprobs,
+    Ok(Prepared {
+        header,
+        settings,
+        request,
     })
 }
 
@@ -229,7 +108,7 @@ async fn collect(
             }
             Event::Done { reason, usage } => {
                 let lp = (!logprobs.is_empty())
-                    .then(|| logprobs_json(header.kind, &logprobs, &state.tokenizer));
+                    .then(|| logprobs_json(header.kind, &logprobs, &state.model.tokenizer));
                 let body = header.complete(&text, lp, reason.as_str(), &usage);
                 return Ok(Json(body).into_response());
             }
@@ -281,7 +160,7 @@ async fn forward(
         let alive = match event {
             Some(Event::Delta { text, logprobs }) => {
                 let lp = (!logprobs.is_empty())
-                    .then(|| logprobs_json(header.kind, &logprobs, &state.tokenizer));
+                    .then(|| logprobs_json(header.kind, &logprobs, &state.model.tokenizer));
                 send(header.chunk(&text, lp, None, false)).await
             }
             Some(Event::Done { reason, usage }) => {

@@ -15,9 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use mllm_models::chat::ChatTemplate;
-use mllm_models::Tokenizer;
-
+use crate::api::validate::ModelFacts;
 use crate::api::ApiError;
 use crate::engine::EngineHandle;
 use crate::metrics::Metrics;
@@ -26,16 +24,8 @@ use crate::metrics::Metrics;
 pub struct AppState {
     /// Where generation requests go.
     pub engine: EngineHandle,
-    /// The model's tokenizer.
-    pub tokenizer: Arc<Tokenizer>,
-    /// The model's chat template, when it has one.
-    pub template: Option<ChatTemplate>,
-    /// The id `/v1/models` lists.
-    pub model_id: String,
-    /// Tokens one sequence may hold (prompt plus reply).
-    pub context: usize,
-    /// Size of the vocabulary.
-    pub vocab_size: usize,
+    /// The served model, as requests are checked against it.
+    pub model: ModelFacts,
     /// Counters and histograms.
     pub metrics: Arc<Metrics>,
     /// The bearer token the protected routes require, if any.

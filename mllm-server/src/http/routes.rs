@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::AppState;
 use crate::api::request::{fields, parse_body};
+use crate::api::validate::check_ids;
 use crate::api::ApiError;
 
 /// The web chat page, embedded in the binary.
@@ -37,11 +38,11 @@ pub(super) async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({
         "object": "list",
         "data": [{
-            "id": state.model_id,
+            "id": state.model.model_id,
             "object": "model",
             "created": state.started,
             "owned_by": "mllm-rs",
-            "meta": {"n_ctx": state.context, "n_vocab": state.vocab_size},
+            "meta": {"n_ctx": state.model.context, "n_vocab": state.model.vocab_size},
         }],
     }))
 }
@@ -61,6 +62,7 @@ pub(super) async fn tokenize(
         .content
         .ok_or_else(|| ApiError::bad_field("content", "`content` is required"))?;
     let ids = state
+        .model
         .tokenizer
         .encode(&content, body.add_special.unwrap_or(false))
         .map_err(|e| ApiError::bad_field("content", e.to_string()))?;
@@ -80,8 +82,9 @@ pub(super) async fn detokenize(
     let ids = body
         .tokens
         .ok_or_else(|| ApiError::bad_field("tokens", "`tokens` is required"))?;
-    super::generate::check_ids(&ids, state.vocab_size, "tokens")?;
+    check_ids(&ids, state.model.vocab_size, "tokens")?;
     let content = state
+        .model
         .tokenizer
         .decode(&ids, false)
         .map_err(|e| ApiError::bad_field("tokens", e.to_string()))?;
