@@ -3,7 +3,8 @@
 # seeds made of the repository's fixtures.
 #
 # Usage: scripts/fuzz.sh TARGET [RUNS] [extra libFuzzer flags...]
-#   TARGET: mllm_file | safetensors | chat_template
+#   TARGET: mllm_file | safetensors | gguf | gguf_tokenizer | chat_template |
+#           server_request
 #   RUNS:   executions (default 1000000)
 # Needs `rustup toolchain install nightly` and `cargo install cargo-fuzz`.
 # The corpus grows in fuzz/corpus/TARGET; crashes land in fuzz/artifacts/TARGET
@@ -33,8 +34,17 @@ if [ -z "$(ls -A "$corpus")" ]; then
     safetensors)
         cp "$fixtures/tiny-llama/model.safetensors" "$corpus/tiny-llama.safetensors"
         ;;
+    gguf)
+        cp "$fixtures"/gguf/tiny-llama.{f32,q8_0}.gguf "$corpus/"
+        ;;
+    gguf_tokenizer)
+        cp "$fixtures"/gguf/tiny-llama.vocab.gguf "$corpus/"
+        ;;
     chat_template)
         cp "$fixtures"/chat_templates/*.seed "$corpus/"
+        ;;
+    server_request)
+        cp "$fixtures"/requests/*.json "$corpus/"
         ;;
     *)
         echo "unknown target: $target" >&2

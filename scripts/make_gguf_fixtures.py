@@ -2,8 +2,9 @@
 """Writes the GGUF fixtures in tests/fixtures/gguf/ from the tiny Hugging Face
 fixtures, the way llama.cpp's converter lays such a model out.
 
-For each model: `<name>.f32.gguf` (every tensor f32) and `<name>.q8_0.gguf`
-(matrices in Q8_0, norms f32). Llama's q and k projections are stored in
+For each model: `<name>.f32.gguf` (every tensor f32), `<name>.q8_0.gguf`
+(matrices in Q8_0, norms f32) and `<name>.vocab.gguf` (the metadata
+alone, no tensors, like llama.cpp's vocab-only files). Llama's q and k projections are stored in
 llama.cpp's interleaved rotary order (its conversion permutes them); the
 importer must undo that for the logits to match the reference.
 
@@ -97,11 +98,11 @@ def llama_tensors(weights: dict[str, np.ndarray], cfg: dict) -> list[tuple[str, 
     return out
 
 
-def write_llama(name: str, qtype: gguf.GGMLQuantizationType | None) -> Path:
+def write_llama(name: str, qtype: gguf.GGMLQuantizationType | None, vocab_only: bool = False) -> Path:
     src = FIXTURES / name
     cfg = json.loads((src / "config.json").read_text())
     weights = {k: v.astype(np.float32) for k, v in load_file(src / "model.safetensors").items()}
-    suffix = "f32" if qtype is None else qtype.name.lower()
+    suffix = "vocab" if vocab_only else "f32" if qtype is None else qtype.name.lower()
     path = OUT / f"{name}.{suffix}.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -128,7 +129,7 @@ def write_llama(name: str, qtype: gguf.GGMLQuantizationType | None) -> Path:
     w.add_unk_token_id(0)
     w.add_add_bos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
-    for tensor_name, data in llama_tensors(weights, cfg):
+    for tensor_name, data in [] if vocab_only else llama_tensors(weights, cfg):
         if qtype is not None and data.ndim == 2:
             w.add_tensor(tensor_name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
         else:
@@ -142,8 +143,8 @@ def write_llama(name: str, qtype: gguf.GGMLQuantizationType | None) -> Path:
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    for qtype in (None, gguf.GGMLQuantizationType.Q8_0):
-        path = write_llama("tiny-llama", qtype)
+    for qtype, vocab_only in ((None, False), (gguf.GGMLQuantizationType.Q8_0, False), (None, True)):
+        path = write_llama("tiny-llama", qtype, vocab_only)
         print(f"{path.relative_to(ROOT)}: {path.stat().st_size} bytes")
     return 0
 

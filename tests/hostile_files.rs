@@ -1,8 +1,8 @@
-//! A short, deterministic mutation campaign over `.mllm` files, run in CI
-//! (`mllm-mutate`): each mutant of a real fixture file is opened, every
-//! tensor is viewed, and whatever opens is loaded as a model and run for
-//! one step. Every outcome must be a value (a model or an `Error`), never
-//! a panic.
+//! A short, deterministic mutation campaign over model files, run in CI
+//! (`mllm-mutate`): each mutant of a real `.mllm` or GGUF fixture file is
+//! opened, every tensor is viewed, and whatever opens is loaded as a model
+//! (a GGUF file imported first) and run for one step. Every outcome must
+//! be a value (a model or an `Error`), never a panic.
 
 mod common;
 
@@ -52,5 +52,21 @@ fn mutated_quantized_and_packed_files_never_panic() {
         quantize_file(&c.path, &out, &opts).unwrap();
         let t = run(&out, seed);
         assert!(t.ran > 0 && t.refused > 0, "{t:?}");
+    }
+}
+
+/// The GGUF files llama.cpp's conventions give (`tests/fixtures/gguf`,
+/// f32 and Q8_0): each mutant is imported, loaded and stepped.
+#[test]
+fn mutated_gguf_files_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (dir.path().join("m.gguf"), dir.path().join("m.mllm"));
+    for (file, rng_seed) in [("f32", 0x6600_0001), ("q8_0", 0x6600_0002)] {
+        let seed = std::fs::read(fixture(&format!("gguf/tiny-llama.{file}.gguf"))).unwrap();
+        let t = campaign(&seed, MUTANTS, rng_seed, |mutant| {
+            std::fs::write(&input, mutant).unwrap();
+            mllm_fuzz::gguf(&input, &output)
+        });
+        assert!(t.ran > 0 && t.refused > 0, "{file}: {t:?}");
     }
 }

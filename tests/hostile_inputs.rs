@@ -1,16 +1,18 @@
 //! Short, deterministic mutation campaigns (`mllm-mutate`) over the inputs
-//! other than `.mllm` and GGUF files (those are in `hostile_files.rs` and
-//! `mllm-convert/tests/gguf.rs`): Hugging Face safetensors weights, a
-//! sharded checkpoint's index, and chat templates with the messages they
-//! render. Each mutant goes as far as the program would take it (a
-//! conversion that succeeds is loaded and run for a step; a template that
-//! compiles is rendered); every outcome must be a value, never a panic.
+//! other than model files (`.mllm` and GGUF files are in
+//! `hostile_files.rs`): Hugging Face safetensors weights, a sharded
+//! checkpoint's index, the vocabulary of a GGUF file, chat templates with
+//! the messages they render, and server request bodies. Each mutant goes
+//! as far as the program would take it (a conversion that succeeds is
+//! loaded and run for a step; a template that compiles is rendered; a
+//! request that passes the checks must be one the engine can run); every
+//! outcome must be a value, never a panic.
 
 mod common;
 
 use common::*;
 use mllm::models::chat::{ChatTemplate, Message};
-use mllm_fuzz::{chat_template, Outcome};
+use mllm_fuzz::{chat_template, gguf_tokenizer, request_facts, server_request, Outcome};
 use mllm_mutate::campaign;
 
 /// Mutants per seed.
@@ -130,4 +132,43 @@ fn hostile_templates_fail_quickly_instead_of_hanging_or_exhausting_memory() {
         .and_then(|t| t.render(&long, true))
         .unwrap();
     assert!(text.contains("message 4999"));
+}
+
+/// The vocabulary-only GGUF (`tests/fixtures/gguf/tiny-llama.vocab.gguf`):
+/// each mutant's tokenizer is rebuilt, loaded, and made to encode and
+/// decode.
+#[test]
+fn mutated_gguf_vocabularies_never_panic() {
+    let seed = std::fs::read(fixture("gguf/tiny-llama.vocab.gguf")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vocab.gguf");
+    let t = campaign(&seed, 2000, 0x70CA_0001, |mutant| {
+        std::fs::write(&path, mutant).unwrap();
+        gguf_tokenizer(&path)
+    });
+    assert!(t.ran > 0 && t.refused > 0, "{t:?}");
+}
+
+/// Request bodies (`tests/fixtures/requests/*.json`, also the fuzzer's
+/// seeds) against the tiny GGUF model: every mutant is checked as a chat
+/// and as a completion request; what passes must fit the vocabulary and
+/// the context.
+#[test]
+fn mutated_server_requests_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let facts = request_facts(&fixture("gguf/tiny-llama.q8_0.gguf"), dir.path()).unwrap();
+    let mut seeds: Vec<_> = std::fs::read_dir(fixture("requests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    seeds.sort();
+    assert_eq!(seeds.len(), 4);
+    for (i, path) in seeds.iter().enumerate() {
+        let seed = std::fs::read(path).unwrap();
+        assert_eq!(server_request(&facts, &seed), Outcome::Ran, "{path:?}");
+        let t = campaign(&seed, 1500, 0x8E0_0000 + i as u64, |body| {
+            server_request(&facts, body)
+        });
+        assert!(t.ran > 0 && t.refused > 0, "{path:?}: {t:?}");
+    }
 }

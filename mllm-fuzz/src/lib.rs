@@ -1,17 +1,30 @@
 //! The fuzz targets of mllm-rs: each kind of untrusted input (a model
-//! file, weights, a chat template) taken as far as the program would take
-//! it, returning an [`Outcome`] instead of panicking. The deterministic
+//! file, weights, a GGUF file and its vocabulary, a chat template, a server
+//! request) taken as far as the program would take it, returning an
+//! [`Outcome`] instead of panicking. The deterministic
 //! mutation campaigns in `tests/` and the libFuzzer targets in `fuzz/`
 //! call the same functions.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use mllm_convert::{convert, ConvertOptions};
+use mllm_convert::gguf::{tokenizer::tokenizer_json, GgufFile};
+use mllm_convert::{convert, describe, ConvertOptions};
 use mllm_core::file::MllmFile;
 use mllm_core::{LogitsMode, StepInput};
 use mllm_models::chat::{ChatTemplate, Message};
-use mllm_models::{LoadOptions, Model};
+use mllm_models::{LoadOptions, Model, Tokenizer};
 pub use mllm_mutate::Outcome;
+use mllm_server::api::response::Kind;
+use mllm_server::api::validate::{validate, ModelFacts};
+
+/// Texts every rebuilt tokenizer encodes and decodes: ASCII, multi-byte
+/// characters, control characters and special-token spellings.
+const SAMPLE_TEXTS: [&str; 4] = [
+    "the winter is coming",
+    "Grüße, 世界! 🦀\n\t",
+    "\u{0}\u{7f}<s></s><unk>  ",
+    "",
+];
 
 /// Loads the `.mllm` file at `path` with one thread and runs one prefill
 /// step of three tokens.
@@ -56,6 +69,95 @@ pub fn convertible(input: &Path, output: &Path) -> Outcome {
         return Outcome::Refused;
     }
     load_and_step(output)
+}
+
+/// A GGUF file at `input`: opened, every tensor located, described as
+/// `mllm-convert inspect` shows it, then imported to `output`, loaded and
+/// run for a step.
+pub fn gguf(input: &Path, output: &Path) -> Outcome {
+    let Ok(file) = GgufFile::open(input) else {
+        return Outcome::Refused;
+    };
+    for name in file.tensors().keys() {
+        if let Ok(t) = file.tensor(name) {
+            let _ = t.data.len();
+        }
+    }
+    let _ = describe(input);
+    convertible(input, output)
+}
+
+/// The tokenizer described by the metadata of the GGUF file at `input`:
+/// rebuilt as the import rebuilds it, loaded as a model load does, then
+/// used to encode [`SAMPLE_TEXTS`] and decode the ids back, and to decode
+/// every id of the vocabulary.
+pub fn gguf_tokenizer(input: &Path) -> Outcome {
+    let Ok(file) = GgufFile::open(input) else {
+        return Outcome::Refused;
+    };
+    let Ok(Some(json)) = tokenizer_json(&file) else {
+        return Outcome::Refused;
+    };
+    let Ok(tokenizer) = Tokenizer::from_json(&json) else {
+        return Outcome::Refused;
+    };
+    for text in SAMPLE_TEXTS {
+        for special in [false, true] {
+            if let Ok(ids) = tokenizer.encode(text, special) {
+                let _ = tokenizer.decode(&ids, !special);
+            }
+        }
+    }
+    let vocab = tokenizer.inner().get_vocab_size(true) as u32;
+    let _ = tokenizer.decode(&(0..vocab).collect::<Vec<_>>(), false);
+    Outcome::Ran
+}
+
+/// The GGUF fixture every request target checks requests against
+/// (tiny-llama in Q8_0, with a byte-level BPE and a chat template).
+pub fn request_model_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/tiny-llama.q8_0.gguf")
+}
+
+/// The facts of the GGUF model at `gguf`, imported into `dir`, as the
+/// server checks requests against them.
+pub fn request_facts(gguf: &Path, dir: &Path) -> Result<ModelFacts, String> {
+    let mllm = dir.join("requests.mllm");
+    convert(gguf, &mllm, &ConvertOptions::default()).map_err(|e| e.to_string())?;
+    let opts = LoadOptions {
+        threads: 1,
+        ..Default::default()
+    };
+    let model = Model::load(&mllm, &opts).map_err(|e| e.to_string())?;
+    ModelFacts::of(&model, "tiny".into())
+}
+
+/// A request body, checked as both a chat and a completion request. What
+/// passes must be what the engine relies on: a prompt of known ids that
+/// leaves room in the context for `max_tokens` (a violation panics, which
+/// is what the fuzzer looks for).
+pub fn server_request(facts: &ModelFacts, body: &[u8]) -> Outcome {
+    let mut outcome = Outcome::Refused;
+    for kind in [Kind::Chat, Kind::Text] {
+        if let Ok(valid) = validate(facts, kind, body) {
+            let r = &valid.request;
+            assert!(!r.prompt.is_empty(), "an empty prompt passed");
+            assert!(
+                r.prompt.iter().all(|&id| (id as usize) < facts.vocab_size),
+                "an id outside the vocabulary passed: {:?}",
+                r.prompt
+            );
+            assert!(
+                r.prompt.len() + r.max_tokens <= facts.context,
+                "{} prompt tokens + max_tokens {} exceed the context of {}",
+                r.prompt.len(),
+                r.max_tokens,
+                facts.context
+            );
+            outcome = Outcome::Ran;
+        }
+    }
+    outcome
 }
 
 /// A chat template and messages to render with it: the bytes before the
