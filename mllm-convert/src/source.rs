@@ -1,11 +1,10 @@
 //! Memory-mapped reading of safetensors weights, single-file or sharded.
 
 use std::cmp::Ordering;
-use std::fs::File;
 use std::path::{Component, Path, PathBuf};
 
 use indexmap::IndexMap;
-use memmap2::Mmap;
+use mllm_core::file::MappedFile;
 use mllm_core::{DType, Error, Result};
 use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
@@ -19,7 +18,7 @@ use crate::discover::WeightFiles;
 #[derive(Debug)]
 pub struct SourceWeights {
     /// `(path, map)` of each file, in the order the shards are first named.
-    shards: Vec<(PathBuf, Mmap)>,
+    shards: Vec<(PathBuf, MappedFile)>,
     /// For sharded weights: tensor name to index into `shards`, as in `weight_map`.
     weight_map: Option<IndexMap<String, usize>>,
 }
@@ -61,15 +60,6 @@ struct ShardIndex {
     weight_map: IndexMap<String, String>,
 }
 
-fn map_file(path: &Path) -> Result<Mmap> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    // SAFETY: the map is read-only. The caller must not modify the source
-    // files while converting (as with any reader of a memory-mapped file);
-    // the bytes are only ever read through the safetensors parser, which
-    // validates every offset against the map's length.
-    unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))
-}
-
 /// A shard file name from `weight_map`: a relative path that stays inside the
 /// index's directory.
 fn shard_path(dir: &Path, index: &Path, shard: &str) -> Result<PathBuf> {
@@ -88,7 +78,7 @@ impl SourceWeights {
     pub fn open(weights: &WeightFiles) -> Result<Self> {
         match weights {
             WeightFiles::Single(path) => Ok(SourceWeights {
-                shards: vec![(path.clone(), map_file(path)?)],
+                shards: vec![(path.clone(), MappedFile::open(path)?)],
                 weight_map: None,
             }),
             WeightFiles::Sharded(index) => {
@@ -113,7 +103,7 @@ impl SourceWeights {
                     .keys()
                     .map(|shard| {
                         let path = shard_path(&dir, index, shard)?;
-                        let map = map_file(&path)?;
+                        let map = MappedFile::open(&path)?;
                         Ok((path, map))
                     })
                     .collect::<Result<Vec<_>>>()?;

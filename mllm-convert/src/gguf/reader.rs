@@ -13,11 +13,10 @@
 //! Strings are a `u64` byte length followed by UTF-8 bytes. `ne[0]` is the
 //! innermost (contiguous) dimension, so the row-major shape is `ne` reversed.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
-use memmap2::Mmap;
+use mllm_core::file::MappedFile;
 use mllm_core::{DType, Error, Result};
 
 use super::cursor::Cursor;
@@ -75,7 +74,7 @@ pub struct GgufTensor<'a> {
 #[derive(Debug)]
 pub struct GgufFile {
     path: PathBuf,
-    map: Mmap,
+    map: MappedFile,
     version: u32,
     metadata: IndexMap<String, GgufValue>,
     tensors: IndexMap<String, GgufTensorInfo>,
@@ -87,12 +86,7 @@ impl GgufFile {
     /// Opens, maps and parses a GGUF file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        // SAFETY: the map is read-only and private to this process. The
-        // converter only reads the input while converting; a GGUF file changed
-        // by another process during that time is outside what it supports,
-        // and every access below is bounds-checked against the map's length.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let map = MappedFile::open(path)?;
         let header = parse(&map)?;
         Ok(GgufFile {
             path: path.to_path_buf(),

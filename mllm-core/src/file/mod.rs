@@ -15,10 +15,12 @@
 //! (see [`Metadata`]); readers of plain mllm v1 files see those as extra
 //! tensors, and a plain v1 file without them still loads here.
 
+mod mapped;
 mod metadata;
 mod reader;
 mod writer;
 
+pub use mapped::MappedFile;
 pub use metadata::{Metadata, FORMAT_VERSION};
 pub use reader::{IndexEntry, MllmFile, TensorData};
 pub use writer::{MllmWriter, TensorSpec};

@@ -5,9 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use indexmap::IndexMap;
-use memmap2::Mmap;
 
-use super::{Metadata, CHAT_TEMPLATE_ENTRY, MAGIC, META_ENTRY, TOKENIZER_ENTRY};
+use super::{MappedFile, Metadata, CHAT_TEMPLATE_ENTRY, MAGIC, META_ENTRY, TOKENIZER_ENTRY};
 use crate::{DType, Error, Result, Shape};
 
 /// One index entry of a `.mllm` file, as stored.
@@ -31,7 +30,7 @@ pub struct IndexEntry {
 pub struct MllmFile {
     path: PathBuf,
     file: Arc<File>,
-    map: Arc<Mmap>,
+    map: Arc<MappedFile>,
     entries: IndexMap<String, IndexEntry>,
     metadata: Option<Metadata>,
 }
@@ -43,7 +42,7 @@ pub struct TensorData {
     dtype: DType,
     shape: Shape,
     file: Arc<File>,
-    map: Arc<Mmap>,
+    map: Arc<MappedFile>,
     start: usize,
     len: usize,
 }
@@ -105,20 +104,7 @@ impl TensorData {
     /// reads them back from the file if used again. A no-op where the OS
     /// has no such advice.
     pub fn release_pages(&self) {
-        #[cfg(unix)]
-        {
-            use memmap2::UncheckedAdvice;
-            // SAFETY: the map is a read-only shared mapping of a file that
-            // is never written in place (see `MllmFile::open`); dropping
-            // its pages only makes later reads fault them back in from the
-            // file with the same contents, so no reference into the map
-            // observes a change. The range is inside the map (checked when
-            // the index was parsed). Failure only means the pages stay.
-            let _ = unsafe {
-                self.map
-                    .unchecked_advise_range(UncheckedAdvice::DontNeed, self.start, self.len)
-            };
-        }
+        self.map.release(self.start, self.len);
     }
 }
 
@@ -164,10 +150,7 @@ impl MllmFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        // SAFETY: the map is read-only and private to this process; mllm-rs
-        // never writes a file in place (writers rename a finished temp file
-        // over the old one), so the mapped bytes do not change under us.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let map = MappedFile::map(&file, path)?;
         let (entries, metadata) = parse(&map)?;
         Ok(MllmFile {
             path: path.to_path_buf(),
