@@ -4,12 +4,11 @@
 //! the tensor data is copied unchanged.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
-use mllm_core::file::{is_metadata_entry, Metadata, MllmFile, MllmWriter, TensorData, TensorSpec};
-use mllm_core::weights::WeightSource;
+use mllm_core::file::{is_metadata_entry, Metadata, MllmFile, MllmWriter, TensorSpec};
+use mllm_core::weights::TrackedWeights;
 use mllm_core::{DType, Error, Executor, Graph, Result};
 use mllm_models::config::HfConfig;
 use mllm_models::registry;
@@ -139,28 +138,9 @@ fn weight_shapes(file: &MllmFile, info: &ModelInfo) -> Result<IndexMap<String, V
     mllm_models::config::check_layer_count(&info.config, file.entries().len())?;
     let model = (registry::find(&info.architecture)?.build)(&info.config)?;
     let graph = Graph::trace(model.as_ref())?;
-    let recorder = ShapeRecorder {
-        file,
-        shapes: RefCell::new(IndexMap::new()),
-    };
+    let recorder = TrackedWeights::new(file);
     Executor::new(graph, &CpuBackend::new(1)?, &recorder, 1)?;
-    Ok(recorder.shapes.into_inner())
-}
-
-/// A weight source that remembers the shape each weight was asked with.
-struct ShapeRecorder<'f> {
-    file: &'f MllmFile,
-    shapes: RefCell<IndexMap<String, Vec<usize>>>,
-}
-
-impl WeightSource for ShapeRecorder<'_> {
-    fn weight(&self, name: &str, shape: &[usize]) -> Result<TensorData> {
-        let data = self.file.tensor_with_shape(name, shape)?;
-        self.shapes
-            .borrow_mut()
-            .insert(name.to_string(), shape.to_vec());
-        Ok(data)
-    }
+    Ok(recorder.into_shapes())
 }
 
 /// A 1-D shape for a tensor the architecture does not read: its element

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use mllm_core::file::MllmFile;
+use mllm_core::weights::TrackedWeights;
 use mllm_core::Error;
 use mllm_core::{Device, Executor, Graph, KvDtype, Placement, Result, StepInput, Tensor};
 use mllm_ops::cpu::CpuBackend;
@@ -89,8 +90,9 @@ impl Model {
         }
         let graph = Graph::trace(model.as_ref())?;
         let cpu = CpuBackend::new(opts.threads)?.with_kv_dtype(opts.kv_dtype);
+        let weights = TrackedWeights::new(&file);
         let executor = match opts.placement.device {
-            Device::Cpu => Executor::new(graph, &cpu, &file, max_context)?,
+            Device::Cpu => Executor::new(graph, &cpu, &weights, max_context)?,
             Device::Cuda(_) if opts.kv_dtype != KvDtype::F32 => {
                 return Err(Error::InvalidInput(format!(
                     "--kv-dtype {} runs on the CPU only; the CUDA backend stores its KV cache as f32",
@@ -100,9 +102,10 @@ impl Model {
             Device::Cuda(n) => {
                 let gpu = CudaBackend::new(n)?;
                 let nodes = opts.placement.assign(&graph);
-                Executor::with_placement(graph, &[&cpu, &gpu], &nodes, &file, max_context)?
+                Executor::with_placement(graph, &[&cpu, &gpu], &nodes, &weights, max_context)?
             }
         };
+        weights.check_all_read(&architecture)?;
         let tokenizer = tokenizer_json
             .map(Tokenizer::from_json)
             .transpose()?
