@@ -931,6 +931,10 @@ fn imported_tiny_model_loads_and_runs() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "encoding runs Oniguruma, C code that Miri cannot interpret"
+)]
 fn tokenizer_is_rebuilt_from_the_metadata() {
     let (_dir, f) = import_ok(&tiny_llama(&Tiny::default()));
     let tok = Tokenizer::from_json(f.tokenizer_json().unwrap().unwrap()).unwrap();
@@ -959,6 +963,10 @@ fn tokenizer_is_rebuilt_from_the_metadata() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "encoding runs Oniguruma, C code that Miri cannot interpret"
+)]
 fn add_bos_token_makes_the_tokenizer_prepend_it() {
     let mut g = tiny_metadata_without("tokenizer.ggml.add_bos_token");
     g.bool("tokenizer.ggml.add_bos_token", true)
@@ -1208,6 +1216,7 @@ fn inspect_shows_the_imported_file() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri cannot start processes")]
 fn cli_converts_gguf_and_explains_dtype() {
     let dir = tempfile::tempdir().unwrap();
     let input = write(dir.path(), "m.gguf", &tiny_llama(&Tiny::default()).bytes());
