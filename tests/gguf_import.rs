@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use mllm::convert::{convert, ConvertOptions};
-use mllm::core::{DType, LogitsMode, StepInput};
+use mllm::core::DType;
 use mllm::models::{generate, GenerateOptions, Model};
 
 const TOL: f32 = 1e-4;
@@ -26,22 +26,13 @@ fn import(file: &str) -> (Converted, Model) {
     (Converted { dir, path }, model)
 }
 
-fn all_logits(model: &mut Model, ids: &[u32]) -> Vec<f32> {
-    model.reset_slot(0);
-    model
-        .step(&StepInput::single(0, ids.to_vec(), LogitsMode::All))
-        .unwrap()
-        .data()
-        .to_vec()
-}
-
 #[test]
 fn f32_llama_gguf_matches_transformers() {
     let (_c, mut model) = import("tiny-llama.f32.gguf");
     let reference = Reference::load("tiny-llama");
     for (input, array) in [("short", "logits_short"), ("long", "logits_long")] {
         let ids = reference.ids(&format!("/inputs/{input}"));
-        let got = all_logits(&mut model, &ids);
+        let got = prompt_logits(&mut model, &ids).data().to_vec();
         assert_close(
             &format!("gguf {input}"),
             &got,
@@ -73,9 +64,9 @@ fn q8_0_llama_gguf_equals_the_model_quantized_by_the_converter() {
     };
     let reference = Reference::load("tiny-llama");
     let ids = reference.ids("/inputs/long");
-    let a = all_logits(&mut imported, &ids);
-    let b = all_logits(&mut converted, &ids);
-    assert_close("q8_0 gguf vs converter", &a, &b, 1e-5);
+    let a = prompt_logits(&mut imported, &ids);
+    let b = prompt_logits(&mut converted, &ids);
+    assert_close("q8_0 gguf vs converter", a.data(), b.data(), 1e-5);
 }
 
 #[test]

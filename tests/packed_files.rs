@@ -12,7 +12,7 @@ use std::path::Path;
 use common::*;
 use mllm::convert::{convert_with_policy, quantize_file, DTypePolicy, QuantizeOptions};
 use mllm::core::file::{Metadata, MllmFile, MllmWriter, TensorSpec};
-use mllm::core::{DType, LogitsMode, StepInput};
+use mllm::core::DType;
 use mllm::ops::cpu::kernels::PackedQ4;
 
 /// tiny-llama with q4_1 matrices and a q8_0 embedding, packed or not.
@@ -34,15 +34,6 @@ fn write(input: &Path, out: &Path, policy: DTypePolicy, requantize: bool) {
     } else {
         convert_with_policy(input, out, &opts).unwrap();
     }
-}
-
-fn all_logits(path: &Path, ids: &[u32]) -> Vec<f32> {
-    let mut model = load(path);
-    model
-        .step(&StepInput::single(0, ids.to_vec(), LogitsMode::All))
-        .unwrap()
-        .data()
-        .to_vec()
 }
 
 #[test]
@@ -76,7 +67,8 @@ fn packed_files_give_the_unpacked_files_results() {
     // The same logits: with AVX2 both run the packed kernels (the plain
     // file repacked at load), elsewhere the plain file's row kernels.
     let ids = Reference::load("tiny-llama").ids("/inputs/long");
-    let (a, b) = (all_logits(&plain, &ids), all_logits(&packed, &ids));
+    let a = prompt_logits(&mut load(&plain), &ids).data().to_vec();
+    let b = prompt_logits(&mut load(&packed), &ids).data().to_vec();
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
         assert_eq!(a, b);

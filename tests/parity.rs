@@ -16,13 +16,6 @@ const MODELS: [&str; 4] = [
     "tiny-qwen2",
 ];
 
-fn prompt_logits(model: &mut Model, ids: &[u32]) -> mllm::core::Tensor {
-    model.reset_slot(0);
-    model
-        .step(&StepInput::single(0, ids.to_vec(), LogitsMode::All))
-        .unwrap()
-}
-
 fn greedy(max_tokens: usize) -> GenerateOptions {
     GenerateOptions {
         max_tokens,

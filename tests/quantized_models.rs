@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use common::*;
 use mllm::convert::{convert_with_policy, quantize_file, DTypePolicy, QuantizeOptions};
 use mllm::core::file::MllmFile;
-use mllm::core::{DType, LogitsMode, StepInput, Tensor};
-use mllm::models::{generate, GenerateOptions, Model};
+use mllm::core::DType;
+use mllm::models::{generate, GenerateOptions};
 
 /// Quantized model against the f32 model with its dequantized weights.
 /// Measured: ≤ 1e-5 where the prompt runs through dequantized f32 tiles
@@ -38,13 +38,6 @@ const Q8_0_BOUND: f32 = 0.45;
 /// 5.692 (q4_0, greedy steps of `long`); prompt logits 3.515 / 4.660 (q4_0)
 /// and 5.400 / 3.843 (q4_1) for `short` / `long`.
 const Q4_BOUND: f32 = 6.0;
-
-fn prompt_logits(model: &mut Model, ids: &[u32]) -> Tensor {
-    model.reset_slot(0);
-    model
-        .step(&StepInput::single(0, ids.to_vec(), LogitsMode::All))
-        .unwrap()
-}
 
 /// Converts a fixture with `policy`, into a temporary directory.
 fn convert_policy(name: &str, policy: DTypePolicy) -> Converted {

@@ -164,6 +164,15 @@ impl Reference {
     }
 }
 
+/// The logits of every position of `ids`, run as one prompt in a fresh
+/// slot 0.
+pub fn prompt_logits(model: &mut Model, ids: &[u32]) -> mllm::core::Tensor {
+    model.reset_slot(0);
+    model
+        .step(&StepInput::single(0, ids.to_vec(), LogitsMode::All))
+        .unwrap()
+}
+
 /// The logits behind each of `ids` when they are decoded one at a time
 /// after `prompt` in slot 0 with the KV cache: row 0 is the prefill's last
 /// position, row k the decode step that consumed `ids[k - 1]`.
