@@ -1256,7 +1256,7 @@ fn cli_converts_gguf_and_explains_dtype() {
     assert!(!dir.path().join("x.mllm").exists());
 }
 
-// ------------------------------------------------------ mutation campaign
+// ----------------------- found by the mutation campaign (tests/hostile_files.rs)
 
 /// Found by the campaign: a block count of billions made the import build
 /// billions of layers (an allocation abort). It is now an error naming
