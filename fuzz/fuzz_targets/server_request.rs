@@ -12,7 +12,7 @@ fn facts() -> &'static ModelFacts {
     static FACTS: OnceLock<ModelFacts> = OnceLock::new();
     FACTS.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        mllm_fuzz::request_facts(&mllm_fuzz::request_model_path(), dir.path()).unwrap()
+        mllm_fuzz::request_facts(dir.path()).unwrap()
     })
 }
 

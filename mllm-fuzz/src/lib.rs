@@ -5,7 +5,7 @@
 //! mutation campaigns in `tests/` and the libFuzzer targets in `fuzz/`
 //! call the same functions.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use mllm_convert::gguf::{tokenizer::tokenizer_json, GgufFile};
 use mllm_convert::{convert, describe, ConvertOptions};
@@ -113,17 +113,14 @@ pub fn gguf_tokenizer(input: &Path) -> Outcome {
     Outcome::Ran
 }
 
-/// The GGUF fixture every request target checks requests against
-/// (tiny-llama in Q8_0, with a byte-level BPE and a chat template).
-pub fn request_model_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/tiny-llama.q8_0.gguf")
-}
-
-/// The facts of the GGUF model at `gguf`, imported into `dir`, as the
-/// server checks requests against them.
-pub fn request_facts(gguf: &Path, dir: &Path) -> Result<ModelFacts, String> {
+/// The facts the request targets check requests against: the GGUF
+/// fixture tiny-llama in Q8_0 (a byte-level BPE and a chat template),
+/// imported into `dir`.
+pub fn request_facts(dir: &Path) -> Result<ModelFacts, String> {
+    let gguf =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/tiny-llama.q8_0.gguf");
     let mllm = dir.join("requests.mllm");
-    convert(gguf, &mllm, &ConvertOptions::default()).map_err(|e| e.to_string())?;
+    convert(&gguf, &mllm, &ConvertOptions::default()).map_err(|e| e.to_string())?;
     let opts = LoadOptions {
         threads: 1,
         ..Default::default()
