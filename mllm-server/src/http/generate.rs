@@ -16,18 +16,16 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::AppState;
-use crate::api::request::Settings;
 use crate::api::response::{logprobs_json, Header, Kind};
 use crate::api::validate::{validate, Validated};
 use crate::api::ApiError;
-use crate::engine::{Event, GenRequest, SubmitError, TokenLogprob};
+use crate::engine::{Event, SubmitError, TokenLogprob};
 use crate::metrics::add;
 
-/// A validated request ready for the engine.
+/// A validated request and the header of its response.
 struct Prepared {
     header: Header,
-    settings: Settings,
-    request: GenRequest,
+    valid: Validated,
 }
 
 pub(super) async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
@@ -52,15 +50,15 @@ async fn respond(state: &Arc<AppState>, prepared: Result<Prepared, ApiError>) ->
 }
 
 async fn run(state: &Arc<AppState>, p: Prepared) -> Result<Response, ApiError> {
-    let events = state.engine.submit(p.request).map_err(|e| match e {
+    let events = state.engine.submit(p.valid.request).map_err(|e| match e {
         SubmitError::QueueFull => ApiError::queue_full(),
         SubmitError::Stopped => ApiError::internal("the engine has stopped"),
     })?;
-    if p.settings.stream {
+    if p.valid.settings.stream {
         Ok(stream(
             state.clone(),
             p.header,
-            p.settings.include_usage,
+            p.valid.settings.include_usage,
             events,
         ))
     } else {
@@ -70,7 +68,7 @@ async fn run(state: &Arc<AppState>, p: Prepared) -> Result<Response, ApiError> {
 
 /// The validated request with the header of its response.
 fn prepare(state: &AppState, kind: Kind, body: &[u8]) -> Result<Prepared, ApiError> {
-    let Validated { settings, request } = validate(&state.model, kind, body)?;
+    let valid = validate(&state.model, kind, body)?;
     let n = state.next_id.fetch_add(1, Ordering::Relaxed);
     let prefix = match kind {
         Kind::Chat => "chatcmpl",
@@ -82,11 +80,7 @@ fn prepare(state: &AppState, kind: Kind, body: &[u8]) -> Result<Prepared, ApiErr
         model: state.model.model_id.clone(),
         kind,
     };
-    Ok(Prepared {
-        header,
-        settings,
-        request,
-    })
+    Ok(Prepared { header, valid })
 }
 
 /// Waits for the whole reply and answers with one JSON body.
