@@ -3,8 +3,8 @@
 # seeds made of the repository's fixtures.
 #
 # Usage: scripts/fuzz.sh TARGET [RUNS] [extra libFuzzer flags...]
-#   TARGET: mllm_file | safetensors | gguf | gguf_tokenizer | chat_template |
-#           server_request
+#   TARGET: mllm_file | safetensors | sharded | gguf | gguf_tokenizer |
+#           chat_template | server_request
 #   RUNS:   executions (default 1000000)
 # Needs `rustup toolchain install nightly` and `cargo install cargo-fuzz`.
 # The corpus grows in fuzz/corpus/TARGET; crashes land in fuzz/artifacts/TARGET
@@ -33,6 +33,14 @@ if [ -z "$(ls -A "$corpus")" ]; then
         ;;
     safetensors)
         cp "$fixtures/tiny-llama/model.safetensors" "$corpus/tiny-llama.safetensors"
+        ;;
+    sharded)
+        # One seed per file the first byte can pick: 0 index, 1 and 2 shards.
+        pick=0
+        for name in model.safetensors.index.json model-0000{1,2}-of-00002.safetensors; do
+            { printf "\\x0$pick"; cat "$fixtures/tiny-llama/sharded/$name"; } >"$corpus/$name"
+            pick=$((pick + 1))
+        done
         ;;
     gguf)
         cp "$fixtures"/gguf/tiny-llama.{f32,q8_0}.gguf "$corpus/"

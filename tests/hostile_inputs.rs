@@ -12,7 +12,9 @@ mod common;
 
 use common::*;
 use mllm::models::chat::{ChatTemplate, Message};
-use mllm_fuzz::{chat_template, gguf_tokenizer, request_facts, server_request, Outcome};
+use mllm_fuzz::{
+    chat_template, gguf_tokenizer, request_facts, server_request, Outcome, SHARDED_FILES,
+};
 use mllm_mutate::campaign;
 
 /// Mutants per seed.
@@ -59,6 +61,25 @@ fn mutated_shard_indexes_and_shards_never_panic() {
         assert_eq!(t.ran + t.refused, MUTANTS);
         assert!(t.refused > 0, "{name}: {t:?}");
     }
+}
+
+#[test]
+fn sharded_checkpoint_harness_replaces_the_file_its_first_byte_picks() {
+    let shards = fixture("tiny-llama/sharded");
+    let run = |input: &[u8]| {
+        let work = tempfile::tempdir().unwrap();
+        mllm_fuzz::sharded_checkpoint(work.path(), input)
+    };
+    for (pick, name) in SHARDED_FILES.iter().enumerate() {
+        let original = std::fs::read(shards.join(name)).unwrap();
+        for first in [pick as u8, pick as u8 + 3] {
+            let seed = [&[first][..], &original].concat();
+            assert_eq!(run(&seed), Outcome::Ran, "{name} as itself");
+        }
+        let cut = [&[pick as u8][..], &original[..original.len() / 2]].concat();
+        assert_eq!(run(&cut), Outcome::Refused, "{name} cut in half");
+    }
+    assert_eq!(run(b""), Outcome::Refused);
 }
 
 /// The seed files in `tests/fixtures/<dir>` (also the fuzzer's seeds), as

@@ -71,6 +71,40 @@ pub fn convertible(input: &Path, output: &Path) -> Outcome {
     load_and_step(output)
 }
 
+/// The files of the sharded fixture checkpoint
+/// (`tests/fixtures/tiny-llama/sharded`) an input may replace: the index
+/// first, then its two shards.
+pub const SHARDED_FILES: [&str; 3] = [
+    "model.safetensors.index.json",
+    "model-00001-of-00002.safetensors",
+    "model-00002-of-00002.safetensors",
+];
+
+/// A sharded checkpoint in `work`, made of the fixture's files with one
+/// replaced: the first byte of `input` picks which of [`SHARDED_FILES`]
+/// (modulo three), the rest is its new content. Converted from the index,
+/// loaded and run for a step.
+pub fn sharded_checkpoint(work: &Path, input: &[u8]) -> Outcome {
+    let Some((&pick, content)) = input.split_first() else {
+        return Outcome::Refused;
+    };
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny-llama/sharded");
+    let replaced = SHARDED_FILES[pick as usize % SHARDED_FILES.len()];
+    for name in SHARDED_FILES.iter().chain(&["config.json"]) {
+        let path = work.join(name);
+        let written = if *name == replaced {
+            std::fs::write(&path, content)
+        } else {
+            std::fs::copy(fixture.join(name), &path).map(drop)
+        };
+        if written.is_err() {
+            return Outcome::Refused;
+        }
+    }
+    convertible(&work.join(SHARDED_FILES[0]), &work.join("out.mllm"))
+}
+
 /// A GGUF file at `input`: opened, every tensor located, described as
 /// `mllm-convert inspect` shows it, then imported to `output`, loaded and
 /// run for a step.
