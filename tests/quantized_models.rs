@@ -163,6 +163,20 @@ fn q4_tiny_llama_runs_within_a_looser_bound() {
     }
 }
 
+/// q5_0 and q5_1 tiny-llama: one more bit than q4. Measured (worst of
+/// prompt logits and greedy steps): 3.636 (q5_0), 2.913 (q5_1).
+const Q5_BOUND: f32 = 4.0;
+
+#[test]
+fn q5_tiny_llama_runs_between_q4_and_q8() {
+    for dtype in [DType::Q5_0, DType::Q5_1] {
+        let c = convert_to(&fixture("tiny-llama"), dtype);
+        let worst = check_logits("tiny-llama", &c, Q5_BOUND);
+        // Well above q8_0's error: these are 5-bit weights.
+        assert!(worst > 4.0 * Q8_0_BOUND, "{dtype}: {worst}");
+    }
+}
+
 /// Embedding and head in their own types: q4_0 matrices with a q8_0
 /// embedding and an f16 head, and the reverse mix.
 #[test]
@@ -192,12 +206,13 @@ fn embedding_and_head_flags_run() {
 }
 
 /// GPT-2's MLP output projection has rows of 256 and is stored in the
-/// K-quant itself (the other matrices fall back to q4_1 or q8_0, the
+/// K-quant itself (the other matrices fall back to q4_1, q5_1 or q8_0, the
 /// position table is f16): the K-quant kernels run inside a real model.
-/// Measured errors against the f32 reference: 2.593 (q4_k), 0.2211 (q6_k).
+/// Measured errors against the f32 reference: 2.595 (q4_k), 1.469 (q5_k),
+/// 0.2259 (q6_k).
 #[test]
 fn k_quants_run_on_gpt2() {
-    for (dtype, bound) in [(DType::Q4K, 2.8), (DType::Q6K, 0.25)] {
+    for (dtype, bound) in [(DType::Q4K, 2.8), (DType::Q5K, 1.6), (DType::Q6K, 0.25)] {
         let c = convert_to(&fixture("tiny-gpt2"), dtype);
         let file = MllmFile::open(&c.path).unwrap();
         let c_proj = file.tensor("transformer.h.0.mlp.c_proj.weight").unwrap();

@@ -21,7 +21,7 @@ use crate::write::{in_tensor, write_file, Header};
 pub struct ConvertOptions {
     /// Storage type of tensors of rank 2 and more: one of the
     /// [`TARGET_DTYPES`](crate::TARGET_DTYPES) (f32, f16, bf16, q8_0, q4_0,
-    /// q4_1, q4_k, q6_k), subject to the [fallback rule](crate::policy).
+    /// q4_1, q5_0, q5_1, q4_k, q5_k, q6_k), subject to the [fallback rule](crate::policy).
     /// Tensors of rank 0 and 1 (norm weights, biases) always stay F32.
     pub dtype: DType,
     /// Draw a progress bar on stderr.

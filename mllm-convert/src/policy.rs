@@ -18,13 +18,14 @@
 //! token embedding, so only `embed_dtype` applies to it.
 //!
 //! **Fallback.** A block-quantized type stores each row (the last dimension)
-//! as whole blocks of 32 values (q8_0, q4_0, q4_1) or 256 (q4_k, q6_k). A
-//! tensor whose rows are not whole blocks of the chosen type is stored in:
+//! as whole blocks of 32 values (q8_0, q4_0, q4_1, q5_0, q5_1) or 256
+//! (q4_k, q5_k, q6_k). A tensor whose rows are not whole blocks of the
+//! chosen type is stored in:
 //!
 //! 1. the 32-value format of the same kind when the rows are a multiple of
-//!    32: q4_k → q4_1 (4-bit values with a scale and a minimum per block),
-//!    q6_k → q8_0 (there is no 6-bit 32-value format; the next more precise
-//!    one);
+//!    32: q4_k → q4_1 and q5_k → q5_1 (values of the same width with a
+//!    scale and a minimum per block), q6_k → q8_0 (there is no 6-bit
+//!    32-value format; the next more precise one);
 //! 2. otherwise F16.
 //!
 //! Such tensors are [`Storage::fallback`] and counted in
@@ -35,18 +36,21 @@ use mllm_ops::quant::QuantType;
 
 /// Every dtype a conversion can store matrices in, in the order error
 /// messages list them.
-pub const TARGET_DTYPES: [DType; 8] = [
+pub const TARGET_DTYPES: [DType; 11] = [
     DType::F32,
     DType::F16,
     DType::BF16,
     DType::Q8_0,
     DType::Q4_0,
     DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
     DType::Q4K,
+    DType::Q5K,
     DType::Q6K,
 ];
 
-/// `f32, f16, …, q4_k or q6_k`.
+/// `f32, f16, …, q5_k or q6_k`.
 fn target_list() -> String {
     let names: Vec<&str> = TARGET_DTYPES.iter().map(|d| d.name()).collect();
     let (last, rest) = names.split_last().expect("the list is not empty");
@@ -65,7 +69,8 @@ pub fn check_target_dtype(dtype: DType) -> Result<()> {
 }
 
 /// Parses a target dtype name as given on the command line (`f32`, `f16`,
-/// `bf16`, `q8_0`, `q4_0`, `q4_1`, `q4_k`, `q6_k`; case-insensitive).
+/// `bf16`, `q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q4_k`, `q5_k`, `q6_k`;
+/// case-insensitive).
 pub fn parse_target_dtype(name: &str) -> Result<DType> {
     let dtype: DType = name.parse().map_err(|_| {
         Error::InvalidInput(format!("unknown dtype '{name}'; use {}", target_list()))
@@ -195,6 +200,7 @@ impl DTypePolicy {
         } else {
             let dtype = match requested {
                 DType::Q4K if row.is_multiple_of(32) => DType::Q4_1,
+                DType::Q5K if row.is_multiple_of(32) => DType::Q5_1,
                 DType::Q6K if row.is_multiple_of(32) => DType::Q8_0,
                 _ => DType::F16,
             };
@@ -333,8 +339,8 @@ mod tests {
     fn target_names() {
         assert_eq!(parse_target_dtype("Q4_K").unwrap(), DType::Q4K);
         assert_eq!(
-            parse_target_dtype("q5_0").unwrap_err().to_string(),
-            "invalid input: unknown dtype 'q5_0'; use f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k"
+            parse_target_dtype("q7_0").unwrap_err().to_string(),
+            "invalid input: unknown dtype 'q7_0'; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
         );
         let err = DTypePolicy {
             head_dtype: Some(DType::Q2K),

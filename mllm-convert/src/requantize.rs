@@ -14,8 +14,8 @@ use crate::write::{in_tensor, write_file, Header};
 /// `opts.policy` says (see [`crate::policy`]).
 ///
 /// The metadata (architecture, config, generation config), tokenizer and
-/// chat template are carried over unchanged. Each tensor (f32, f16, bf16,
-/// q8_0, q4_0, q4_1, q4_k or q6_k) whose storage type changes is decoded to
+/// chat template are carried over unchanged. Each tensor (f32, f16, bf16
+/// or a block-quantized type the CPU reads) whose storage type changes is decoded to
 /// f32 and re-encoded; one already in its storage type is copied as is.
 /// Tensors are written sorted by name like [`convert`](crate::convert), so
 /// requantizing an f32 file gives the file a direct conversion with the

@@ -503,7 +503,7 @@ fn dtypes_without_a_quantizer_are_rejected() {
         assert_eq!(
             err.to_string(),
             format!(
-                "{name} is not a conversion target; use f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k"
+                "{name} is not a conversion target; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
             )
         );
     }
@@ -630,9 +630,11 @@ fn binary_converts_inspects_and_fails_cleanly() {
     fail(&[missing, "-o", dest]);
     fail(&["inspect", missing]);
     let fixture_dir = fixture("tiny-llama");
-    let stderr = fail(&[fixture_dir.to_str().unwrap(), "-o", dest, "--dtype", "q5_0"]);
+    let stderr = fail(&[fixture_dir.to_str().unwrap(), "-o", dest, "--dtype", "q9_0"]);
     assert!(
-        stderr.contains("unknown dtype 'q5_0'; use f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k"),
+        stderr.contains(
+            "unknown dtype 'q9_0'; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
+        ),
         "{stderr}"
     );
     fail(&[fixture_dir.to_str().unwrap()]);

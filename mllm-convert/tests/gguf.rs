@@ -33,7 +33,10 @@ const G_F32: u32 = 0;
 const G_F16: u32 = 1;
 const G_Q4_0: u32 = 2;
 const G_Q4_1: u32 = 3;
+const G_Q5_0: u32 = 6;
+const G_Q5_1: u32 = 7;
 const G_Q8_0: u32 = 8;
+const G_Q3_K: u32 = 11;
 const G_Q4_K: u32 = 12;
 const G_Q5_K: u32 = 13;
 const G_Q6_K: u32 = 14;
@@ -488,14 +491,17 @@ fn kept_types_map_to_mllm_dtypes_and_others_are_named_errors() {
         (G_Q4_0, DType::Q4_0, 16 * 18),
         (G_Q4_1, DType::Q4_1, 16 * 20),
         (G_Q8_0, DType::Q8_0, 16 * 34),
+        (G_Q5_0, DType::Q5_0, 16 * 22),
+        (G_Q5_1, DType::Q5_1, 16 * 24),
         (G_Q4_K, DType::Q4K, 2 * 144),
+        (G_Q5_K, DType::Q5K, 2 * 176),
         (G_Q6_K, DType::Q6K, 2 * 210),
     ];
     let mut g = Gguf::new(3);
     for (ty, _, len) in kept {
         g.tensor(&format!("t{ty}"), &[256, 2], ty, vec![7; len]);
     }
-    g.tensor("blk.3.ffn_up.weight", &[256, 2], G_Q5_K, vec![0; 2 * 176])
+    g.tensor("blk.3.ffn_up.weight", &[256, 2], G_Q3_K, vec![0; 2 * 110])
         .tensor("odd", &[99, 1], 99, vec![0; 4]);
     let f = open_bytes(&g.bytes()).unwrap();
     for (ty, dtype, len) in kept {
@@ -509,7 +515,7 @@ fn kept_types_map_to_mllm_dtypes_and_others_are_named_errors() {
     match f.tensor("blk.3.ffn_up.weight") {
         Err(Error::UnsupportedDType(msg)) => {
             assert!(msg.contains("blk.3.ffn_up.weight"), "{msg}");
-            assert!(msg.contains("q5_k (13)"), "{msg}");
+            assert!(msg.contains("q3_k (11)"), "{msg}");
         }
         other => panic!("{other:?}"),
     }
@@ -1123,7 +1129,7 @@ fn unsupported_architecture_and_tensors_are_errors() {
         msg.contains("layer 5") && msg.contains("block_count is 1"),
         "{msg}"
     );
-    // A kept-type check on the model: a Q5_K matrix names the tensor and type.
+    // A kept-type check on the model: a Q3_K matrix names the tensor and type.
     let mut g = tiny_llama(&Tiny::default());
     let up = g
         .tensors
@@ -1131,12 +1137,12 @@ fn unsupported_architecture_and_tensors_are_errors() {
         .find(|t| t.name == "blk.0.ffn_up.weight")
         .unwrap();
     up.ne = vec![256, 8];
-    up.ty = G_Q5_K;
-    up.data = vec![0; 8 * 176];
+    up.ty = G_Q3_K;
+    up.data = vec![0; 8 * 110];
     match import_err(&g) {
         Error::UnsupportedDType(msg) => {
             assert!(
-                msg.contains("'blk.0.ffn_up.weight'") && msg.contains("q5_k"),
+                msg.contains("'blk.0.ffn_up.weight'") && msg.contains("q3_k"),
                 "{msg}"
             )
         }

@@ -118,7 +118,11 @@ fn q4_0_tiny_llama_follows_the_policy() {
 #[test]
 fn k_quants_fall_back_on_short_rows() {
     let out = tempfile::tempdir().unwrap();
-    for (k, small) in [(DType::Q4K, DType::Q4_1), (DType::Q6K, DType::Q8_0)] {
+    for (k, small) in [
+        (DType::Q4K, DType::Q4_1),
+        (DType::Q5K, DType::Q5_1),
+        (DType::Q6K, DType::Q8_0),
+    ] {
         let path = out.path().join(format!("{k}.mllm"));
         let report = convert_fixture("tiny-llama", &path, &opts(k, None, None));
         assert_eq!(report.dtype, k);
@@ -335,8 +339,8 @@ fn bad_input_gives_clear_errors() {
     let err = quantize_file(&fixture("tiny-llama").join("config.json"), &dest, &q).unwrap_err();
     assert!(matches!(err, Error::BadMagic { .. }), "{err}");
     assert_eq!(
-        parse_target_dtype("q5_k").unwrap_err().to_string(),
-        "invalid input: unknown dtype 'q5_k'; use f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k"
+        parse_target_dtype("q7_k").unwrap_err().to_string(),
+        "invalid input: unknown dtype 'q7_k'; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
     );
     let f32_path = out.path().join("f32.mllm");
     convert(
@@ -348,7 +352,7 @@ fn bad_input_gives_clear_errors() {
     let err = quantize_file(&f32_path, &dest, &opts(DType::Q8_1, None, None)).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "q8_1 is not a conversion target; use f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k"
+        "q8_1 is not a conversion target; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
     );
     let err =
         quantize_file(&f32_path, &dest, &opts(DType::Q8_0, Some(DType::I8), None)).unwrap_err();

@@ -19,9 +19,12 @@ pub enum DType {
     F16 = 1,
     Q4_0 = 2,
     Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
     Q8_0 = 8,
     Q8_1 = 9,
     Q4K = 12,
+    Q5K = 13,
     Q6K = 14,
     Q8K = 15,
     I8 = 16,
@@ -44,14 +47,17 @@ pub enum DType {
 
 impl DType {
     /// Every dtype mllm-rs knows, in code order.
-    pub const ALL: [DType; 18] = [
+    pub const ALL: [DType; 21] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
         DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
         DType::Q8_0,
         DType::Q8_1,
         DType::Q4K,
+        DType::Q5K,
         DType::Q6K,
         DType::Q8K,
         DType::I8,
@@ -78,8 +84,9 @@ impl DType {
     /// Number of elements in one block (1 for plain types).
     pub fn block_len(self) -> usize {
         match self {
-            DType::Q4_0 | DType::Q4_1 | DType::Q8_0 | DType::Q8_1 => 32,
-            DType::Q4K | DType::Q6K | DType::Q8K | DType::Q3K | DType::Q2K => 256,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
+            DType::Q8_0 | DType::Q8_1 => 32,
+            DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K | DType::Q3K | DType::Q2K => 256,
             DType::Q4Packed | DType::Q8Packed => 256,
             _ => 1,
         }
@@ -93,9 +100,12 @@ impl DType {
             DType::I8 | DType::U8 => 1,
             DType::Q4_0 => 18,
             DType::Q4_1 => 20,
+            DType::Q5_0 => 22,
+            DType::Q5_1 => 24,
             DType::Q8_0 => 34,
             DType::Q8_1 => 36,
             DType::Q4K => 144,
+            DType::Q5K => 176,
             DType::Q6K => 210,
             DType::Q8K => 292,
             DType::Q3K => 110,
@@ -135,9 +145,12 @@ impl DType {
             DType::F16 => "f16",
             DType::Q4_0 => "q4_0",
             DType::Q4_1 => "q4_1",
+            DType::Q5_0 => "q5_0",
+            DType::Q5_1 => "q5_1",
             DType::Q8_0 => "q8_0",
             DType::Q8_1 => "q8_1",
             DType::Q4K => "q4_k",
+            DType::Q5K => "q5_k",
             DType::Q6K => "q6_k",
             DType::Q8K => "q8_k",
             DType::I8 => "i8",
@@ -180,6 +193,9 @@ mod tests {
         assert_eq!(DType::F32.code(), 0);
         assert_eq!(DType::Q4_1.code(), 3);
         assert_eq!(DType::Q8_0.code(), 8);
+        assert_eq!(DType::Q5_0.code(), 6);
+        assert_eq!(DType::Q5_1.code(), 7);
+        assert_eq!(DType::Q5K.code(), 13);
         assert_eq!(DType::Q6K.code(), 14);
         assert_eq!(DType::Q2K.code(), 24);
         assert_eq!(DType::BF16.code(), 128);
@@ -197,6 +213,9 @@ mod tests {
     fn sizes() {
         assert_eq!(DType::F16.bytes_for(10).unwrap(), 20);
         assert_eq!(DType::Q4_0.bytes_for(64).unwrap(), 36);
+        assert_eq!(DType::Q5_0.bytes_for(64).unwrap(), 44);
+        assert_eq!(DType::Q5_1.bytes_for(64).unwrap(), 48);
+        assert_eq!(DType::Q5K.bytes_for(512).unwrap(), 352);
         assert!(DType::Q4_0.bytes_for(33).is_err());
         // A count from a hostile file: an error, not an overflow.
         let err = DType::F32

@@ -32,6 +32,33 @@ fn dequantize_matches_gguf_reference() {
     }
 }
 
+/// The round-to-nearest quantizers produce gguf-py's bytes exactly on
+/// random normal blocks, an all-zero block and a constant one.
+#[test]
+fn quantize_matches_gguf_reference() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    for dtype in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ] {
+        let read = |ext: &str| std::fs::read(dir.join(format!("{dtype}.{ext}"))).unwrap();
+        let input: Vec<f32> = read("input")
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let want = read("quantized");
+        assert_eq!(want.len(), dtype.bytes_for(input.len()).unwrap());
+        let got = quantize(dtype, &input).unwrap();
+        let block = dtype.block_bytes();
+        for (i, (g, w)) in got.chunks(block).zip(want.chunks(block)).enumerate() {
+            assert_eq!(g, w, "{dtype} block {i}");
+        }
+    }
+}
+
 /// A deterministic xorshift64* generator with Box–Muller normals.
 struct Rng(u64);
 
@@ -66,7 +93,8 @@ fn relative_rms_error(dtype: DType, x: &[f32]) -> f64 {
 }
 
 /// Measured on 64 Ki standard-normal values (seed 7):
-/// Q8_0 0.0053, Q4_0 0.0858, Q4_1 0.0785, Q4_K 0.0715, Q6_K 0.0169.
+/// Q8_0 0.0053, Q4_0 0.0858, Q4_1 0.0785, Q4_K 0.0716, Q6_K 0.0169,
+/// Q5_0 0.0427, Q5_1 0.0379, Q5_K 0.0359.
 /// The bounds sit a little above those.
 #[test]
 fn quantization_error_bounds() {
@@ -78,6 +106,9 @@ fn quantization_error_bounds() {
         (DType::Q4_1, 0.083),
         (DType::Q4K, 0.075),
         (DType::Q6K, 0.018),
+        (DType::Q5_0, 0.045),
+        (DType::Q5_1, 0.040),
+        (DType::Q5K, 0.038),
     ] {
         let e = relative_rms_error(dtype, &x);
         eprintln!("{dtype}: relative RMS error {e:.4}");
@@ -87,6 +118,7 @@ fn quantization_error_bounds() {
     let small: Vec<f32> = x.iter().map(|v| v * 1e-3).collect();
     assert!(relative_rms_error(DType::Q4K, &small) <= 0.075);
     assert!(relative_rms_error(DType::Q6K, &small) <= 0.018);
+    assert!(relative_rms_error(DType::Q5K, &small) <= 0.038);
 }
 
 /// Quantizing already-dequantized data almost reproduces it for the
@@ -95,7 +127,13 @@ fn quantization_error_bounds() {
 fn requantizing_is_nearly_stable() {
     let mut rng = Rng(11);
     let x: Vec<f32> = (0..4096).map(|_| rng.normal()).collect();
-    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q4_1] {
+    for dtype in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+    ] {
         let mut y = vec![0.0f32; x.len()];
         dequantize(dtype, &quantize(dtype, &x).unwrap(), &mut y).unwrap();
         let e = relative_rms_error(dtype, &y);

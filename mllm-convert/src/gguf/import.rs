@@ -24,7 +24,7 @@ struct Planned<'a> {
 /// Converts the GGUF file `input` into the `.mllm` file `output`.
 ///
 /// Every tensor keeps its stored type and bytes (F32, F16, BF16, Q4_0, Q4_1,
-/// Q8_0, Q4_K, Q6_K; any other type is an error naming it and the tensor);
+/// Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; any other type is an error naming it and the tensor);
 /// only the rows of Llama q/k projections are reordered into the Hugging
 /// Face rotary layout. Tensors get their Hugging Face names and shapes, the
 /// config and generation config are synthesized from the metadata, the

@@ -106,7 +106,7 @@ pub enum MatrixWeight {
 impl MatrixWeight {
     /// Binds `name` with shape `[rows, cols]`; fails with
     /// [`Error::UnsupportedDType`] naming `op`, the weight and its dtype when
-    /// the dtype is not f32, f16, bf16, q8_0, q4_0, q4_1, q4_k or q6_k, or when
+    /// the dtype is not f32, f16, bf16 or a [`QuantType`], or when
     /// a quantized weight's rows are not whole blocks.
     pub fn load(
         weights: &dyn WeightSource,
@@ -138,7 +138,7 @@ impl MatrixWeight {
             }
             other => Err(Error::UnsupportedDType(format!(
                 "{op}: weight '{name}' has dtype {other}, which this op does not support on \
-                 the CPU (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q6_k, and for \
+                 the CPU (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, and for \
                  linear and embedding layers q4_packed and q8_0_packed)"
             ))),
         }

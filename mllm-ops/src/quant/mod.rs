@@ -9,7 +9,10 @@
 //! | [`DType::Q8_0`] | 32 | 34 | `d: f16`, `qs: [i8; 32]` | `d·q` |
 //! | [`DType::Q4_0`] | 32 | 18 | `d: f16`, `qs: [u8; 16]` | `d·(q − 8)` |
 //! | [`DType::Q4_1`] | 32 | 20 | `d: f16`, `m: f16`, `qs: [u8; 16]` | `d·q + m` |
+//! | [`DType::Q5_0`] | 32 | 22 | `d: f16`, `qh: u32`, `qs: [u8; 16]` | `d·(q − 16)` |
+//! | [`DType::Q5_1`] | 32 | 24 | `d: f16`, `m: f16`, `qh: u32`, `qs: [u8; 16]` | `d·q + m` |
 //! | [`DType::Q4K`] | 256 | 144 | `d, dmin: f16`, `scales: [u8; 12]`, `qs: [u8; 128]` | `d·sc·q − dmin·m` |
+//! | [`DType::Q5K`] | 256 | 176 | `d, dmin: f16`, `scales: [u8; 12]`, `qh: [u8; 32]`, `qs: [u8; 128]` | `d·sc·q − dmin·m` |
 //! | [`DType::Q6K`] | 256 | 210 | `ql: [u8; 128]`, `qh: [u8; 64]`, `scales: [i8; 16]`, `d: f16` | `d·sc·(q − 32)` |
 //!
 //! The nibble and bit orders are described in each format's module. The
@@ -21,6 +24,9 @@ pub(crate) mod fit;
 pub(crate) mod q4_0;
 pub(crate) mod q4_1;
 pub(crate) mod q4_k;
+pub(crate) mod q5_0;
+pub(crate) mod q5_1;
+pub(crate) mod q5_k;
 pub(crate) mod q6_k;
 pub(crate) mod q8_0;
 
@@ -36,19 +42,28 @@ pub enum QuantType {
     Q4_0,
     /// 32 values: f16 scale, f16 minimum and 32 nibbles.
     Q4_1,
+    /// 32 values: f16 scale and 32 five-bit values offset by 16.
+    Q5_0,
+    /// 32 values: f16 scale, f16 minimum and 32 five-bit values.
+    Q5_1,
     /// 256 values: eight sub-blocks with 6-bit scales and minimums, nibbles.
     Q4K,
+    /// 256 values: Q4_K's sub-blocks with five-bit values.
+    Q5K,
     /// 256 values: sixteen sub-blocks with 8-bit scales, 6-bit values.
     Q6K,
 }
 
 impl QuantType {
     /// Every supported format.
-    pub const ALL: [QuantType; 5] = [
+    pub const ALL: [QuantType; 8] = [
         QuantType::Q8_0,
         QuantType::Q4_0,
         QuantType::Q4_1,
+        QuantType::Q5_0,
+        QuantType::Q5_1,
         QuantType::Q4K,
+        QuantType::Q5K,
         QuantType::Q6K,
     ];
 
@@ -63,7 +78,10 @@ impl QuantType {
             QuantType::Q8_0 => DType::Q8_0,
             QuantType::Q4_0 => DType::Q4_0,
             QuantType::Q4_1 => DType::Q4_1,
+            QuantType::Q5_0 => DType::Q5_0,
+            QuantType::Q5_1 => DType::Q5_1,
             QuantType::Q4K => DType::Q4K,
+            QuantType::Q5K => DType::Q5K,
             QuantType::Q6K => DType::Q6K,
         }
     }
@@ -95,6 +113,9 @@ impl QuantType {
             QuantType::Q8_0 => each_block(blocks, out, q8_0::dequantize_block),
             QuantType::Q4_0 => each_block(blocks, out, q4_0::dequantize_block),
             QuantType::Q4_1 => each_block(blocks, out, q4_1::dequantize_block),
+            QuantType::Q5_0 => each_block(blocks, out, q5_0::dequantize_block),
+            QuantType::Q5_1 => each_block(blocks, out, q5_1::dequantize_block),
+            QuantType::Q5K => each_block(blocks, out, q5_k::dequantize_block),
             QuantType::Q4K => each_block(blocks, out, q4_k::dequantize_block),
             QuantType::Q6K => each_block(blocks, out, q6_k::dequantize_block),
         }
@@ -106,6 +127,9 @@ impl QuantType {
             QuantType::Q8_0 => each_block_mut(x, out, q8_0::quantize_block),
             QuantType::Q4_0 => each_block_mut(x, out, q4_0::quantize_block),
             QuantType::Q4_1 => each_block_mut(x, out, q4_1::quantize_block),
+            QuantType::Q5_0 => each_block_mut(x, out, q5_0::quantize_block),
+            QuantType::Q5_1 => each_block_mut(x, out, q5_1::quantize_block),
+            QuantType::Q5K => each_block_mut(x, out, q5_k::quantize_block),
             QuantType::Q4K => each_block_mut(x, out, q4_k::quantize_block),
             QuantType::Q6K => each_block_mut(x, out, q6_k::quantize_block),
         }
@@ -149,7 +173,7 @@ fn quant_type(dtype: DType, what: &str) -> Result<QuantType> {
     QuantType::from_dtype(dtype).ok_or_else(|| {
         Error::UnsupportedDType(format!(
             "{what}: dtype {dtype} is not a supported block-quantized format \
-             (supported: q8_0, q4_0, q4_1, q4_k, q6_k)"
+             (supported: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)"
         ))
     })
 }
@@ -165,10 +189,13 @@ fn quant_type(dtype: DType, what: &str) -> Result<QuantType> {
 /// * Q4_0: `d = v / −8` with `v` the value of largest magnitude,
 ///   `q = min(15, ⌊x / d + 8.5⌋)`;
 /// * Q4_1: `d = (max − min) / 15`, `m = min`, `q = min(15, ⌊(x − m) / d + 0.5⌋)`;
+/// * Q5_0: `d = v / −16`, `q = min(31, ⌊x / d + 16.5⌋)`;
+/// * Q5_1: `d = (max − min) / 31`, `m = min`, `q = min(31, ⌊(x − m) / d + 0.5⌋)`;
 /// * Q4_K: per sub-block of 32 a least-squares search over candidate scales
 ///   for `x ≈ s·q − m` (`q ∈ 0..=15`, `m ≥ 0`), then 6-bit sub-block scales and
 ///   minimums relative to the super-block's `d = max s / 63` and
 ///   `dmin = max m / 63`, and the values re-quantized with those;
+/// * Q5_K: as Q4_K with `q ∈ 0..=31`;
 /// * Q6_K: per sub-block of 16 a least-squares search for `x ≈ s·q`
 ///   (`q ∈ −32..=31`), then 8-bit signed scales relative to `d = max |s| / 127`
 ///   and the values re-quantized with those.

@@ -52,6 +52,13 @@ pub(crate) fn pack_scales(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
 /// The per-sub-block multipliers `d·sc[j]` and offsets `dmin·m[j]`.
 #[inline(always)]
 pub(crate) fn sub_scales(b: &[u8; BLOCK_BYTES]) -> ([f32; 8], [f32; 8]) {
+    header_scales(b)
+}
+
+/// [`sub_scales`] of the 16-byte header `d, dmin, scales` at the start of
+/// `b` (shared by Q4_K and Q5_K).
+#[inline(always)]
+pub(crate) fn header_scales(b: &[u8]) -> ([f32; 8], [f32; 8]) {
     let d = f16_at(b, 0);
     let dmin = f16_at(b, 2);
     let (sc, m) = unpack_scales(&b[4..16]);
@@ -80,15 +87,18 @@ pub(crate) fn dequantize_block(b: &[u8; BLOCK_BYTES], out: &mut [f32; BLOCK_LEN]
     }
 }
 
+/// The 16 header bytes (`d`, `dmin`, packed scales) of a Q4_K or Q5_K
+/// super-block for `x` with values in `0..=qmax`, and the sub-block
+/// multipliers and offsets they store (as [`sub_scales`] reads them).
+///
 /// Fits each sub-block with [`fit_affine`], stores `d = max s / 63` and
-/// `dmin = max m / 63` as f16, rounds the sub-block scales and minimums to
-/// six bits relative to those, and re-quantizes the values with the stored
-/// (rounded) parameters.
-pub(crate) fn quantize_block(x: &[f32; BLOCK_LEN], out: &mut [u8; BLOCK_BYTES]) {
+/// `dmin = max m / 63` as f16, and rounds the sub-block scales and minimums
+/// to six bits relative to those.
+pub(crate) fn fit_header(x: &[f32; BLOCK_LEN], qmax: u8) -> ([u8; 16], [f32; 8], [f32; 8]) {
     let mut s = [0.0f32; 8];
     let mut m = [0.0f32; 8];
     for (j, sub) in x.chunks_exact(32).enumerate() {
-        (s[j], m[j]) = fit_affine(sub, 15);
+        (s[j], m[j]) = fit_affine(sub, qmax);
     }
     let smax = s.iter().fold(0.0f32, |a, &v| a.max(v));
     let mmax = m.iter().fold(0.0f32, |a, &v| a.max(v));
@@ -103,17 +113,34 @@ pub(crate) fn quantize_block(x: &[f32; BLOCK_LEN], out: &mut [u8; BLOCK_BYTES]) 
     };
     let sc = s.map(|v| six(v, d));
     let mi = m.map(|v| six(v, dmin));
-    out[0..2].copy_from_slice(&db);
-    out[2..4].copy_from_slice(&mb);
-    out[4..16].copy_from_slice(&pack_scales(&sc, &mi));
-    let q = |j: usize, v: f32| {
-        let dl = d * sc[j] as f32;
-        if dl > 0.0 {
-            ((v + dmin * mi[j] as f32) / dl).round().clamp(0.0, 15.0) as u8
-        } else {
-            0
-        }
-    };
+    let mut header = [0u8; 16];
+    header[0..2].copy_from_slice(&db);
+    header[2..4].copy_from_slice(&mb);
+    header[4..16].copy_from_slice(&pack_scales(&sc, &mi));
+    (
+        header,
+        sc.map(|v| d * v as f32),
+        mi.map(|v| dmin * v as f32),
+    )
+}
+
+/// `x` re-quantized with a stored sub-block multiplier `dl` and offset
+/// `ml`: `round((x + ml) / dl)` in `0..=qmax`.
+#[inline]
+pub(crate) fn requantize(x: f32, dl: f32, ml: f32, qmax: u8) -> u8 {
+    if dl > 0.0 {
+        ((x + ml) / dl).round().clamp(0.0, qmax as f32) as u8
+    } else {
+        0
+    }
+}
+
+/// The header of [`fit_header`] with `qmax = 15`, then the values
+/// re-quantized with the stored (rounded) parameters.
+pub(crate) fn quantize_block(x: &[f32; BLOCK_LEN], out: &mut [u8; BLOCK_BYTES]) {
+    let (header, dl, ml) = fit_header(x, 15);
+    out[..16].copy_from_slice(&header);
+    let q = |j: usize, v: f32| requantize(v, dl[j], ml[j], 15);
     for g in 0..4 {
         for l in 0..32 {
             let lo = q(2 * g, x[64 * g + l]);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the dequantization test vectors for mllm-ops' quantized formats.
 
-For each of Q8_0, Q4_0, Q4_1, Q4_K and Q6_K this makes a few blocks of
+For each of Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0, Q5_1 and Q5_K this makes a few blocks of
 random bytes (every bit pattern is a valid block, except that the f16
 scales are set to small finite values, one of them subnormal) and
 dequantizes them with the reference implementation in the `gguf` Python
@@ -10,8 +10,15 @@ package (llama.cpp's gguf-py). It writes, next to this script:
     <type>.blocks   the raw block bytes
     <type>.f32      the expected values, little-endian f32
 
-`mllm-ops/tests/quant_vectors.rs` checks that `mllm_ops::quant::dequantize`
-reproduces them bit for bit.
+and, for the formats gguf-py can also quantize (Q8_0, Q4_0, Q4_1, Q5_0,
+Q5_1), blocks of random normal values (one block all zero, one constant)
+and gguf-py's quantization of them:
+
+    <type>.input      the values, little-endian f32
+    <type>.quantized  the expected block bytes
+
+`mllm-ops/tests/quant_formats.rs` checks that `mllm_ops::quant::dequantize`
+and `quantize` reproduce them bit for bit.
 
 To regenerate (outside the repository's tree, in a throwaway venv):
 
@@ -28,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType as T
 from gguf.constants import GGML_QUANT_SIZES
-from gguf.quants import dequantize
+from gguf.quants import dequantize, quantize
 
 OUT = Path(__file__).resolve().parent
 SEED = 20240601
@@ -40,7 +47,15 @@ FORMATS = {
     "q4_1": (T.Q4_1, 4, [0, 2]),
     "q4_k": (T.Q4_K, 2, [0, 2]),
     "q6_k": (T.Q6_K, 2, [208]),
+    "q5_0": (T.Q5_0, 4, [0]),
+    "q5_1": (T.Q5_1, 4, [0, 2]),
+    "q5_k": (T.Q5_K, 2, [0, 2]),
 }
+
+# The round-to-nearest formats whose quantizer gguf-py implements, with the
+# number of blocks of random normal values to quantize.
+QUANTIZED = {"q8_0": T.Q8_0, "q4_0": T.Q4_0, "q4_1": T.Q4_1, "q5_0": T.Q5_0, "q5_1": T.Q5_1}
+QUANTIZED_BLOCKS = 8
 
 
 def small_f16(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -64,6 +79,15 @@ def main() -> None:
         (OUT / f"{name}.blocks").write_bytes(raw.tobytes())
         (OUT / f"{name}.f32").write_bytes(values.tobytes())
         print(f"{name}: {n_blocks} blocks, {raw.nbytes} + {values.nbytes} bytes")
+    rng = np.random.default_rng(SEED + 1)
+    for name, qtype in QUANTIZED.items():
+        values = rng.standard_normal((QUANTIZED_BLOCKS, 32)).astype(np.float32)
+        values[1] = 0.0
+        values[2] = 0.25
+        blocks = quantize(values, qtype)
+        (OUT / f"{name}.input").write_bytes(values.astype("<f4").tobytes())
+        (OUT / f"{name}.quantized").write_bytes(blocks.tobytes())
+        print(f"{name}: quantized {values.size} values into {blocks.nbytes} bytes")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,11 @@ impl Int8Type {
             QuantType::Q8_0 => Some(Int8Type::Q8_0),
             QuantType::Q4_0 => Some(Int8Type::Q4_0),
             QuantType::Q4_1 => Some(Int8Type::Q4_1),
-            QuantType::Q4K | QuantType::Q6K => None,
+            QuantType::Q5_0
+            | QuantType::Q5_1
+            | QuantType::Q4K
+            | QuantType::Q5K
+            | QuantType::Q6K => None,
         }
     }
 }

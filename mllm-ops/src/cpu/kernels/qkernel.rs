@@ -419,8 +419,8 @@ pub(crate) mod tests {
     /// both signs (every other bit pattern is a valid block).
     pub(crate) fn random_blocks(rng: &mut Rng, qt: QuantType, n: usize) -> Vec<u8> {
         let offsets: &[usize] = match qt {
-            QuantType::Q8_0 | QuantType::Q4_0 => &[0],
-            QuantType::Q4_1 | QuantType::Q4K => &[0, 2],
+            QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q5_0 => &[0],
+            QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4K | QuantType::Q5K => &[0, 2],
             QuantType::Q6K => &[208],
         };
         let mut out: Vec<u8> = (0..n * qt.block_bytes())

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::quant::{q4_0, q4_1, q4_k, q6_k, q8_0, QuantType};
+use crate::quant::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType};
 
 /// f32 lanes per vector.
 pub(crate) const LANES: usize = 8;
@@ -107,6 +107,93 @@ fn q4_1_pieces(b: &[u8; q4_1::BLOCK_BYTES], d: __m256, m: __m256, c: usize) -> [
     ]
 }
 
+/// Bits `first..first + 8` of `qh`, one per lane, as 16 or 0 (the fifth
+/// bits of Q5_0 and Q5_1 values).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn fifth_bits(qh: u32, first: usize) -> __m256i {
+    let shifts = _mm256_add_epi32(
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        _mm256_set1_epi32(first as i32),
+    );
+    let bits = _mm256_srlv_epi32(_mm256_set1_epi32(qh as i32), shifts);
+    _mm256_slli_epi32::<4>(_mm256_and_si256(bits, _mm256_set1_epi32(1)))
+}
+
+/// Q5_0 and Q5_1, chunk `c` of 2: the five-bit values `8c..` and
+/// `16 + 8c..` of the block whose `qh` starts at `b[high]`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q5_values(b: &[u8], high: usize, c: usize) -> [__m256i; 2] {
+    let qh = u32::from_le_bytes([b[high], b[high + 1], b[high + 2], b[high + 3]]);
+    let raw = bytes_u32(&b[high + 4 + 8 * c..]);
+    let lo = _mm256_and_si256(raw, _mm256_set1_epi32(15));
+    let hi = _mm256_srli_epi32::<4>(raw);
+    [
+        _mm256_or_si256(lo, fifth_bits(qh, 8 * c)),
+        _mm256_or_si256(hi, fifth_bits(qh, 16 + 8 * c)),
+    ]
+}
+
+/// Q5_0, chunk `c` of 2: values `8c..` and `16 + 8c..`, `d·(q − 16)`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q5_0_pieces(b: &[u8; q5_0::BLOCK_BYTES], d: __m256, c: usize) -> [Piece; 2] {
+    let sixteen = _mm256_set1_epi32(16);
+    let [lo, hi] = q5_values(b, 2, c).map(|q| cvt(_mm256_sub_epi32(q, sixteen)));
+    [
+        (8 * c, _mm256_mul_ps(d, lo)),
+        (16 + 8 * c, _mm256_mul_ps(d, hi)),
+    ]
+}
+
+/// Q5_1, chunk `c` of 2: values `8c..` and `16 + 8c..`, `d·q + m`
+/// (multiply, then add).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q5_1_pieces(b: &[u8; q5_1::BLOCK_BYTES], d: __m256, m: __m256, c: usize) -> [Piece; 2] {
+    let [lo, hi] = q5_values(b, 4, c).map(|q| cvt(q));
+    [
+        (8 * c, _mm256_add_ps(_mm256_mul_ps(d, lo), m)),
+        (16 + 8 * c, _mm256_add_ps(_mm256_mul_ps(d, hi), m)),
+    ]
+}
+
+/// Q5_K, group `g` of 4 and chunk `c` of 4: values `64g + 8c..`
+/// (sub-block `2g`) and `64g + 32 + 8c..` (sub-block `2g + 1`).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q5_k_pieces(
+    b: &[u8; q5_k::BLOCK_BYTES],
+    dl: &[f32; 8],
+    ml: &[f32; 8],
+    g: usize,
+    c: usize,
+) -> [Piece; 2] {
+    let raw = bytes_u32(&q5_k::qs(b)[32 * g + 8 * c..]);
+    let high = _mm256_srlv_epi32(
+        bytes_u32(&q5_k::qh(b)[8 * c..]),
+        _mm256_set1_epi32(2 * g as i32),
+    );
+    let one = _mm256_set1_epi32(1);
+    let fifth = |bits: __m256i| _mm256_slli_epi32::<4>(_mm256_and_si256(bits, one));
+    let lo = _mm256_or_si256(_mm256_and_si256(raw, _mm256_set1_epi32(15)), fifth(high));
+    let hi = _mm256_or_si256(
+        _mm256_srli_epi32::<4>(raw),
+        fifth(_mm256_srli_epi32::<1>(high)),
+    );
+    let val = |q: __m256i, j: usize| {
+        _mm256_sub_ps(
+            _mm256_mul_ps(_mm256_set1_ps(dl[j]), cvt(q)),
+            _mm256_set1_ps(ml[j]),
+        )
+    };
+    [
+        (64 * g + 8 * c, val(lo, 2 * g)),
+        (64 * g + 32 + 8 * c, val(hi, 2 * g + 1)),
+    ]
+}
+
 /// Q4_K, group `g` of 4 and chunk `c` of 4: values `64g + 8c..` (low
 /// nibbles, sub-block `2g`) and `64g + 32 + 8c..` (high, sub-block `2g + 1`).
 #[target_feature(enable = "avx2,fma")]
@@ -191,6 +278,39 @@ macro_rules! for_each_piece {
                     for c in 0..2 {
                         for $piece in q4_1_pieces(b, d, m, c) {
                             $body
+                        }
+                    }
+                }
+            }
+            QuantType::Q5_0 => {
+                for ($blk, b) in $w.as_chunks::<{ q5_0::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let d = _mm256_set1_ps(q5_0::scale(b));
+                    for c in 0..2 {
+                        for $piece in q5_0_pieces(b, d, c) {
+                            $body
+                        }
+                    }
+                }
+            }
+            QuantType::Q5_1 => {
+                for ($blk, b) in $w.as_chunks::<{ q5_1::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (d, m) = q5_1::scale_min(b);
+                    let (d, m) = (_mm256_set1_ps(d), _mm256_set1_ps(m));
+                    for c in 0..2 {
+                        for $piece in q5_1_pieces(b, d, m, c) {
+                            $body
+                        }
+                    }
+                }
+            }
+            QuantType::Q5K => {
+                for ($blk, b) in $w.as_chunks::<{ q5_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (dl, ml) = q5_k::sub_scales(b);
+                    for g in 0..4 {
+                        for c in 0..4 {
+                            for $piece in q5_k_pieces(b, &dl, &ml, g, c) {
+                                $body
+                            }
                         }
                     }
                 }

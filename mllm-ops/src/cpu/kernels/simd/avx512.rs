@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::quant::{q4_0, q4_1, q4_k, q6_k, q8_0, QuantType};
+use crate::quant::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType};
 
 /// f32 lanes per vector.
 pub(crate) const LANES: usize = 16;
@@ -93,6 +93,45 @@ fn q4_1_pieces(b: &[u8; q4_1::BLOCK_BYTES], d: __m512, m: __m512) -> [Piece; 2] 
     ]
 }
 
+/// The 32 five-bit values of a Q5_0 or Q5_1 block whose `qh` starts at
+/// `b[high]`: values `0..16` and `16..32`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q5_values(b: &[u8], high: usize) -> [__m512i; 2] {
+    let qh = u32::from_le_bytes([b[high], b[high + 1], b[high + 2], b[high + 3]]);
+    let raw = bytes_u32(&b[high + 4..]);
+    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let fifth = |first: i32| {
+        let shifts = _mm512_add_epi32(lanes, _mm512_set1_epi32(first));
+        let bits = _mm512_srlv_epi32(_mm512_set1_epi32(qh as i32), shifts);
+        _mm512_slli_epi32::<4>(_mm512_and_si512(bits, _mm512_set1_epi32(1)))
+    };
+    [
+        _mm512_or_si512(_mm512_and_si512(raw, _mm512_set1_epi32(15)), fifth(0)),
+        _mm512_or_si512(_mm512_srli_epi32::<4>(raw), fifth(16)),
+    ]
+}
+
+/// Q5_0: values `0..16` and `16..32`, `d·(q − 16)`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q5_0_pieces(b: &[u8; q5_0::BLOCK_BYTES], d: __m512) -> [Piece; 2] {
+    let sixteen = _mm512_set1_epi32(16);
+    let [lo, hi] = q5_values(b, 2).map(|q| cvt(_mm512_sub_epi32(q, sixteen)));
+    [(0, _mm512_mul_ps(d, lo)), (16, _mm512_mul_ps(d, hi))]
+}
+
+/// Q5_1: values `0..16` and `16..32`, `d·q + m` (multiply, then add).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q5_1_pieces(b: &[u8; q5_1::BLOCK_BYTES], d: __m512, m: __m512) -> [Piece; 2] {
+    let [lo, hi] = q5_values(b, 4).map(|q| cvt(q));
+    [
+        (0, _mm512_add_ps(_mm512_mul_ps(d, lo), m)),
+        (16, _mm512_add_ps(_mm512_mul_ps(d, hi), m)),
+    ]
+}
+
 /// `dl·q − ml` for 16 nibbles.
 #[target_feature(enable = "avx512f")]
 #[inline]
@@ -117,6 +156,38 @@ fn q4_k_pieces(
     let raw = bytes_u32(&q4_k::qs(b)[32 * g + 16 * c..]);
     let lo = _mm512_and_si512(raw, _mm512_set1_epi32(15));
     let hi = _mm512_srli_epi32::<4>(raw);
+    [
+        (64 * g + 16 * c, affine(lo, dl[2 * g], ml[2 * g])),
+        (
+            64 * g + 32 + 16 * c,
+            affine(hi, dl[2 * g + 1], ml[2 * g + 1]),
+        ),
+    ]
+}
+
+/// Q5_K, group `g` of 4 and chunk `c` of 2: values `64g + 16c..`
+/// (sub-block `2g`) and `64g + 32 + 16c..` (sub-block `2g + 1`).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q5_k_pieces(
+    b: &[u8; q5_k::BLOCK_BYTES],
+    dl: &[f32; 8],
+    ml: &[f32; 8],
+    g: usize,
+    c: usize,
+) -> [Piece; 2] {
+    let raw = bytes_u32(&q5_k::qs(b)[32 * g + 16 * c..]);
+    let high = _mm512_srlv_epi32(
+        bytes_u32(&q5_k::qh(b)[16 * c..]),
+        _mm512_set1_epi32(2 * g as i32),
+    );
+    let one = _mm512_set1_epi32(1);
+    let fifth = |bits: __m512i| _mm512_slli_epi32::<4>(_mm512_and_si512(bits, one));
+    let lo = _mm512_or_si512(_mm512_and_si512(raw, _mm512_set1_epi32(15)), fifth(high));
+    let hi = _mm512_or_si512(
+        _mm512_srli_epi32::<4>(raw),
+        fifth(_mm512_srli_epi32::<1>(high)),
+    );
     [
         (64 * g + 16 * c, affine(lo, dl[2 * g], ml[2 * g])),
         (
@@ -179,6 +250,33 @@ macro_rules! for_each_piece {
                     let (d, m) = q4_1::scale_min(b);
                     for $piece in q4_1_pieces(b, _mm512_set1_ps(d), _mm512_set1_ps(m)) {
                         $body
+                    }
+                }
+            }
+            QuantType::Q5_0 => {
+                for ($blk, b) in $w.as_chunks::<{ q5_0::BLOCK_BYTES }>().0.iter().enumerate() {
+                    for $piece in q5_0_pieces(b, _mm512_set1_ps(q5_0::scale(b))) {
+                        $body
+                    }
+                }
+            }
+            QuantType::Q5_1 => {
+                for ($blk, b) in $w.as_chunks::<{ q5_1::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (d, m) = q5_1::scale_min(b);
+                    for $piece in q5_1_pieces(b, _mm512_set1_ps(d), _mm512_set1_ps(m)) {
+                        $body
+                    }
+                }
+            }
+            QuantType::Q5K => {
+                for ($blk, b) in $w.as_chunks::<{ q5_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (dl, ml) = q5_k::sub_scales(b);
+                    for g in 0..4 {
+                        for c in 0..2 {
+                            for $piece in q5_k_pieces(b, &dl, &ml, g, c) {
+                                $body
+                            }
+                        }
                     }
                 }
             }

@@ -16,7 +16,7 @@ use std::arch::asm;
 use std::arch::is_aarch64_feature_detected;
 
 use crate::cpu::kernels::qact::{Int8Type, Q8Row, BLOCK};
-use crate::quant::{q4_0, q4_1, q4_k, q6_k, q8_0, QuantType};
+use crate::quant::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType};
 
 /// f32 lanes per vector.
 const LANES: usize = 4;
@@ -131,6 +131,39 @@ fn q4_1_pieces(b: &[u8; q4_1::BLOCK_BYTES]) -> [Piece; 2] {
     [(0, val(lo)), (16, val(hi))]
 }
 
+/// The 32 five-bit values of a Q5_0 or Q5_1 block whose `qh` starts at
+/// `b[high]`: values `0..16` and `16..32`, as signed bytes `0..=31`.
+#[target_feature(enable = "neon")]
+#[inline]
+fn q5_values(b: &[u8], high: usize) -> [int8x16_t; 2] {
+    let qh: [u8; 32] = std::array::from_fn(|i| ((b[high + i / 8] >> (i % 8)) & 1) << 4);
+    let [lo, hi] = nibbles(load16(&b[high + 4..]));
+    [
+        vorrq_s8(lo, signed(load16(&qh[..16]))),
+        vorrq_s8(hi, signed(load16(&qh[16..]))),
+    ]
+}
+
+/// Q5_0: values `0..16` and `16..32`, `d·(q − 16)`.
+#[target_feature(enable = "neon")]
+#[inline]
+fn q5_0_pieces(b: &[u8; q5_0::BLOCK_BYTES]) -> [Piece; 2] {
+    let d = vdupq_n_f32(q5_0::scale(b));
+    let [lo, hi] = q5_values(b, 2).map(|q| vsubq_s8(q, vdupq_n_s8(16)));
+    [(0, scaled(widen(lo), d)), (16, scaled(widen(hi), d))]
+}
+
+/// Q5_1: values `0..16` and `16..32`, `d·q + m` (multiply, then add).
+#[target_feature(enable = "neon")]
+#[inline]
+fn q5_1_pieces(b: &[u8; q5_1::BLOCK_BYTES]) -> [Piece; 2] {
+    let (d, m) = q5_1::scale_min(b);
+    let (d, m) = (vdupq_n_f32(d), vdupq_n_f32(m));
+    let val = |q: int8x16_t| widen(q).map(|v| vaddq_f32(vmulq_f32(d, v), m));
+    let [lo, hi] = q5_values(b, 4);
+    [(0, val(lo)), (16, val(hi))]
+}
+
 /// Q4_K, group `g` of 4 and half `c` of 2: values `64g + 16c..` (low
 /// nibbles, sub-block `2g`) and `64g + 32 + 16c..` (high, sub-block
 /// `2g + 1`), `d·sc·q − dmin·m` (multiply, then subtract).
@@ -144,6 +177,34 @@ fn q4_k_pieces(
     c: usize,
 ) -> [Piece; 2] {
     let [lo, hi] = nibbles(load16(&q4_k::qs(b)[32 * g + 16 * c..]));
+    let val = |q: int8x16_t, j: usize| {
+        let (d, m) = (vdupq_n_f32(dl[j]), vdupq_n_f32(ml[j]));
+        widen(q).map(|v| vsubq_f32(vmulq_f32(d, v), m))
+    };
+    [
+        (64 * g + 16 * c, val(lo, 2 * g)),
+        (64 * g + 32 + 16 * c, val(hi, 2 * g + 1)),
+    ]
+}
+
+/// Q5_K, group `g` of 4 and half `c` of 2: values `64g + 16c..`
+/// (sub-block `2g`) and `64g + 32 + 16c..` (sub-block `2g + 1`),
+/// `d·sc·q − dmin·m` (multiply, then subtract).
+#[target_feature(enable = "neon")]
+#[inline]
+fn q5_k_pieces(
+    b: &[u8; q5_k::BLOCK_BYTES],
+    dl: &[f32; 8],
+    ml: &[f32; 8],
+    g: usize,
+    c: usize,
+) -> [Piece; 2] {
+    let [lo, hi] = nibbles(load16(&q5_k::qs(b)[32 * g + 16 * c..]));
+    let high = vshlq_u8(load16(&q5_k::qh(b)[16 * c..]), vdupq_n_s8(-(2 * g as i8)));
+    let one = vdupq_n_u8(1);
+    let fifth = |bits: uint8x16_t| signed(vshlq_n_u8::<4>(vandq_u8(bits, one)));
+    let lo = vorrq_s8(lo, fifth(high));
+    let hi = vorrq_s8(hi, fifth(vshrq_n_u8::<1>(high)));
     let val = |q: int8x16_t, j: usize| {
         let (d, m) = (vdupq_n_f32(dl[j]), vdupq_n_f32(ml[j]));
         widen(q).map(|v| vsubq_f32(vmulq_f32(d, v), m))
@@ -206,6 +267,32 @@ macro_rules! for_each_piece {
                 for ($blk, b) in $w.as_chunks::<{ q4_1::BLOCK_BYTES }>().0.iter().enumerate() {
                     for $piece in q4_1_pieces(b) {
                         $body
+                    }
+                }
+            }
+            QuantType::Q5_0 => {
+                for ($blk, b) in $w.as_chunks::<{ q5_0::BLOCK_BYTES }>().0.iter().enumerate() {
+                    for $piece in q5_0_pieces(b) {
+                        $body
+                    }
+                }
+            }
+            QuantType::Q5_1 => {
+                for ($blk, b) in $w.as_chunks::<{ q5_1::BLOCK_BYTES }>().0.iter().enumerate() {
+                    for $piece in q5_1_pieces(b) {
+                        $body
+                    }
+                }
+            }
+            QuantType::Q5K => {
+                for ($blk, b) in $w.as_chunks::<{ q5_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (dl, ml) = q5_k::sub_scales(b);
+                    for g in 0..4 {
+                        for c in 0..2 {
+                            for $piece in q5_k_pieces(b, &dl, &ml, g, c) {
+                                $body
+                            }
+                        }
                     }
                 }
             }
