@@ -85,7 +85,9 @@ fn describe_gguf(path: &Path) -> Result<Value> {
     }))
 }
 
-fn gguf_value(v: &GgufValue) -> Value {
+/// A GGUF metadata value as JSON (arrays over [`ARRAY_SHOWN`] elements by
+/// type and length only).
+pub(crate) fn gguf_value(v: &GgufValue) -> Value {
     if let Some(i) = v.as_int() {
         return i64::try_from(i).map_or_else(|_| json!(i.to_string()), Value::from);
     }

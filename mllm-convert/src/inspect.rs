@@ -1,4 +1,4 @@
-//! A human-readable listing of a `.mllm` file.
+//! A human-readable listing of a `.mllm` file (GGUF files: `inspect_gguf.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -59,9 +59,48 @@ fn config_summary(config: &Value) -> String {
     }
 }
 
-fn format_shape(shape: &[usize]) -> String {
+pub(crate) fn format_shape(shape: &[usize]) -> String {
     let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
     format!("[{}]", dims.join(", "))
+}
+
+/// Writes `rows` under `header` in aligned columns (the first three left
+/// aligned, the last two right aligned), after a blank line.
+pub(crate) fn write_table(out: &mut String, header: [&str; 5], rows: &[[String; 5]]) {
+    let header = header.map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    out.push('\n');
+    for row in std::iter::once(&header).chain(rows) {
+        let _ = writeln!(
+            out,
+            "{:<w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:>w4$}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+            w4 = widths[4],
+        );
+    }
+}
+
+/// Describes a `.mllm` file ([`inspect_mllm`]) or a GGUF file
+/// ([`inspect_gguf`](crate::inspect_gguf::inspect_gguf)) as text.
+pub fn inspect(path: &Path) -> Result<String> {
+    if crate::gguf::is_gguf(path) {
+        crate::inspect_gguf::inspect_gguf(path)
+    } else {
+        inspect_mllm(path)
+    }
 }
 
 /// Opens a `.mllm` file and describes it: size, format version, architecture,
@@ -70,7 +109,7 @@ fn format_shape(shape: &[usize]) -> String {
 ///
 /// Shapes come from the metadata; plain mllm v1 files without it show `?`,
 /// and the metadata entries themselves show `-`.
-pub fn inspect(path: &Path) -> Result<String> {
+pub fn inspect_mllm(path: &Path) -> Result<String> {
     let file = MllmFile::open(path)?;
     let mut out = String::new();
     let meta = file.metadata();
@@ -136,30 +175,11 @@ pub fn inspect(path: &Path) -> Result<String> {
             ]
         })
         .collect();
-    let header = ["name", "dtype", "shape", "bytes", "offset"].map(String::from);
-    let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    out.push('\n');
-    for row in std::iter::once(&header).chain(&rows) {
-        let _ = writeln!(
-            out,
-            "{:<w0$}  {:<w1$}  {:<w2$}  {:>w3$}  {:>w4$}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-            w4 = widths[4],
-        );
-    }
+    write_table(
+        &mut out,
+        ["name", "dtype", "shape", "bytes", "offset"],
+        &rows,
+    );
 
     let mut count = 0usize;
     let mut bytes = 0u64;

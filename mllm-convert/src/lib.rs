@@ -46,6 +46,7 @@ mod discover;
 mod encode;
 pub mod gguf;
 mod inspect;
+mod inspect_gguf;
 mod model_info;
 pub mod policy;
 mod requantize;
@@ -60,7 +61,8 @@ pub use describe::describe;
 pub use discover::{
     discover, ModelFiles, WeightFiles, CONFIG_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX_FILE,
 };
-pub use inspect::{format_bytes, inspect};
+pub use inspect::{format_bytes, inspect, inspect_mllm};
+pub use inspect_gguf::inspect_gguf;
 pub use model_info::{
     ModelInfo, CHAT_TEMPLATE_FILE, GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
 };
