@@ -43,10 +43,10 @@ if [ -z "$(ls -A "$corpus")" ]; then
         done
         ;;
     gguf)
-        cp "$fixtures"/gguf/tiny-llama.{f32,q8_0}.gguf "$corpus/"
+        cp "$fixtures"/gguf/tiny-llama.f32.gguf "$fixtures"/gguf/*.q8_0.gguf "$corpus/"
         ;;
     gguf_tokenizer)
-        cp "$fixtures"/gguf/tiny-llama.vocab.gguf "$corpus/"
+        cp "$fixtures"/gguf/*.vocab.gguf "$corpus/"
         ;;
     chat_template)
         cp "$fixtures"/chat_templates/*.seed "$corpus/"

@@ -55,15 +55,25 @@ fn mutated_quantized_and_packed_files_never_panic() {
     }
 }
 
-/// The GGUF files llama.cpp's conventions give (`tests/fixtures/gguf`,
-/// f32 and Q8_0): each mutant is imported, loaded and stepped.
+/// The GGUF files llama.cpp's conventions give (`tests/fixtures/gguf`:
+/// Llama in f32 and Q8_0, the other architectures in Q8_0): each mutant is
+/// imported, loaded and stepped.
 #[test]
 fn mutated_gguf_files_never_panic() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (dir.path().join("m.gguf"), dir.path().join("m.mllm"));
-    for (file, rng_seed) in [("f32", 0x6600_0001), ("q8_0", 0x6600_0002)] {
-        let seed = std::fs::read(fixture(&format!("gguf/tiny-llama.{file}.gguf"))).unwrap();
-        let t = campaign(&seed, MUTANTS, rng_seed, |mutant| {
+    let files = [
+        ("tiny-llama.f32", 0x6600_0001, MUTANTS),
+        ("tiny-llama.q8_0", 0x6600_0002, MUTANTS),
+        ("tiny-qwen2.q8_0", 0x6600_0003, MUTANTS / 4),
+        ("tiny-qwen3.q8_0", 0x6600_0004, MUTANTS / 4),
+        ("tiny-phi3.q8_0", 0x6600_0005, MUTANTS / 4),
+        ("tiny-gemma.q8_0", 0x6600_0006, MUTANTS / 4),
+        ("tiny-gpt2.q8_0", 0x6600_0007, MUTANTS / 4),
+    ];
+    for (file, rng_seed, mutants) in files {
+        let seed = std::fs::read(fixture(&format!("gguf/{file}.gguf"))).unwrap();
+        let t = campaign(&seed, mutants, rng_seed, |mutant| {
             std::fs::write(&input, mutant).unwrap();
             mllm_fuzz::gguf(&input, &output)
         });

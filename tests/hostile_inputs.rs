@@ -156,19 +156,21 @@ fn hostile_templates_fail_quickly_instead_of_hanging_or_exhausting_memory() {
     assert!(text.contains("message 4999"));
 }
 
-/// The vocabulary-only GGUF (`tests/fixtures/gguf/tiny-llama.vocab.gguf`):
-/// each mutant's tokenizer is rebuilt, loaded, and made to encode and
-/// decode.
+/// The vocabulary-only GGUFs (`tests/fixtures/gguf/*.vocab.gguf`: a
+/// byte-level BPE and a SentencePiece vocabulary): each mutant's tokenizer
+/// is rebuilt, loaded, and made to encode and decode.
 #[test]
 fn mutated_gguf_vocabularies_never_panic() {
-    let seed = std::fs::read(fixture("gguf/tiny-llama.vocab.gguf")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vocab.gguf");
-    let t = campaign(&seed, 2000, 0x70CA_0001, |mutant| {
-        std::fs::write(&path, mutant).unwrap();
-        gguf_tokenizer(&path)
-    });
-    assert!(t.ran > 0 && t.refused > 0, "{t:?}");
+    for (model, rng_seed) in [("tiny-llama", 0x70CA_0001), ("tiny-gemma", 0x70CA_0002)] {
+        let seed = std::fs::read(fixture(&format!("gguf/{model}.vocab.gguf"))).unwrap();
+        let t = campaign(&seed, 1000, rng_seed, |mutant| {
+            std::fs::write(&path, mutant).unwrap();
+            gguf_tokenizer(&path)
+        });
+        assert!(t.ran > 0 && t.refused > 0, "{model}: {t:?}");
+    }
 }
 
 /// Request bodies (`tests/fixtures/requests/*.json`, also the fuzzer's

@@ -4,7 +4,7 @@
 //! mllm-convert INPUT -o OUT.mllm [--dtype T] [--embed-dtype T] [--head-dtype T] [--quiet]
 //! mllm-convert MODEL.gguf -o OUT.mllm [--quiet]
 //! mllm-convert quantize IN.mllm OUT.mllm --dtype T [--embed-dtype T] [--head-dtype T] [--quiet]
-//! mllm-convert inspect FILE
+//! mllm-convert inspect FILE          (.mllm or GGUF)
 //! mllm-convert attach IN.mllm -o OUT.mllm (--config config.json | --hf-dir DIR)
 //!     [--tokenizer tokenizer.json] [--generation-config FILE] [--chat-template FILE]
 //! ```
@@ -22,7 +22,7 @@ use mllm_convert::{
 };
 use mllm_core::{DType, Result};
 
-/// Convert Hugging Face safetensors models and GGUF files into .mllm files, requantize and inspect .mllm files.
+/// Convert Hugging Face safetensors models and GGUF files into .mllm files, requantize .mllm files, inspect .mllm and GGUF files.
 #[derive(Parser, Debug)]
 #[command(
     name = "mllm-convert",
@@ -35,7 +35,8 @@ struct Cli {
     command: Option<Command>,
     /// Model directory (config.json + model.safetensors or model.safetensors.index.json),
     /// a .safetensors file, a model.safetensors.index.json file, or a .gguf file
-    /// (Llama; tensors kept in their GGUF types, tokenizer and chat template rebuilt).
+    /// (llama, qwen2, qwen3, phi3, gemma or gpt2; tensors kept in their GGUF types,
+    /// tokenizer and chat template rebuilt).
     #[arg(required = true, value_name = "INPUT")]
     input: Option<PathBuf>,
     /// The .mllm file to write.
@@ -73,9 +74,9 @@ struct RoleDTypes {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Describe a .mllm file: metadata, config summary and every tensor.
+    /// Describe a .mllm or GGUF file: metadata, config summary and every tensor.
     Inspect {
-        /// The .mllm file.
+        /// The .mllm or GGUF file.
         file: PathBuf,
     },
     /// Make a plain mllm v1 file self-describing: embed the config (and the

@@ -118,6 +118,15 @@ impl Gguf {
         self.raw(key, T_ARRAY, &p)
     }
 
+    fn f32s(&mut self, key: &str, v: &[f32]) -> &mut Self {
+        let mut p = T_F32.to_le_bytes().to_vec();
+        p.extend((v.len() as u64).to_le_bytes());
+        for x in v {
+            p.extend(x.to_le_bytes());
+        }
+        self.raw(key, T_ARRAY, &p)
+    }
+
     fn alignment(&mut self, a: u32) -> &mut Self {
         self.alignment = a as usize;
         self.u32("general.alignment", a)
@@ -834,7 +843,7 @@ fn q_and_k_rows_return_to_the_rotary_half_layout() {
         .collect();
     assert_eq!(row0, (0..32).map(|c| (2000 + c) as f32).collect::<Vec<_>>());
     // The mapping function agrees.
-    let hf_to_gguf: Vec<usize> = (0..8).map(|r| gguf::llama::gguf_row_of(r, 8)).collect();
+    let hf_to_gguf: Vec<usize> = (0..8).map(|r| gguf::rotary::gguf_row_of(r, 8)).collect();
     assert_eq!(hf_to_gguf, [0, 2, 4, 6, 1, 3, 5, 7]);
 }
 
@@ -989,7 +998,7 @@ fn add_bos_token_makes_the_tokenizer_prepend_it() {
 #[test]
 fn unsupported_tokenizers_are_named() {
     let cases = [
-        ("tokenizer.ggml.model", "llama", "tokenizer model 'llama'"),
+        ("tokenizer.ggml.model", "bert", "tokenizer model 'bert'"),
         ("tokenizer.ggml.pre", "falcon", "pre-tokenizer 'falcon'"),
     ];
     for (key, value, expected) in cases {
@@ -999,6 +1008,21 @@ fn unsupported_tokenizers_are_named() {
         assert!(matches!(err, Error::Tokenizer(_)), "{err:?}");
         assert!(err.to_string().contains(expected), "{err}");
     }
+    // A SentencePiece vocabulary needs one score per token.
+    let mut g = tiny_metadata_without("tokenizer.ggml.model");
+    g.string("tokenizer.ggml.model", "llama");
+    let err = import_err(&g);
+    assert!(matches!(err, Error::BadGguf(_)), "{err:?}");
+    assert!(err.to_string().contains("tokenizer.ggml.scores"), "{err}");
+    g.f32s("tokenizer.ggml.scores", &[0.0; 3]);
+    let msg = import_err(&g).to_string();
+    assert!(msg.contains("3 entries for 8 tokens"), "{msg}");
+    // With scores, the same tokens make a SentencePiece tokenizer (which
+    // needs no pre-tokenizer).
+    let mut g = tiny_metadata_without("tokenizer.ggml.model");
+    g.string("tokenizer.ggml.model", "llama")
+        .f32s("tokenizer.ggml.scores", &[0.0; 8]);
+    import_ok(&g);
     // No pre-tokenizer named: the splitting rules are unknown.
     let err = import_err(&tiny_metadata_without("tokenizer.ggml.pre"));
     assert!(err.to_string().contains("tokenizer.ggml.pre"), "{err}");
@@ -1219,6 +1243,46 @@ fn inspect_shows_the_imported_file() {
     assert!(text.contains("chat template:  embedded"), "{text}");
     assert!(text.contains("f32: 10, q4_1: 1"), "{text}");
     drop(dir);
+}
+
+/// `inspect` on a GGUF file itself: its metadata, a tensor table in the
+/// Hugging Face shape order, and types it does not read shown as `?`.
+#[test]
+fn inspect_reads_gguf_files() {
+    let mut g = tiny_llama(&Tiny::default());
+    g.tensor("extra.weight", &[256, 2], G_Q3_K, vec![0; 2 * 110]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "m.gguf", &g.bytes());
+    let text = inspect(&path).unwrap();
+    for want in [
+        "format:         GGUF v3",
+        "architecture:   llama (imports as LlamaForCausalLM)",
+        "  llama.block_count = 1",
+        "  tokenizer.ggml.model = \"gpt2\"",
+        "  tokenizer.ggml.merges = [\"a b\",\"Ġ ab\"]",
+        "  llama.attention.layer_norm_rms_epsilon = 0.00001",
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want:?} in\n{text}");
+    }
+    let row = |name: &str| -> Vec<&str> {
+        let line = text.lines().find(|l| l.starts_with(&format!("{name} ")));
+        line.unwrap_or_else(|| panic!("no row {name} in\n{text}"))
+            .split_whitespace()
+            .collect()
+    };
+    assert_eq!(row("extra.weight")[1..5], ["q3_k", "[2,", "256]", "?"]);
+    let embd = row("token_embd.weight");
+    assert_eq!(embd[1..3], ["f32", "[8,"]);
+    assert_eq!(embd[4], (8 * HIDDEN * 4).to_string());
+    assert!(text.contains("q3_k (11): 1"), "{text}");
+    let mut g = tiny_metadata_without("general.architecture");
+    g.string("general.architecture", "mamba");
+    let path = write(dir.path(), "mamba.gguf", &g.bytes());
+    let text = inspect(&path).unwrap();
+    assert!(
+        text.contains("mamba (not imported by this build)"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,16 +1,23 @@
-//! GGUF import: reading GGUF files and converting Llama models to `.mllm`.
+//! GGUF import: reading GGUF files and converting their models to `.mllm`.
 //!
 //! - [`GgufFile`]: a memory-mapped, fully checked GGUF v2/v3 header with
 //!   typed metadata ([`GgufValue`]) and tensors ([`GgufFile::tensor`]).
 //! - [`import_gguf`]: the conversion [`convert`](crate::convert) runs for a
 //!   GGUF input; tensors keep their stored types and bytes.
-//! - [`llama`]: config synthesis, tensor names and the q/k row order.
-//! - [`tokenizer`]: the `tokenizer.json` rebuilt from the metadata.
+//! - [`arch`]: the architectures (`llama`, `qwen2`, `qwen3`, `phi3`,
+//!   `gemma`, `gpt2`): tensor names and what llama.cpp changed in them.
+//! - [`config`]: the Hugging Face config synthesized from the metadata.
+//! - [`rotary`]: the q/k row order of Llama files.
+//! - [`tokenizer`]: the `tokenizer.json` rebuilt from the metadata (byte-level
+//!   BPE here, SentencePiece in `spm`).
 
+pub mod arch;
+pub mod config;
 mod cursor;
 mod import;
-pub mod llama;
 mod reader;
+pub mod rotary;
+mod spm;
 pub mod tokenizer;
 mod types;
 mod value;

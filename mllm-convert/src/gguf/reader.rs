@@ -252,6 +252,18 @@ impl GgufFile {
         }
     }
 
+    /// An optional array of `f32`.
+    pub fn opt_f32s(&self, key: &str) -> Result<Option<&[f32]>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_array()
+                .and_then(GgufArray::as_f32s)
+                .map(Some)
+                .ok_or_else(|| wrong_type(key, "an array of f32", v)),
+        }
+    }
+
     /// An optional array of integers (any integer element type).
     pub fn opt_ints(&self, key: &str) -> Result<Option<Vec<i64>>> {
         match self.get(key) {

@@ -213,6 +213,14 @@ impl GgufArray {
         }
     }
 
+    /// The elements of an array of `f32`.
+    pub fn as_f32s(&self) -> Option<&[f32]> {
+        match self {
+            GgufArray::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
     /// The elements of an array of any integer type, as `i64` (`None` for
     /// other element types and for `u64` values above `i64::MAX`).
     pub fn to_i64s(&self) -> Option<Vec<i64>> {
