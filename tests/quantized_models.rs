@@ -34,9 +34,10 @@ const KERNEL_TOL: f32 = 3e-3;
 /// teacher-forced greedy steps 0.3288).
 const Q8_0_BOUND: f32 = 0.45;
 
-/// q4_0 and q4_1 tiny-llama (logits up to about 7 in magnitude): measured
-/// 5.692 (q4_0, greedy steps of `long`); prompt logits 3.515 / 4.660 (q4_0)
-/// and 5.400 / 3.843 (q4_1) for `short` / `long`.
+/// q4_0, q4_1 and iq4_nl tiny-llama (logits up to about 7 in magnitude):
+/// measured 5.692 (q4_0, greedy steps of `long`); prompt logits 3.515 /
+/// 4.660 (q4_0) and 5.400 / 3.843 (q4_1) for `short` / `long`; 4.820
+/// (iq4_nl, worst of all).
 const Q4_BOUND: f32 = 6.0;
 
 /// Converts a fixture with `policy`, into a temporary directory.
@@ -155,7 +156,7 @@ fn q8_0_tiny_llama_greedy_ids_follow_the_reference_while_margins_allow() {
 
 #[test]
 fn q4_tiny_llama_runs_within_a_looser_bound() {
-    for dtype in [DType::Q4_0, DType::Q4_1] {
+    for dtype in [DType::Q4_0, DType::Q4_1, DType::IQ4NL] {
         let c = convert_to(&fixture("tiny-llama"), dtype);
         let worst = check_logits("tiny-llama", &c, Q4_BOUND);
         // An order of magnitude above q8_0: these are 4-bit weights.
@@ -206,13 +207,21 @@ fn embedding_and_head_flags_run() {
 }
 
 /// GPT-2's MLP output projection has rows of 256 and is stored in the
-/// K-quant itself (the other matrices fall back to q4_1, q5_1 or q8_0, the
+/// K-quant itself (the other matrices fall back to a 32-value format, the
 /// position table is f16): the K-quant kernels run inside a real model.
 /// Measured errors against the f32 reference: 2.595 (q4_k), 1.469 (q5_k),
-/// 0.2259 (q6_k).
+/// 0.2259 (q6_k); 2.635 (q2_k), 2.507 (q3_k), 2.270 (iq4_xs), whose
+/// other matrices fall back to iq4_nl.
 #[test]
 fn k_quants_run_on_gpt2() {
-    for (dtype, bound) in [(DType::Q4K, 2.8), (DType::Q5K, 1.6), (DType::Q6K, 0.25)] {
+    for (dtype, bound) in [
+        (DType::Q4K, 2.8),
+        (DType::Q5K, 1.6),
+        (DType::Q6K, 0.25),
+        (DType::Q2K, 2.9),
+        (DType::Q3K, 2.8),
+        (DType::IQ4XS, 2.5),
+    ] {
         let c = convert_to(&fixture("tiny-gpt2"), dtype);
         let file = MllmFile::open(&c.path).unwrap();
         let c_proj = file.tensor("transformer.h.0.mlp.c_proj.weight").unwrap();

@@ -9,7 +9,7 @@
 //!     [--tokenizer tokenizer.json] [--generation-config FILE] [--chat-template FILE]
 //! ```
 //!
-//! `T` is f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k; which tensors
+//! `T` is f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs; which tensors
 //! each flag applies to is the policy of `mllm_convert::policy`.
 
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ struct Cli {
     /// The .mllm file to write.
     #[arg(short, long, required = true, value_name = "OUT.mllm")]
     output: Option<PathBuf>,
-    /// Storage type of matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k
+    /// Storage type of matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs
     /// (vectors always stay f32; rows that are not whole blocks fall back to
     /// q4_1, q8_0 or f16). Not for GGUF input, whose tensors are kept as stored.
     #[arg(long, default_value = "f32", value_name = "DTYPE")]
@@ -117,7 +117,7 @@ enum Command {
         /// The .mllm file to write (may be the input).
         #[arg(value_name = "OUT.mllm")]
         output: PathBuf,
-        /// Storage type of matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k.
+        /// Storage type of matrices: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs.
         #[arg(long, value_name = "DTYPE")]
         dtype: String,
         #[command(flatten)]

@@ -18,14 +18,15 @@
 //! token embedding, so only `embed_dtype` applies to it.
 //!
 //! **Fallback.** A block-quantized type stores each row (the last dimension)
-//! as whole blocks of 32 values (q8_0, q4_0, q4_1, q5_0, q5_1) or 256
-//! (q4_k, q5_k, q6_k). A tensor whose rows are not whole blocks of the
-//! chosen type is stored in:
+//! as whole blocks of 32 values (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl) or
+//! 256 (q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs). A tensor whose rows are not
+//! whole blocks of the chosen type is stored in:
 //!
-//! 1. the 32-value format of the same kind when the rows are a multiple of
-//!    32: q4_k → q4_1 and q5_k → q5_1 (values of the same width with a
-//!    scale and a minimum per block), q6_k → q8_0 (there is no 6-bit
-//!    32-value format; the next more precise one);
+//! 1. a 32-value format when the rows are a multiple of 32: q4_k → q4_1
+//!    and q5_k → q5_1 (values of the same width with a scale and a minimum
+//!    per block), q6_k → q8_0 (there is no 6-bit 32-value format; the next
+//!    more precise one), and q2_k, q3_k, iq4_xs → iq4_nl (as llama.cpp's
+//!    quantizer does: the nearest 32-value format that is no less precise);
 //! 2. otherwise F16.
 //!
 //! Such tensors are [`Storage::fallback`] and counted in
@@ -36,7 +37,7 @@ use mllm_ops::quant::QuantType;
 
 /// Every dtype a conversion can store matrices in, in the order error
 /// messages list them.
-pub const TARGET_DTYPES: [DType; 11] = [
+pub const TARGET_DTYPES: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -45,12 +46,16 @@ pub const TARGET_DTYPES: [DType; 11] = [
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::IQ4NL,
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::IQ4XS,
 ];
 
-/// `f32, f16, …, q5_k or q6_k`.
+/// `f32, f16, …, q6_k or iq4_xs`.
 fn target_list() -> String {
     let names: Vec<&str> = TARGET_DTYPES.iter().map(|d| d.name()).collect();
     let (last, rest) = names.split_last().expect("the list is not empty");
@@ -69,8 +74,8 @@ pub fn check_target_dtype(dtype: DType) -> Result<()> {
 }
 
 /// Parses a target dtype name as given on the command line (`f32`, `f16`,
-/// `bf16`, `q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q4_k`, `q5_k`, `q6_k`;
-/// case-insensitive).
+/// `bf16`, `q8_0`, `q4_0`, `q4_1`, `q5_0`, `q5_1`, `iq4_nl`, `q2_k`, `q3_k`,
+/// `q4_k`, `q5_k`, `q6_k`, `iq4_xs`; case-insensitive).
 pub fn parse_target_dtype(name: &str) -> Result<DType> {
     let dtype: DType = name.parse().map_err(|_| {
         Error::InvalidInput(format!("unknown dtype '{name}'; use {}", target_list()))
@@ -201,6 +206,7 @@ impl DTypePolicy {
             let dtype = match requested {
                 DType::Q4K if row.is_multiple_of(32) => DType::Q4_1,
                 DType::Q5K if row.is_multiple_of(32) => DType::Q5_1,
+                DType::Q2K | DType::Q3K | DType::IQ4XS if row.is_multiple_of(32) => DType::IQ4NL,
                 DType::Q6K if row.is_multiple_of(32) => DType::Q8_0,
                 _ => DType::F16,
             };
@@ -340,17 +346,17 @@ mod tests {
         assert_eq!(parse_target_dtype("Q4_K").unwrap(), DType::Q4K);
         assert_eq!(
             parse_target_dtype("q7_0").unwrap_err().to_string(),
-            "invalid input: unknown dtype 'q7_0'; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
+            "invalid input: unknown dtype 'q7_0'; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs"
         );
         let err = DTypePolicy {
-            head_dtype: Some(DType::Q2K),
+            head_dtype: Some(DType::Q8K),
             ..DTypePolicy::new(DType::Q8_0)
         }
         .check()
         .unwrap_err();
         assert!(
             err.to_string()
-                .contains("head dtype: q2_k is not a conversion target"),
+                .contains("head dtype: q8_k is not a conversion target"),
             "{err}"
         );
     }

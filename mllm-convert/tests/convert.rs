@@ -494,7 +494,7 @@ fn unsupported_source_dtype_names_tensor_and_dtype() {
 #[test]
 fn dtypes_without_a_quantizer_are_rejected() {
     let out = tempfile::tempdir().unwrap();
-    for (dtype, name) in [(DType::Q2K, "q2_k"), (DType::I8, "i8")] {
+    for (dtype, name) in [(DType::Q8K, "q8_k"), (DType::I8, "i8")] {
         let opts = ConvertOptions {
             dtype,
             progress: false,
@@ -503,7 +503,7 @@ fn dtypes_without_a_quantizer_are_rejected() {
         assert_eq!(
             err.to_string(),
             format!(
-                "{name} is not a conversion target; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
+                "{name} is not a conversion target; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs"
             )
         );
     }
@@ -633,7 +633,7 @@ fn binary_converts_inspects_and_fails_cleanly() {
     let stderr = fail(&[fixture_dir.to_str().unwrap(), "-o", dest, "--dtype", "q9_0"]);
     assert!(
         stderr.contains(
-            "unknown dtype 'q9_0'; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
+            "unknown dtype 'q9_0'; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs"
         ),
         "{stderr}"
     );

@@ -36,10 +36,14 @@ const G_Q4_1: u32 = 3;
 const G_Q5_0: u32 = 6;
 const G_Q5_1: u32 = 7;
 const G_Q8_0: u32 = 8;
+const G_Q2_K: u32 = 10;
 const G_Q3_K: u32 = 11;
 const G_Q4_K: u32 = 12;
 const G_Q5_K: u32 = 13;
 const G_Q6_K: u32 = 14;
+const G_IQ2_XXS: u32 = 16;
+const G_IQ4_NL: u32 = 20;
+const G_IQ4_XS: u32 = 23;
 const G_BF16: u32 = 30;
 
 fn gstr(s: &str) -> Vec<u8> {
@@ -505,12 +509,16 @@ fn kept_types_map_to_mllm_dtypes_and_others_are_named_errors() {
         (G_Q4_K, DType::Q4K, 2 * 144),
         (G_Q5_K, DType::Q5K, 2 * 176),
         (G_Q6_K, DType::Q6K, 2 * 210),
+        (G_Q2_K, DType::Q2K, 2 * 84),
+        (G_Q3_K, DType::Q3K, 2 * 110),
+        (G_IQ4_NL, DType::IQ4NL, 16 * 18),
+        (G_IQ4_XS, DType::IQ4XS, 2 * 136),
     ];
     let mut g = Gguf::new(3);
     for (ty, _, len) in kept {
         g.tensor(&format!("t{ty}"), &[256, 2], ty, vec![7; len]);
     }
-    g.tensor("blk.3.ffn_up.weight", &[256, 2], G_Q3_K, vec![0; 2 * 110])
+    g.tensor("blk.3.ffn_up.weight", &[256, 2], G_IQ2_XXS, vec![0; 2 * 66])
         .tensor("odd", &[99, 1], 99, vec![0; 4]);
     let f = open_bytes(&g.bytes()).unwrap();
     for (ty, dtype, len) in kept {
@@ -524,7 +532,7 @@ fn kept_types_map_to_mllm_dtypes_and_others_are_named_errors() {
     match f.tensor("blk.3.ffn_up.weight") {
         Err(Error::UnsupportedDType(msg)) => {
             assert!(msg.contains("blk.3.ffn_up.weight"), "{msg}");
-            assert!(msg.contains("q3_k (11)"), "{msg}");
+            assert!(msg.contains("iq2_xxs (16)"), "{msg}");
         }
         other => panic!("{other:?}"),
     }
@@ -1153,7 +1161,7 @@ fn unsupported_architecture_and_tensors_are_errors() {
         msg.contains("layer 5") && msg.contains("block_count is 1"),
         "{msg}"
     );
-    // A kept-type check on the model: a Q3_K matrix names the tensor and type.
+    // A kept-type check on the model: an IQ2_XXS matrix names the tensor and type.
     let mut g = tiny_llama(&Tiny::default());
     let up = g
         .tensors
@@ -1161,12 +1169,12 @@ fn unsupported_architecture_and_tensors_are_errors() {
         .find(|t| t.name == "blk.0.ffn_up.weight")
         .unwrap();
     up.ne = vec![256, 8];
-    up.ty = G_Q3_K;
-    up.data = vec![0; 8 * 110];
+    up.ty = G_IQ2_XXS;
+    up.data = vec![0; 8 * 66];
     match import_err(&g) {
         Error::UnsupportedDType(msg) => {
             assert!(
-                msg.contains("'blk.0.ffn_up.weight'") && msg.contains("q3_k"),
+                msg.contains("'blk.0.ffn_up.weight'") && msg.contains("iq2_xxs"),
                 "{msg}"
             )
         }
@@ -1250,7 +1258,7 @@ fn inspect_shows_the_imported_file() {
 #[test]
 fn inspect_reads_gguf_files() {
     let mut g = tiny_llama(&Tiny::default());
-    g.tensor("extra.weight", &[256, 2], G_Q3_K, vec![0; 2 * 110]);
+    g.tensor("extra.weight", &[256, 2], G_IQ2_XXS, vec![0; 2 * 66]);
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), "m.gguf", &g.bytes());
     let text = inspect(&path).unwrap();
@@ -1270,11 +1278,11 @@ fn inspect_reads_gguf_files() {
             .split_whitespace()
             .collect()
     };
-    assert_eq!(row("extra.weight")[1..5], ["q3_k", "[2,", "256]", "?"]);
+    assert_eq!(row("extra.weight")[1..5], ["iq2_xxs", "[2,", "256]", "?"]);
     let embd = row("token_embd.weight");
     assert_eq!(embd[1..3], ["f32", "[8,"]);
     assert_eq!(embd[4], (8 * HIDDEN * 4).to_string());
-    assert!(text.contains("q3_k (11): 1"), "{text}");
+    assert!(text.contains("iq2_xxs (16): 1"), "{text}");
     let mut g = tiny_metadata_without("general.architecture");
     g.string("general.architecture", "mamba");
     let path = write(dir.path(), "mamba.gguf", &g.bytes());

@@ -122,6 +122,9 @@ fn k_quants_fall_back_on_short_rows() {
         (DType::Q4K, DType::Q4_1),
         (DType::Q5K, DType::Q5_1),
         (DType::Q6K, DType::Q8_0),
+        (DType::Q2K, DType::IQ4NL),
+        (DType::Q3K, DType::IQ4NL),
+        (DType::IQ4XS, DType::IQ4NL),
     ] {
         let path = out.path().join(format!("{k}.mllm"));
         let report = convert_fixture("tiny-llama", &path, &opts(k, None, None));
@@ -340,7 +343,7 @@ fn bad_input_gives_clear_errors() {
     assert!(matches!(err, Error::BadMagic { .. }), "{err}");
     assert_eq!(
         parse_target_dtype("q7_k").unwrap_err().to_string(),
-        "invalid input: unknown dtype 'q7_k'; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
+        "invalid input: unknown dtype 'q7_k'; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs"
     );
     let f32_path = out.path().join("f32.mllm");
     convert(
@@ -352,7 +355,7 @@ fn bad_input_gives_clear_errors() {
     let err = quantize_file(&f32_path, &dest, &opts(DType::Q8_1, None, None)).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "q8_1 is not a conversion target; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k or q6_k"
+        "q8_1 is not a conversion target; use f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or iq4_xs"
     );
     let err =
         quantize_file(&f32_path, &dest, &opts(DType::Q8_0, Some(DType::I8), None)).unwrap_err();
@@ -514,8 +517,8 @@ fn binary_quantizes_and_fails_cleanly() {
         "plain mllm v1 file without metadata",
     );
     fail(
-        &["quantize", &path("f32.mllm"), &dest, "--dtype", "q3_k"],
-        "q3_k is not a conversion target",
+        &["quantize", &path("f32.mllm"), &dest, "--dtype", "q8_k"],
+        "q8_k is not a conversion target",
     );
     fail(
         &[

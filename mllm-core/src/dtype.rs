@@ -11,7 +11,8 @@ use crate::{Error, Result};
 /// codes 0..=30, and mllm v2's BF16 = 128 and U8 = 129). Quantized types use
 /// ggml's block layouts. Codes from 192 on are mllm-rs's own: weights
 /// stored in the layout of its packed kernels, so that they load by
-/// mapping alone (`mllm-convert --packed`).
+/// mapping alone (`mllm-convert --packed`), and ggml formats that mllm has
+/// no code for (IQ4_NL, IQ4_XS).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum DType {
@@ -43,11 +44,17 @@ pub enum DType {
     /// eight f16 scales and the quants word-interleaved, 272 bytes for 256
     /// values.
     Q8Packed = 193,
+    /// ggml's IQ4_NL: 32 values per 18 bytes, an f16 scale and nibbles
+    /// indexing a fixed non-linear grid.
+    IQ4NL = 194,
+    /// ggml's IQ4_XS: 256 values per 136 bytes, IQ4_NL's grid with 6-bit
+    /// sub-block scales.
+    IQ4XS = 195,
 }
 
 impl DType {
     /// Every dtype mllm-rs knows, in code order.
-    pub const ALL: [DType; 21] = [
+    pub const ALL: [DType; 23] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -69,6 +76,8 @@ impl DType {
         DType::U8,
         DType::Q4Packed,
         DType::Q8Packed,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ];
 
     /// The code stored in a `.mllm` index entry.
@@ -84,10 +93,10 @@ impl DType {
     /// Number of elements in one block (1 for plain types).
     pub fn block_len(self) -> usize {
         match self {
-            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 => 32,
+            DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::IQ4NL => 32,
             DType::Q8_0 | DType::Q8_1 => 32,
             DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K | DType::Q3K | DType::Q2K => 256,
-            DType::Q4Packed | DType::Q8Packed => 256,
+            DType::Q4Packed | DType::Q8Packed | DType::IQ4XS => 256,
             _ => 1,
         }
     }
@@ -112,6 +121,8 @@ impl DType {
             DType::Q2K => 84,
             DType::Q4Packed => 160,
             DType::Q8Packed => 272,
+            DType::IQ4NL => 18,
+            DType::IQ4XS => 136,
         }
     }
 
@@ -162,6 +173,8 @@ impl DType {
             DType::U8 => "u8",
             DType::Q4Packed => "q4_packed",
             DType::Q8Packed => "q8_0_packed",
+            DType::IQ4NL => "iq4_nl",
+            DType::IQ4XS => "iq4_xs",
         }
     }
 }
@@ -216,6 +229,10 @@ mod tests {
         assert_eq!(DType::Q5_0.bytes_for(64).unwrap(), 44);
         assert_eq!(DType::Q5_1.bytes_for(64).unwrap(), 48);
         assert_eq!(DType::Q5K.bytes_for(512).unwrap(), 352);
+        assert_eq!(DType::Q3K.bytes_for(256).unwrap(), 110);
+        assert_eq!(DType::Q2K.bytes_for(256).unwrap(), 84);
+        assert_eq!(DType::IQ4NL.bytes_for(64).unwrap(), 36);
+        assert_eq!(DType::IQ4XS.bytes_for(512).unwrap(), 272);
         assert!(DType::Q4_0.bytes_for(33).is_err());
         // A count from a hostile file: an error, not an overflow.
         let err = DType::F32

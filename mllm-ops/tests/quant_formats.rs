@@ -94,7 +94,8 @@ fn relative_rms_error(dtype: DType, x: &[f32]) -> f64 {
 
 /// Measured on 64 Ki standard-normal values (seed 7):
 /// Q8_0 0.0053, Q4_0 0.0858, Q4_1 0.0785, Q4_K 0.0716, Q6_K 0.0169,
-/// Q5_0 0.0427, Q5_1 0.0379, Q5_K 0.0359.
+/// Q5_0 0.0427, Q5_1 0.0379, Q5_K 0.0359, Q2_K 0.2704, Q3_K 0.1437,
+/// IQ4_NL 0.0740, IQ4_XS 0.0747.
 /// The bounds sit a little above those.
 #[test]
 fn quantization_error_bounds() {
@@ -109,6 +110,10 @@ fn quantization_error_bounds() {
         (DType::Q5_0, 0.045),
         (DType::Q5_1, 0.040),
         (DType::Q5K, 0.038),
+        (DType::Q2K, 0.28),
+        (DType::Q3K, 0.15),
+        (DType::IQ4NL, 0.078),
+        (DType::IQ4XS, 0.078),
     ] {
         let e = relative_rms_error(dtype, &x);
         eprintln!("{dtype}: relative RMS error {e:.4}");
@@ -119,6 +124,7 @@ fn quantization_error_bounds() {
     assert!(relative_rms_error(DType::Q4K, &small) <= 0.075);
     assert!(relative_rms_error(DType::Q6K, &small) <= 0.018);
     assert!(relative_rms_error(DType::Q5K, &small) <= 0.038);
+    assert!(relative_rms_error(DType::IQ4XS, &small) <= 0.078);
 }
 
 /// Quantizing already-dequantized data almost reproduces it for the

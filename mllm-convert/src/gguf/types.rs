@@ -51,8 +51,8 @@ pub fn describe_ggml_type(id: u32) -> String {
 }
 
 /// The mllm dtype that stores a ggml type byte for byte, for the types the
-/// importer keeps: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K
-/// and Q6_K.
+/// importer keeps: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
+/// Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS.
 ///
 /// mllm's quantized types use ggml's block layouts, so these tensors are
 /// copied unchanged.
@@ -65,13 +65,18 @@ pub fn dtype_for_ggml(id: u32) -> Option<DType> {
         6 => DType::Q5_0,
         7 => DType::Q5_1,
         8 => DType::Q8_0,
+        10 => DType::Q2K,
+        11 => DType::Q3K,
         12 => DType::Q4K,
         13 => DType::Q5K,
         14 => DType::Q6K,
+        20 => DType::IQ4NL,
+        23 => DType::IQ4XS,
         30 => DType::BF16,
         _ => return None,
     })
 }
 
 /// The ggml type ids that [`dtype_for_ggml`] maps, for messages.
-pub const KEPT_TYPES: &str = "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k and q6_k";
+pub const KEPT_TYPES: &str =
+    "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl and iq4_xs";

@@ -136,11 +136,16 @@ impl MatrixWeight {
             DType::F32 | DType::F16 | DType::BF16 => {
                 Ok(MatrixWeight::Float(FloatWeight::from_data(data, op)?))
             }
-            other => Err(Error::UnsupportedDType(format!(
-                "{op}: weight '{name}' has dtype {other}, which this op does not support on \
-                 the CPU (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, and for \
-                 linear and embedding layers q4_packed and q8_0_packed)"
-            ))),
+            other => {
+                let quantized: Vec<&str> =
+                    QuantType::ALL.iter().map(|q| q.dtype().name()).collect();
+                Err(Error::UnsupportedDType(format!(
+                    "{op}: weight '{name}' has dtype {other}, which this op does not support on \
+                     the CPU (supported: f32, f16, bf16, {}, and for linear and embedding \
+                     layers q4_packed and q8_0_packed)",
+                    quantized.join(", ")
+                )))
+            }
         }
     }
 

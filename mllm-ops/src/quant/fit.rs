@@ -71,20 +71,28 @@ pub(crate) fn fit_affine(x: &[f32], qmax: u8) -> (f32, f32) {
 /// Fits `x ≈ s·q` with integers `q ∈ −32..=31` (the largest magnitude may
 /// map to either end, so `s` may be negative), minimising `Σ (s·q − x)²`.
 pub(crate) fn fit_symmetric6(x: &[f32]) -> f32 {
+    fit_symmetric(x, 32)
+}
+
+/// Fits `x ≈ s·q` with integers `q ∈ −half..=half − 1` (the largest
+/// magnitude may map to either end, so `s` may be negative), minimising
+/// `Σ (s·q − x)²`.
+pub(crate) fn fit_symmetric(x: &[f32], half: i32) -> f32 {
     let vmax = x
         .iter()
         .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
     if vmax == 0.0 {
         return 0.0;
     }
-    let mut best_s = -vmax / 32.0;
+    let (lo, hi) = (-half as f32, (half - 1) as f32);
+    let mut best_s = -vmax / half as f32;
     let mut best_gain = 0.0f32;
     for step in -STEPS..=STEPS {
-        let k = 32.0 + STEP * step as f32;
+        let k = half as f32 + STEP * step as f32;
         for iscale in [-k / vmax, (k - 1.0) / vmax] {
             let (mut sqq, mut sqx) = (0.0f32, 0.0f32);
             for &v in x {
-                let q = round(v * iscale).clamp(-32.0, 31.0);
+                let q = round(v * iscale).clamp(lo, hi);
                 sqq += q * q;
                 sqx += q * v;
             }
@@ -92,6 +100,51 @@ pub(crate) fn fit_symmetric6(x: &[f32]) -> f32 {
             if sqq > 0.0 && sqx * sqx / sqq > best_gain {
                 best_gain = sqx * sqx / sqq;
                 best_s = sqx / sqq;
+            }
+        }
+    }
+    best_s
+}
+
+/// The index of the value of the ascending `grid` nearest to `v`.
+#[inline]
+pub(crate) fn nearest(grid: &[f32], v: f32) -> usize {
+    let above = grid.partition_point(|&g| g < v);
+    match above {
+        0 => 0,
+        n if n == grid.len() => n - 1,
+        n if v - grid[n - 1] <= grid[n] - v => n - 1,
+        n => n,
+    }
+}
+
+/// Fits `x ≈ s·g` with each `g` a value of the ascending, non-linear `grid`
+/// (both signs), minimising `Σ (s·g − x)²`: candidate scales map the
+/// largest magnitude onto either end of the grid, each candidate's nearest
+/// grid values give a least-squares scale, and the best of those is kept.
+pub(crate) fn fit_grid(x: &[f32], grid: &[f32]) -> f32 {
+    let vmax = x
+        .iter()
+        .fold(0.0f32, |m, &v| if v.abs() > m.abs() { v } else { m });
+    if vmax == 0.0 {
+        return 0.0;
+    }
+    let (first, last) = (grid[0], grid[grid.len() - 1]);
+    let mut best_s = vmax / first;
+    let mut best_gain = 0.0f32;
+    for step in -STEPS..=STEPS {
+        let shift = STEP * 5.0 * step as f32;
+        for end in [first + shift, last + shift] {
+            let s = vmax / end;
+            let (mut sgg, mut sgx) = (0.0f32, 0.0f32);
+            for &v in x {
+                let g = grid[nearest(grid, v / s)];
+                sgg += g * g;
+                sgx += g * v;
+            }
+            if sgg > 0.0 && sgx * sgx / sgg > best_gain {
+                best_gain = sgx * sgx / sgg;
+                best_s = sgx / sgg;
             }
         }
     }
@@ -145,5 +198,26 @@ mod tests {
             assert!((q * s - v).abs() < 1e-5, "{s}");
         }
         assert_eq!(fit_symmetric6(&[0.0; 16]), 0.0);
+        let x: Vec<f32> = (0..16).map(|i| 0.5 * (i % 8) as f32 - 2.0).collect();
+        let s = fit_symmetric(&x, 4);
+        assert!((s - 0.5).abs() < 1e-6 || (s + 0.5).abs() < 1e-6, "{s}");
+    }
+
+    #[test]
+    fn nearest_grid_values() {
+        let grid = [-3.0, -1.0, 0.5, 2.0];
+        let got: Vec<usize> = [-9.0, -2.0, -1.9, 0.0, -0.25, 1.25, 1.3, 7.0]
+            .map(|v| nearest(&grid, v))
+            .to_vec();
+        assert_eq!(got, [0, 0, 1, 2, 1, 2, 3, 3]);
+    }
+
+    #[test]
+    fn grid_fit_is_exact_on_a_scaled_grid() {
+        let grid = [-127.0, -83.0, -35.0, 1.0, 25.0, 69.0, 113.0];
+        let x: Vec<f32> = (0..32).map(|i| 0.01 * grid[i % 7]).collect();
+        let s = fit_grid(&x, &grid);
+        assert!((s - 0.01).abs() < 1e-7, "{s}");
+        assert_eq!(fit_grid(&[0.0; 32], &grid), 0.0);
     }
 }

@@ -13,6 +13,10 @@
 //! | [`DType::Q5_1`] | 32 | 24 | `d: f16`, `m: f16`, `qh: u32`, `qs: [u8; 16]` | `d·q + m` |
 //! | [`DType::Q4K`] | 256 | 144 | `d, dmin: f16`, `scales: [u8; 12]`, `qs: [u8; 128]` | `d·sc·q − dmin·m` |
 //! | [`DType::Q5K`] | 256 | 176 | `d, dmin: f16`, `scales: [u8; 12]`, `qh: [u8; 32]`, `qs: [u8; 128]` | `d·sc·q − dmin·m` |
+//! | [`DType::Q2K`] | 256 | 84 | `scales: [u8; 16]`, `qs: [u8; 64]`, `d, dmin: f16` | `d·sc·q − dmin·m` |
+//! | [`DType::Q3K`] | 256 | 110 | `hmask: [u8; 32]`, `qs: [u8; 64]`, `scales: [u8; 12]`, `d: f16` | `d·(sc − 32)·(q − 4)` |
+//! | [`DType::IQ4NL`] | 32 | 18 | `d: f16`, `qs: [u8; 16]` | `d·grid[q]` |
+//! | [`DType::IQ4XS`] | 256 | 136 | `d: f16`, `scales_h: u16`, `scales_l: [u8; 4]`, `qs: [u8; 128]` | `d·(ls − 32)·grid[q]` |
 //! | [`DType::Q6K`] | 256 | 210 | `ql: [u8; 128]`, `qh: [u8; 64]`, `scales: [i8; 16]`, `d: f16` | `d·sc·(q − 32)` |
 //!
 //! The nibble and bit orders are described in each format's module. The
@@ -21,6 +25,10 @@
 //! one multiply and at most one add per value), so results are bit-exact.
 
 pub(crate) mod fit;
+pub(crate) mod iq4_nl;
+pub(crate) mod iq4_xs;
+pub(crate) mod q2_k;
+pub(crate) mod q3_k;
 pub(crate) mod q4_0;
 pub(crate) mod q4_1;
 pub(crate) mod q4_k;
@@ -52,11 +60,20 @@ pub enum QuantType {
     Q5K,
     /// 256 values: sixteen sub-blocks with 8-bit scales, 6-bit values.
     Q6K,
+    /// 256 values: sixteen sub-blocks with 4-bit scales and minimums,
+    /// 2-bit values.
+    Q2K,
+    /// 256 values: sixteen sub-blocks with 6-bit scales, 3-bit values.
+    Q3K,
+    /// 32 values: f16 scale and 32 nibbles indexing a non-linear grid.
+    IQ4NL,
+    /// 256 values: eight sub-blocks with 6-bit scales, IQ4_NL's grid.
+    IQ4XS,
 }
 
 impl QuantType {
     /// Every supported format.
-    pub const ALL: [QuantType; 8] = [
+    pub const ALL: [QuantType; 12] = [
         QuantType::Q8_0,
         QuantType::Q4_0,
         QuantType::Q4_1,
@@ -65,6 +82,10 @@ impl QuantType {
         QuantType::Q4K,
         QuantType::Q5K,
         QuantType::Q6K,
+        QuantType::Q2K,
+        QuantType::Q3K,
+        QuantType::IQ4NL,
+        QuantType::IQ4XS,
     ];
 
     /// The format stored with `dtype`, or `None` when it is not one of these.
@@ -83,6 +104,10 @@ impl QuantType {
             QuantType::Q4K => DType::Q4K,
             QuantType::Q5K => DType::Q5K,
             QuantType::Q6K => DType::Q6K,
+            QuantType::Q2K => DType::Q2K,
+            QuantType::Q3K => DType::Q3K,
+            QuantType::IQ4NL => DType::IQ4NL,
+            QuantType::IQ4XS => DType::IQ4XS,
         }
     }
 
@@ -118,6 +143,10 @@ impl QuantType {
             QuantType::Q5K => each_block(blocks, out, q5_k::dequantize_block),
             QuantType::Q4K => each_block(blocks, out, q4_k::dequantize_block),
             QuantType::Q6K => each_block(blocks, out, q6_k::dequantize_block),
+            QuantType::Q2K => each_block(blocks, out, q2_k::dequantize_block),
+            QuantType::Q3K => each_block(blocks, out, q3_k::dequantize_block),
+            QuantType::IQ4NL => each_block(blocks, out, iq4_nl::dequantize_block),
+            QuantType::IQ4XS => each_block(blocks, out, iq4_xs::dequantize_block),
         }
     }
 
@@ -132,6 +161,10 @@ impl QuantType {
             QuantType::Q5K => each_block_mut(x, out, q5_k::quantize_block),
             QuantType::Q4K => each_block_mut(x, out, q4_k::quantize_block),
             QuantType::Q6K => each_block_mut(x, out, q6_k::quantize_block),
+            QuantType::Q2K => each_block_mut(x, out, q2_k::quantize_block),
+            QuantType::Q3K => each_block_mut(x, out, q3_k::quantize_block),
+            QuantType::IQ4NL => each_block_mut(x, out, iq4_nl::quantize_block),
+            QuantType::IQ4XS => each_block_mut(x, out, iq4_xs::quantize_block),
         }
     }
 }
@@ -173,7 +206,7 @@ fn quant_type(dtype: DType, what: &str) -> Result<QuantType> {
     QuantType::from_dtype(dtype).ok_or_else(|| {
         Error::UnsupportedDType(format!(
             "{what}: dtype {dtype} is not a supported block-quantized format \
-             (supported: q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k)"
+             (supported: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs)"
         ))
     })
 }
@@ -196,6 +229,14 @@ fn quant_type(dtype: DType, what: &str) -> Result<QuantType> {
 ///   minimums relative to the super-block's `d = max s / 63` and
 ///   `dmin = max m / 63`, and the values re-quantized with those;
 /// * Q5_K: as Q4_K with `q ∈ 0..=31`;
+/// * Q2_K: as Q4_K with sub-blocks of 16, `q ∈ 0..=3` and 4-bit scales and
+///   minimums relative to `d = max s / 15`, `dmin = max m / 15`;
+/// * Q3_K: per sub-block of 16 a least-squares search for `x ≈ s·q`
+///   (`q ∈ −4..=3`), 6-bit signed scales relative to `d = max |s| / 31`;
+/// * IQ4_NL: a least-squares search for `x ≈ d·g` with `g` on the grid,
+///   each value the nearest grid point;
+/// * IQ4_XS: that search per sub-block of 32, 6-bit signed scales relative
+///   to `d = max |s| / 31`, values re-quantized with the stored scales;
 /// * Q6_K: per sub-block of 16 a least-squares search for `x ≈ s·q`
 ///   (`q ∈ −32..=31`), then 8-bit signed scales relative to `d = max |s| / 127`
 ///   and the values re-quantized with those.
@@ -258,6 +299,7 @@ mod tests {
         }
         assert_eq!(QuantType::from_dtype(DType::F32), None);
         assert_eq!(QuantType::from_dtype(DType::Q8K), None);
+        assert_eq!(QuantType::from_dtype(DType::Q8Packed), None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the dequantization test vectors for mllm-ops' quantized formats.
 
-For each of Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0, Q5_1 and Q5_K this makes a few blocks of
+For each of Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0, Q5_1, Q5_K, Q2_K, Q3_K,
+IQ4_NL and IQ4_XS this makes a few blocks of
 random bytes (every bit pattern is a valid block, except that the f16
 scales are set to small finite values, one of them subnormal) and
 dequantizes them with the reference implementation in the `gguf` Python
@@ -50,6 +51,10 @@ FORMATS = {
     "q5_0": (T.Q5_0, 4, [0]),
     "q5_1": (T.Q5_1, 4, [0, 2]),
     "q5_k": (T.Q5_K, 2, [0, 2]),
+    "q2_k": (T.Q2_K, 2, [80, 82]),
+    "q3_k": (T.Q3_K, 2, [108]),
+    "iq4_nl": (T.IQ4_NL, 4, [0]),
+    "iq4_xs": (T.IQ4_XS, 2, [0]),
 }
 
 # The round-to-nearest formats whose quantizer gguf-py implements, with the

@@ -26,7 +26,11 @@ impl Int8Type {
             | QuantType::Q5_1
             | QuantType::Q4K
             | QuantType::Q5K
-            | QuantType::Q6K => None,
+            | QuantType::Q6K
+            | QuantType::Q2K
+            | QuantType::Q3K
+            | QuantType::IQ4NL
+            | QuantType::IQ4XS => None,
         }
     }
 }

@@ -420,6 +420,9 @@ pub(crate) mod tests {
     pub(crate) fn random_blocks(rng: &mut Rng, qt: QuantType, n: usize) -> Vec<u8> {
         let offsets: &[usize] = match qt {
             QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q5_0 => &[0],
+            QuantType::IQ4NL | QuantType::IQ4XS => &[0],
+            QuantType::Q2K => &[80, 82],
+            QuantType::Q3K => &[108],
             QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4K | QuantType::Q5K => &[0, 2],
             QuantType::Q6K => &[208],
         };

@@ -7,7 +7,9 @@
 
 use std::arch::x86_64::*;
 
-use crate::quant::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType};
+use crate::quant::{
+    iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType,
+};
 
 /// f32 lanes per vector.
 pub(crate) const LANES: usize = 8;
@@ -247,6 +249,95 @@ fn q6_k_pieces(b: &[u8; q6_k::BLOCK_BYTES], dl: &[f32; 16], h: usize, c: usize) 
     out
 }
 
+/// Q2_K, half `n` of 2, shift `j` of 4 and chunk `c` of 4: values
+/// `128n + 32j + 8c..` (sub-block `8n + 2j + c / 2`).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q2_k_piece(
+    b: &[u8; q2_k::BLOCK_BYTES],
+    dl: &[f32; 16],
+    ml: &[f32; 16],
+    (n, j, c): (usize, usize, usize),
+) -> Piece {
+    let raw = bytes_u32(&q2_k::qs(b)[32 * n + 8 * c..]);
+    let q = _mm256_and_si256(
+        _mm256_srlv_epi32(raw, _mm256_set1_epi32(2 * j as i32)),
+        _mm256_set1_epi32(3),
+    );
+    let s = 8 * n + 2 * j + c / 2;
+    let v = _mm256_sub_ps(
+        _mm256_mul_ps(_mm256_set1_ps(dl[s]), cvt(q)),
+        _mm256_set1_ps(ml[s]),
+    );
+    (128 * n + 32 * j + 8 * c, v)
+}
+
+/// Q3_K, half `n` of 2, shift `j` of 4 and chunk `c` of 4: values
+/// `128n + 32j + 8c..` (sub-block `8n + 2j + c / 2`), `dl·(q − 4)`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn q3_k_piece(
+    b: &[u8; q3_k::BLOCK_BYTES],
+    dl: &[f32; 16],
+    (n, j, c): (usize, usize, usize),
+) -> Piece {
+    let low = _mm256_and_si256(
+        _mm256_srlv_epi32(
+            bytes_u32(&b[32 + 32 * n + 8 * c..]),
+            _mm256_set1_epi32(2 * j as i32),
+        ),
+        _mm256_set1_epi32(3),
+    );
+    let high = _mm256_and_si256(
+        _mm256_srlv_epi32(
+            bytes_u32(&b[8 * c..]),
+            _mm256_set1_epi32((4 * n + j) as i32),
+        ),
+        _mm256_set1_epi32(1),
+    );
+    let q = _mm256_sub_epi32(
+        _mm256_or_si256(low, _mm256_slli_epi32::<2>(high)),
+        _mm256_set1_epi32(4),
+    );
+    let s = 8 * n + 2 * j + c / 2;
+    (
+        128 * n + 32 * j + 8 * c,
+        _mm256_mul_ps(_mm256_set1_ps(dl[s]), cvt(q)),
+    )
+}
+
+/// IQ4_NL's grid values of the nibbles of 8 bytes of `qs`: the low nibbles
+/// and the high ones, each as 8 `i32` lanes.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn iq4_values(qs: &[u8]) -> [__m256i; 2] {
+    let qs = &qs[..8];
+    // SAFETY: `qs` holds 8 bytes (sliced above), exactly what
+    // `loadl_epi64` reads, unaligned; the grid holds 16.
+    let (raw, grid) = unsafe {
+        (
+            _mm_loadl_epi64(qs.as_ptr().cast()),
+            _mm_loadu_si128(iq4_nl::GRID.as_ptr().cast()),
+        )
+    };
+    let m4 = _mm_set1_epi8(15);
+    let lo = _mm_and_si128(raw, m4);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), m4);
+    [lo, hi].map(|idx| _mm256_cvtepi8_epi32(_mm_shuffle_epi8(grid, idx)))
+}
+
+/// IQ4_NL (and one IQ4_XS sub-block), chunk `c` of 2 of the 16 bytes `qs`:
+/// values `8c..` and `16 + 8c..`, `dl·grid[q]`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn iq4_pieces(qs: &[u8], dl: __m256, c: usize) -> [Piece; 2] {
+    let [lo, hi] = iq4_values(&qs[8 * c..]);
+    [
+        (8 * c, _mm256_mul_ps(dl, cvt(lo))),
+        (16 + 8 * c, _mm256_mul_ps(dl, cvt(hi))),
+    ]
+}
+
 /// Runs `$body` for every decoded piece of a row of blocks, with `$blk`
 /// the index of the block.
 macro_rules! for_each_piece {
@@ -309,6 +400,66 @@ macro_rules! for_each_piece {
                     for g in 0..4 {
                         for c in 0..4 {
                             for $piece in q5_k_pieces(b, &dl, &ml, g, c) {
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+            QuantType::Q2K => {
+                for ($blk, b) in $w.as_chunks::<{ q2_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (dl, ml) = q2_k::sub_scales(b);
+                    for n in 0..2 {
+                        for j in 0..4 {
+                            for c in 0..4 {
+                                let $piece = q2_k_piece(b, &dl, &ml, (n, j, c));
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+            QuantType::Q3K => {
+                for ($blk, b) in $w.as_chunks::<{ q3_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let dl = q3_k::sub_scales(b);
+                    for n in 0..2 {
+                        for j in 0..4 {
+                            for c in 0..4 {
+                                let $piece = q3_k_piece(b, &dl, (n, j, c));
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+            QuantType::IQ4NL => {
+                for ($blk, b) in $w
+                    .as_chunks::<{ iq4_nl::BLOCK_BYTES }>()
+                    .0
+                    .iter()
+                    .enumerate()
+                {
+                    let d = _mm256_set1_ps(iq4_nl::scale(b));
+                    for c in 0..2 {
+                        for $piece in iq4_pieces(&b[2..], d, c) {
+                            $body
+                        }
+                    }
+                }
+            }
+            QuantType::IQ4XS => {
+                for ($blk, b) in $w
+                    .as_chunks::<{ iq4_xs::BLOCK_BYTES }>()
+                    .0
+                    .iter()
+                    .enumerate()
+                {
+                    let dl = iq4_xs::sub_scales(b);
+                    for j in 0..8 {
+                        let d = _mm256_set1_ps(dl[j]);
+                        for c in 0..2 {
+                            for $piece in iq4_pieces(iq4_xs::qs(b, j), d, c) {
+                                let $piece = (32 * j + $piece.0, $piece.1);
                                 $body
                             }
                         }

@@ -6,7 +6,9 @@
 
 use std::arch::x86_64::*;
 
-use crate::quant::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType};
+use crate::quant::{
+    iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType,
+};
 
 /// f32 lanes per vector.
 pub(crate) const LANES: usize = 16;
@@ -224,6 +226,75 @@ fn q6_k_pieces(b: &[u8; q6_k::BLOCK_BYTES], dl: &[f32; 16], h: usize, c: usize) 
     out
 }
 
+/// Q2_K, half `n` of 2, shift `j` of 4 and chunk `c` of 2: values
+/// `128n + 32j + 16c..` (sub-block `8n + 2j + c`).
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q2_k_piece(
+    b: &[u8; q2_k::BLOCK_BYTES],
+    dl: &[f32; 16],
+    ml: &[f32; 16],
+    (n, j, c): (usize, usize, usize),
+) -> Piece {
+    let raw = bytes_u32(&q2_k::qs(b)[32 * n + 16 * c..]);
+    let q = _mm512_and_si512(
+        _mm512_srlv_epi32(raw, _mm512_set1_epi32(2 * j as i32)),
+        _mm512_set1_epi32(3),
+    );
+    let s = 8 * n + 2 * j + c;
+    (128 * n + 32 * j + 16 * c, affine(q, dl[s], ml[s]))
+}
+
+/// Q3_K, half `n` of 2, shift `j` of 4 and chunk `c` of 2: values
+/// `128n + 32j + 16c..` (sub-block `8n + 2j + c`), `dl·(q − 4)`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn q3_k_piece(
+    b: &[u8; q3_k::BLOCK_BYTES],
+    dl: &[f32; 16],
+    (n, j, c): (usize, usize, usize),
+) -> Piece {
+    let low = _mm512_and_si512(
+        _mm512_srlv_epi32(
+            bytes_u32(&b[32 + 32 * n + 16 * c..]),
+            _mm512_set1_epi32(2 * j as i32),
+        ),
+        _mm512_set1_epi32(3),
+    );
+    let high = _mm512_and_si512(
+        _mm512_srlv_epi32(
+            bytes_u32(&b[16 * c..]),
+            _mm512_set1_epi32((4 * n + j) as i32),
+        ),
+        _mm512_set1_epi32(1),
+    );
+    let q = _mm512_sub_epi32(
+        _mm512_or_si512(low, _mm512_slli_epi32::<2>(high)),
+        _mm512_set1_epi32(4),
+    );
+    let s = 8 * n + 2 * j + c;
+    (
+        128 * n + 32 * j + 16 * c,
+        _mm512_mul_ps(_mm512_set1_ps(dl[s]), cvt(q)),
+    )
+}
+
+/// IQ4_NL (and one IQ4_XS sub-block) of the 16 bytes `qs`: values `0..16`
+/// and `16..32`, `dl·grid[q]`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn iq4_pieces(qs: &[u8], dl: __m512) -> [Piece; 2] {
+    let raw = bytes16(qs);
+    // SAFETY: the grid holds 16 bytes, what `loadu_si128` reads, unaligned.
+    let grid = unsafe { _mm_loadu_si128(iq4_nl::GRID.as_ptr().cast()) };
+    let m4 = _mm_set1_epi8(15);
+    let lo = _mm_and_si128(raw, m4);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(raw), m4);
+    let val =
+        |idx: __m128i| _mm512_mul_ps(dl, cvt(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(grid, idx))));
+    [(0, val(lo)), (16, val(hi))]
+}
+
 /// Runs `$body` for every decoded piece of a row of blocks, with `$blk`
 /// the index of the block.
 macro_rules! for_each_piece {
@@ -276,6 +347,60 @@ macro_rules! for_each_piece {
                             for $piece in q5_k_pieces(b, &dl, &ml, g, c) {
                                 $body
                             }
+                        }
+                    }
+                }
+            }
+            QuantType::Q2K => {
+                for ($blk, b) in $w.as_chunks::<{ q2_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (dl, ml) = q2_k::sub_scales(b);
+                    for n in 0..2 {
+                        for j in 0..4 {
+                            for c in 0..2 {
+                                let $piece = q2_k_piece(b, &dl, &ml, (n, j, c));
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+            QuantType::Q3K => {
+                for ($blk, b) in $w.as_chunks::<{ q3_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let dl = q3_k::sub_scales(b);
+                    for n in 0..2 {
+                        for j in 0..4 {
+                            for c in 0..2 {
+                                let $piece = q3_k_piece(b, &dl, (n, j, c));
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+            QuantType::IQ4NL => {
+                for ($blk, b) in $w
+                    .as_chunks::<{ iq4_nl::BLOCK_BYTES }>()
+                    .0
+                    .iter()
+                    .enumerate()
+                {
+                    for $piece in iq4_pieces(&b[2..], _mm512_set1_ps(iq4_nl::scale(b))) {
+                        $body
+                    }
+                }
+            }
+            QuantType::IQ4XS => {
+                for ($blk, b) in $w
+                    .as_chunks::<{ iq4_xs::BLOCK_BYTES }>()
+                    .0
+                    .iter()
+                    .enumerate()
+                {
+                    let dl = iq4_xs::sub_scales(b);
+                    for j in 0..8 {
+                        for $piece in iq4_pieces(iq4_xs::qs(b, j), _mm512_set1_ps(dl[j])) {
+                            let $piece = (32 * j + $piece.0, $piece.1);
+                            $body
                         }
                     }
                 }

@@ -16,7 +16,9 @@ use std::arch::asm;
 use std::arch::is_aarch64_feature_detected;
 
 use crate::cpu::kernels::qact::{Int8Type, Q8Row, BLOCK};
-use crate::quant::{q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType};
+use crate::quant::{
+    iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType,
+};
 
 /// f32 lanes per vector.
 const LANES: usize = 4;
@@ -242,6 +244,60 @@ fn q6_k_pieces(b: &[u8; q6_k::BLOCK_BYTES], dl: &[f32; 16], h: usize, c: usize) 
     out
 }
 
+/// `(v >> shift) & mask` for each byte of `v`.
+#[target_feature(enable = "neon")]
+#[inline]
+fn bits(v: uint8x16_t, shift: usize, mask: u8) -> uint8x16_t {
+    vandq_u8(vshlq_u8(v, vdupq_n_s8(-(shift as i8))), vdupq_n_u8(mask))
+}
+
+/// Q2_K, half `n` of 2, shift `j` of 4 and run `c` of 2: values
+/// `128n + 32j + 16c..` (sub-block `8n + 2j + c`), `d·sc·q − dmin·m`.
+#[target_feature(enable = "neon")]
+#[inline]
+fn q2_k_piece(
+    b: &[u8; q2_k::BLOCK_BYTES],
+    dl: &[f32; 16],
+    ml: &[f32; 16],
+    (n, j, c): (usize, usize, usize),
+) -> Piece {
+    let q = signed(bits(load16(&q2_k::qs(b)[32 * n + 16 * c..]), 2 * j, 3));
+    let s = 8 * n + 2 * j + c;
+    let (d, m) = (vdupq_n_f32(dl[s]), vdupq_n_f32(ml[s]));
+    let v = widen(q).map(|v| vsubq_f32(vmulq_f32(d, v), m));
+    (128 * n + 32 * j + 16 * c, v)
+}
+
+/// Q3_K, half `n` of 2, shift `j` of 4 and run `c` of 2: values
+/// `128n + 32j + 16c..` (sub-block `8n + 2j + c`), `dl·(q − 4)`.
+#[target_feature(enable = "neon")]
+#[inline]
+fn q3_k_piece(
+    b: &[u8; q3_k::BLOCK_BYTES],
+    dl: &[f32; 16],
+    (n, j, c): (usize, usize, usize),
+) -> Piece {
+    let low = bits(load16(&b[32 + 32 * n + 16 * c..]), 2 * j, 3);
+    let high = bits(load16(&b[16 * c..]), 4 * n + j, 1);
+    let q = vsubq_s8(signed(vorrq_u8(low, vshlq_n_u8::<2>(high))), vdupq_n_s8(4));
+    let s = 8 * n + 2 * j + c;
+    (
+        128 * n + 32 * j + 16 * c,
+        scaled(widen(q), vdupq_n_f32(dl[s])),
+    )
+}
+
+/// IQ4_NL (and one IQ4_XS sub-block) of the 16 bytes `qs`: values `0..16`
+/// and `16..32`, `dl·grid[q]`.
+#[target_feature(enable = "neon")]
+#[inline]
+fn iq4_pieces(qs: &[u8], dl: f32) -> [Piece; 2] {
+    let grid = load16_i8(&iq4_nl::GRID);
+    let d = vdupq_n_f32(dl);
+    let [lo, hi] = nibbles(load16(qs)).map(|idx| vqtbl1q_s8(grid, vreinterpretq_u8_s8(idx)));
+    [(0, scaled(widen(lo), d)), (16, scaled(widen(hi), d))]
+}
+
 /// Runs `$body` for every decoded piece of a row of blocks, with `$blk`
 /// the index of the block.
 macro_rules! for_each_piece {
@@ -292,6 +348,60 @@ macro_rules! for_each_piece {
                             for $piece in q5_k_pieces(b, &dl, &ml, g, c) {
                                 $body
                             }
+                        }
+                    }
+                }
+            }
+            QuantType::Q2K => {
+                for ($blk, b) in $w.as_chunks::<{ q2_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let (dl, ml) = q2_k::sub_scales(b);
+                    for n in 0..2 {
+                        for j in 0..4 {
+                            for c in 0..2 {
+                                let $piece = q2_k_piece(b, &dl, &ml, (n, j, c));
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+            QuantType::Q3K => {
+                for ($blk, b) in $w.as_chunks::<{ q3_k::BLOCK_BYTES }>().0.iter().enumerate() {
+                    let dl = q3_k::sub_scales(b);
+                    for n in 0..2 {
+                        for j in 0..4 {
+                            for c in 0..2 {
+                                let $piece = q3_k_piece(b, &dl, (n, j, c));
+                                $body
+                            }
+                        }
+                    }
+                }
+            }
+            QuantType::IQ4NL => {
+                for ($blk, b) in $w
+                    .as_chunks::<{ iq4_nl::BLOCK_BYTES }>()
+                    .0
+                    .iter()
+                    .enumerate()
+                {
+                    for $piece in iq4_pieces(&b[2..], iq4_nl::scale(b)) {
+                        $body
+                    }
+                }
+            }
+            QuantType::IQ4XS => {
+                for ($blk, b) in $w
+                    .as_chunks::<{ iq4_xs::BLOCK_BYTES }>()
+                    .0
+                    .iter()
+                    .enumerate()
+                {
+                    let dl = iq4_xs::sub_scales(b);
+                    for j in 0..8 {
+                        for $piece in iq4_pieces(iq4_xs::qs(b, j), dl[j]) {
+                            let $piece = (32 * j + $piece.0, $piece.1);
+                            $body
                         }
                     }
                 }
