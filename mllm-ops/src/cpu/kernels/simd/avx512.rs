@@ -295,153 +295,153 @@ fn iq4_pieces(qs: &[u8], dl: __m512) -> [Piece; 2] {
     [(0, val(lo)), (16, val(hi))]
 }
 
-/// Runs `$body` for every decoded piece of a row of blocks, with `$blk`
-/// the index of the block.
-macro_rules! for_each_piece {
-    ($qt:expr, $w:expr, |$blk:ident, $piece:ident| $body:block) => {
-        match $qt {
-            QuantType::Q8_0 => {
-                for ($blk, b) in $w.as_chunks::<{ q8_0::BLOCK_BYTES }>().0.iter().enumerate() {
-                    let d = _mm512_set1_ps(q8_0::scale(b));
-                    for c in 0..2 {
-                        let $piece = q8_0_piece(b, d, c);
-                        $body
-                    }
-                }
-            }
-            QuantType::Q4_0 => {
-                for ($blk, b) in $w.as_chunks::<{ q4_0::BLOCK_BYTES }>().0.iter().enumerate() {
-                    for $piece in q4_0_pieces(b, _mm512_set1_ps(q4_0::scale(b))) {
-                        $body
-                    }
-                }
-            }
-            QuantType::Q4_1 => {
-                for ($blk, b) in $w.as_chunks::<{ q4_1::BLOCK_BYTES }>().0.iter().enumerate() {
-                    let (d, m) = q4_1::scale_min(b);
-                    for $piece in q4_1_pieces(b, _mm512_set1_ps(d), _mm512_set1_ps(m)) {
-                        $body
-                    }
-                }
-            }
-            QuantType::Q5_0 => {
-                for ($blk, b) in $w.as_chunks::<{ q5_0::BLOCK_BYTES }>().0.iter().enumerate() {
-                    for $piece in q5_0_pieces(b, _mm512_set1_ps(q5_0::scale(b))) {
-                        $body
-                    }
-                }
-            }
-            QuantType::Q5_1 => {
-                for ($blk, b) in $w.as_chunks::<{ q5_1::BLOCK_BYTES }>().0.iter().enumerate() {
-                    let (d, m) = q5_1::scale_min(b);
-                    for $piece in q5_1_pieces(b, _mm512_set1_ps(d), _mm512_set1_ps(m)) {
-                        $body
-                    }
-                }
-            }
-            QuantType::Q5K => {
-                for ($blk, b) in $w.as_chunks::<{ q5_k::BLOCK_BYTES }>().0.iter().enumerate() {
-                    let (dl, ml) = q5_k::sub_scales(b);
-                    for g in 0..4 {
-                        for c in 0..2 {
-                            for $piece in q5_k_pieces(b, &dl, &ml, g, c) {
-                                $body
-                            }
-                        }
-                    }
-                }
-            }
-            QuantType::Q2K => {
-                for ($blk, b) in $w.as_chunks::<{ q2_k::BLOCK_BYTES }>().0.iter().enumerate() {
-                    let (dl, ml) = q2_k::sub_scales(b);
-                    for n in 0..2 {
-                        for j in 0..4 {
-                            for c in 0..2 {
-                                let $piece = q2_k_piece(b, &dl, &ml, (n, j, c));
-                                $body
-                            }
-                        }
-                    }
-                }
-            }
-            QuantType::Q3K => {
-                for ($blk, b) in $w.as_chunks::<{ q3_k::BLOCK_BYTES }>().0.iter().enumerate() {
-                    let dl = q3_k::sub_scales(b);
-                    for n in 0..2 {
-                        for j in 0..4 {
-                            for c in 0..2 {
-                                let $piece = q3_k_piece(b, &dl, (n, j, c));
-                                $body
-                            }
-                        }
-                    }
-                }
-            }
-            QuantType::IQ4NL => {
-                for ($blk, b) in $w
-                    .as_chunks::<{ iq4_nl::BLOCK_BYTES }>()
-                    .0
-                    .iter()
-                    .enumerate()
-                {
-                    for $piece in iq4_pieces(&b[2..], _mm512_set1_ps(iq4_nl::scale(b))) {
-                        $body
-                    }
-                }
-            }
-            QuantType::IQ4XS => {
-                for ($blk, b) in $w
-                    .as_chunks::<{ iq4_xs::BLOCK_BYTES }>()
-                    .0
-                    .iter()
-                    .enumerate()
-                {
-                    let dl = iq4_xs::sub_scales(b);
-                    for j in 0..8 {
-                        for $piece in iq4_pieces(iq4_xs::qs(b, j), _mm512_set1_ps(dl[j])) {
-                            let $piece = (32 * j + $piece.0, $piece.1);
-                            $body
-                        }
-                    }
-                }
-            }
-            QuantType::Q4K => {
-                for ($blk, b) in $w.as_chunks::<{ q4_k::BLOCK_BYTES }>().0.iter().enumerate() {
-                    let (dl, ml) = q4_k::sub_scales(b);
-                    for g in 0..4 {
-                        for c in 0..2 {
-                            for $piece in q4_k_pieces(b, &dl, &ml, g, c) {
-                                $body
-                            }
-                        }
-                    }
-                }
-            }
-            QuantType::Q6K => {
-                for ($blk, b) in $w.as_chunks::<{ q6_k::BLOCK_BYTES }>().0.iter().enumerate() {
-                    let dl = q6_k::sub_scales(b);
-                    for h in 0..2 {
-                        for c in 0..2 {
-                            for $piece in q6_k_pieces(b, &dl, h, c) {
-                                $body
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    };
+/// Stores a decoded piece at its offset in `out`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn put(out: &mut [f32], (at, v): Piece) {
+    store(&mut out[at..], v);
 }
 
-/// Dequantizes a row of blocks into `out` (bit-exact with
-/// [`crate::quant::dequantize`]).
+/// Decodes one Q8_0 block.
 #[target_feature(enable = "avx512f")]
-pub(crate) fn dequantize_row(qt: QuantType, w: &[u8], out: &mut [f32]) {
-    let n = qt.block_len();
-    for_each_piece!(qt, w, |blk, piece| {
-        store(&mut out[blk * n + piece.0..], piece.1);
-    });
+#[inline]
+fn decode_q8_0(b: &[u8; q8_0::BLOCK_BYTES], out: &mut [f32; q8_0::BLOCK_LEN]) {
+    let d = _mm512_set1_ps(q8_0::scale(b));
+    for c in 0..2 {
+        put(out, q8_0_piece(b, d, c));
+    }
 }
+
+/// Decodes one Q4_0 block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_q4_0(b: &[u8; q4_0::BLOCK_BYTES], out: &mut [f32; q4_0::BLOCK_LEN]) {
+    for p in q4_0_pieces(b, _mm512_set1_ps(q4_0::scale(b))) {
+        put(out, p);
+    }
+}
+
+/// Decodes one Q4_1 block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_q4_1(b: &[u8; q4_1::BLOCK_BYTES], out: &mut [f32; q4_1::BLOCK_LEN]) {
+    let (d, m) = q4_1::scale_min(b);
+    for p in q4_1_pieces(b, _mm512_set1_ps(d), _mm512_set1_ps(m)) {
+        put(out, p);
+    }
+}
+
+/// Decodes one Q5_0 block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_q5_0(b: &[u8; q5_0::BLOCK_BYTES], out: &mut [f32; q5_0::BLOCK_LEN]) {
+    for p in q5_0_pieces(b, _mm512_set1_ps(q5_0::scale(b))) {
+        put(out, p);
+    }
+}
+
+/// Decodes one Q5_1 block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_q5_1(b: &[u8; q5_1::BLOCK_BYTES], out: &mut [f32; q5_1::BLOCK_LEN]) {
+    let (d, m) = q5_1::scale_min(b);
+    for p in q5_1_pieces(b, _mm512_set1_ps(d), _mm512_set1_ps(m)) {
+        put(out, p);
+    }
+}
+
+/// Decodes one Q2_K block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_q2_k(b: &[u8; q2_k::BLOCK_BYTES], out: &mut [f32; q2_k::BLOCK_LEN]) {
+    let (dl, ml) = q2_k::sub_scales(b);
+    for n in 0..2 {
+        for j in 0..4 {
+            for c in 0..2 {
+                put(out, q2_k_piece(b, &dl, &ml, (n, j, c)));
+            }
+        }
+    }
+}
+
+/// Decodes one Q3_K block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_q3_k(b: &[u8; q3_k::BLOCK_BYTES], out: &mut [f32; q3_k::BLOCK_LEN]) {
+    let dl = q3_k::sub_scales(b);
+    for n in 0..2 {
+        for j in 0..4 {
+            for c in 0..2 {
+                put(out, q3_k_piece(b, &dl, (n, j, c)));
+            }
+        }
+    }
+}
+
+/// Decodes one Q4_K block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_q4_k(b: &[u8; q4_k::BLOCK_BYTES], out: &mut [f32; q4_k::BLOCK_LEN]) {
+    let (dl, ml) = q4_k::sub_scales(b);
+    for g in 0..4 {
+        for c in 0..2 {
+            for p in q4_k_pieces(b, &dl, &ml, g, c) {
+                put(out, p);
+            }
+        }
+    }
+}
+
+/// Decodes one Q5_K block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_q5_k(b: &[u8; q5_k::BLOCK_BYTES], out: &mut [f32; q5_k::BLOCK_LEN]) {
+    let (dl, ml) = q5_k::sub_scales(b);
+    for g in 0..4 {
+        for c in 0..2 {
+            for p in q5_k_pieces(b, &dl, &ml, g, c) {
+                put(out, p);
+            }
+        }
+    }
+}
+
+/// Decodes one Q6_K block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_q6_k(b: &[u8; q6_k::BLOCK_BYTES], out: &mut [f32; q6_k::BLOCK_LEN]) {
+    let dl = q6_k::sub_scales(b);
+    for h in 0..2 {
+        for c in 0..2 {
+            for p in q6_k_pieces(b, &dl, h, c) {
+                put(out, p);
+            }
+        }
+    }
+}
+
+/// Decodes one IQ4_NL block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_iq4_nl(b: &[u8; iq4_nl::BLOCK_BYTES], out: &mut [f32; iq4_nl::BLOCK_LEN]) {
+    for p in iq4_pieces(&b[2..], _mm512_set1_ps(iq4_nl::scale(b))) {
+        put(out, p);
+    }
+}
+
+/// Decodes one IQ4_XS block.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn decode_iq4_xs(b: &[u8; iq4_xs::BLOCK_BYTES], out: &mut [f32; iq4_xs::BLOCK_LEN]) {
+    let dl = iq4_xs::sub_scales(b);
+    for j in 0..8 {
+        for (at, v) in iq4_pieces(iq4_xs::qs(b, j), _mm512_set1_ps(dl[j])) {
+            put(out, (32 * j + at, v));
+        }
+    }
+}
+
+super::dequantize_row!("avx512f");
 
 /// The `R × C` dot products of `R` activation rows with `C` weight rows,
 /// all of length `k` (a multiple of [`LANES`]).

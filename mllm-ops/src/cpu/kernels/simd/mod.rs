@@ -50,6 +50,53 @@ pub(crate) mod vnni_packed_q8;
 /// activations and weights being multiplied stay in cache.
 pub(crate) const K_CHUNK: usize = 256;
 
+/// Defines `dequantize_row` for an ISA module from its block decoders, one
+/// per [`QuantType`](crate::quant::QuantType) and named after the format's
+/// module (`decode_q8_0`, `decode_q4_k`, …), each writing one block's
+/// values: the row's blocks are decoded in order. A new block type is a
+/// decoder in each ISA module and one arm here.
+macro_rules! dequantize_row {
+    ($features:literal) => {
+        /// Dequantizes a row of blocks into `out` (bit-exact with
+        /// [`crate::quant::dequantize`]).
+        #[target_feature(enable = $features)]
+        pub(crate) fn dequantize_row(qt: QuantType, w: &[u8], out: &mut [f32]) {
+            use super::each_block as each;
+            match qt {
+                QuantType::Q8_0 => each(w, out, |b, o| decode_q8_0(b, o)),
+                QuantType::Q4_0 => each(w, out, |b, o| decode_q4_0(b, o)),
+                QuantType::Q4_1 => each(w, out, |b, o| decode_q4_1(b, o)),
+                QuantType::Q5_0 => each(w, out, |b, o| decode_q5_0(b, o)),
+                QuantType::Q5_1 => each(w, out, |b, o| decode_q5_1(b, o)),
+                QuantType::Q2K => each(w, out, |b, o| decode_q2_k(b, o)),
+                QuantType::Q3K => each(w, out, |b, o| decode_q3_k(b, o)),
+                QuantType::Q4K => each(w, out, |b, o| decode_q4_k(b, o)),
+                QuantType::Q5K => each(w, out, |b, o| decode_q5_k(b, o)),
+                QuantType::Q6K => each(w, out, |b, o| decode_q6_k(b, o)),
+                QuantType::IQ4NL => each(w, out, |b, o| decode_iq4_nl(b, o)),
+                QuantType::IQ4XS => each(w, out, |b, o| decode_iq4_xs(b, o)),
+            }
+        }
+    };
+}
+
+pub(crate) use dequantize_row;
+
+/// Calls `decode` on every (block bytes, block values) pair of a row: the
+/// driver of every ISA's `dequantize_row`.
+#[inline(always)]
+pub(crate) fn each_block<const B: usize, const N: usize>(
+    w: &[u8],
+    out: &mut [f32],
+    mut decode: impl FnMut(&[u8; B], &mut [f32; N]),
+) {
+    let (blocks, _) = w.as_chunks::<B>();
+    let (outs, _) = out.as_chunks_mut::<N>();
+    for (b, o) in blocks.iter().zip(outs) {
+        decode(b, o);
+    }
+}
+
 /// Defines `gemm_tile` for an ISA module from its `micro::<R, C>` kernel:
 /// `dst[o·nr + t] = Σ_i xb[t·k + i] · wb[o·k + i]` for `nr` activation rows
 /// and `no` weight rows of length `k` (a multiple of the lane count).
