@@ -492,8 +492,8 @@ fn decode_iq4_nl(b: &[u8; iq4_nl::BLOCK_BYTES], out: &mut [f32; iq4_nl::BLOCK_LE
 #[inline]
 fn decode_iq4_xs(b: &[u8; iq4_xs::BLOCK_BYTES], out: &mut [f32; iq4_xs::BLOCK_LEN]) {
     let dl = iq4_xs::sub_scales(b);
-    for j in 0..8 {
-        let d = _mm256_set1_ps(dl[j]);
+    for (j, &dl) in dl.iter().enumerate() {
+        let d = _mm256_set1_ps(dl);
         for c in 0..2 {
             for (at, v) in iq4_pieces(iq4_xs::qs(b, j), d, c) {
                 put(out, (32 * j + at, v));

@@ -434,8 +434,8 @@ fn decode_iq4_nl(b: &[u8; iq4_nl::BLOCK_BYTES], out: &mut [f32; iq4_nl::BLOCK_LE
 #[inline]
 fn decode_iq4_xs(b: &[u8; iq4_xs::BLOCK_BYTES], out: &mut [f32; iq4_xs::BLOCK_LEN]) {
     let dl = iq4_xs::sub_scales(b);
-    for j in 0..8 {
-        for (at, v) in iq4_pieces(iq4_xs::qs(b, j), _mm512_set1_ps(dl[j])) {
+    for (j, &dl) in dl.iter().enumerate() {
+        for (at, v) in iq4_pieces(iq4_xs::qs(b, j), _mm512_set1_ps(dl)) {
             put(out, (32 * j + at, v));
         }
     }
