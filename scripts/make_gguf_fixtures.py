@@ -5,7 +5,8 @@ fixtures, the way llama.cpp's converter lays such a model out.
 For each of tiny-llama, tiny-qwen2, tiny-qwen3, tiny-phi3, tiny-gemma and
 tiny-gpt2: `<name>.f32.gguf` (every tensor f32) and `<name>.q8_0.gguf`
 (matrices in Q8_0, norms and biases f32, GPT-2's position table f16); for
-tiny-llama and tiny-gemma also `<name>.vocab.gguf` (the metadata alone, no
+tiny-llama also `.q5_0.gguf` and `.q5_1.gguf`; for tiny-llama and
+tiny-gemma also `<name>.vocab.gguf` (the metadata alone, no
 tensors, like llama.cpp's vocab-only files). What llama.cpp's converter
 changes is changed here too, for the importer to undo: Llama's q and k
 projections are stored in the interleaved rotary order, Gemma's norm
@@ -257,7 +258,13 @@ def write_model(name: str, qtype: gguf.GGMLQuantizationType | None, vocab_only: 
         add_decoder_metadata(w, arch, cfg)
         tensors = decoder_tensors(arch, weights, cfg)
     w.add_vocab_size(cfg["vocab_size"])
-    w.add_file_type(gguf.LlamaFileType.ALL_F32 if qtype is None else gguf.LlamaFileType.MOSTLY_Q8_0)
+    file_types = {
+        None: gguf.LlamaFileType.ALL_F32,
+        gguf.GGMLQuantizationType.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
+        gguf.GGMLQuantizationType.Q5_0: gguf.LlamaFileType.MOSTLY_Q5_0,
+        gguf.GGMLQuantizationType.Q5_1: gguf.LlamaFileType.MOSTLY_Q5_1,
+    }
+    w.add_file_type(file_types[qtype])
     if tokenizer == "spm":
         add_spm_vocabulary(w)
     else:
@@ -282,6 +289,8 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     runs = [(name, qtype, False) for name in MODELS
             for qtype in (None, gguf.GGMLQuantizationType.Q8_0)]
+    runs += [("tiny-llama", gguf.GGMLQuantizationType.Q5_0, False),
+             ("tiny-llama", gguf.GGMLQuantizationType.Q5_1, False)]
     runs += [("tiny-llama", None, True), ("tiny-gemma", None, True)]
     for name, qtype, vocab_only in runs:
         path = write_model(name, qtype, vocab_only)

@@ -62,6 +62,34 @@ fn f32_ggufs_match_transformers() {
     }
 }
 
+/// gguf-py's Q5_0 and Q5_1 quantizers and the converter's give the same
+/// bytes (`mllm-ops/tests/quant_formats.rs`), so these imports also equal
+/// the converter's files.
+#[test]
+fn q5_ggufs_equal_the_model_quantized_by_the_converter() {
+    let ids = Reference::load("tiny-llama").ids("/inputs/long");
+    for (file, dtype) in [("q5_0", DType::Q5_0), ("q5_1", DType::Q5_1)] {
+        let (g, mut imported) = import(&format!("tiny-llama.{file}.gguf"));
+        let file_types: Vec<DType> = {
+            let f = mllm::core::file::MllmFile::open(&g.path).unwrap();
+            ["model.layers.0.mlp.up_proj.weight", "lm_head.weight"]
+                .map(|n| f.tensor(n).unwrap().dtype())
+                .to_vec()
+        };
+        assert_eq!(file_types, [dtype, dtype]);
+        let converted = convert_to(&fixture("tiny-llama"), dtype);
+        let mut converted_model = load(&converted.path);
+        let a = prompt_logits(&mut imported, &ids);
+        let b = prompt_logits(&mut converted_model, &ids);
+        assert_close(
+            &format!("{file} gguf vs converter"),
+            a.data(),
+            b.data(),
+            1e-5,
+        );
+    }
+}
+
 /// llama.cpp repeats GPT-2's token embedding as `output.weight`; the import
 /// drops the copy and ties the head again.
 #[test]
