@@ -32,8 +32,9 @@ pub fn loadable_path(path: Option<PathBuf>) -> Result<(PathBuf, Option<tempfile:
 
 /// Converts a Hugging Face model (a directory, a `.safetensors` file or a
 /// `model.safetensors.index.json`) or a GGUF file into the `.mllm` file
-/// `dst`, matrices stored as `dtype` (f32, f16, bf16, q8_0, q4_0, q4_1,
-/// q5_0, q5_1, q4_k, q5_k, q6_k; GGUF tensors keep their types). Returns a dict describing
+/// `dst`, matrices stored as `dtype` (one of `mllm-convert`'s targets: f32,
+/// f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k,
+/// q6_k, iq4_xs; GGUF tensors keep their types). Returns a dict describing
 /// what was written.
 #[pyfunction]
 #[pyo3(signature = (src, dst, dtype="f32", progress=false))]
