@@ -6,6 +6,9 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
+use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+use super::simd;
 use super::PAR_THRESHOLD;
 
 /// Number of f32 lanes the micro-kernels accumulate per independent chain:
@@ -46,6 +49,13 @@ pub trait WeightElem: Copy + Send + Sync + 'static {
         let _ = src;
         None
     }
+
+    /// The raw bits of `src` when the element type is f16 (which the SIMD
+    /// micro-kernels convert in registers), otherwise `None`.
+    fn as_f16_bits(src: &[Self]) -> Option<&[u16]> {
+        let _ = src;
+        None
+    }
 }
 
 impl WeightElem for f32 {
@@ -80,6 +90,11 @@ impl WeightElem for f16 {
         let n = src.len().min(dst.len());
         // Uses F16C / NEON conversions when the CPU has them.
         src[..n].convert_to_f32_slice(&mut dst[..n]);
+    }
+
+    #[inline]
+    fn as_f16_bits(src: &[Self]) -> Option<&[u16]> {
+        Some(bytemuck::cast_slice(src))
     }
 }
 
@@ -213,20 +228,113 @@ fn micro<const R: usize, const C: usize>(
     res
 }
 
+/// The `R × C` dot products of `R` activation rows with `C` weight rows of
+/// length `k`, with the fastest micro-kernel `level` has (FMA on 256- or
+/// 512-bit vectors, NEON, else the portable [`micro`]). The level is fixed
+/// per linear call, so a row's result never depends on the rows beside it.
+#[inline(always)]
+fn micro_at<const R: usize, const C: usize>(
+    level: SimdLevel,
+    xs: [&[f32]; R],
+    ws: [&[f32]; C],
+    k: usize,
+) -> [[f32; C]; R] {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `level` comes from a `QuantKernel`, which holds only
+        // levels this CPU has: AVX-512F (with AVX2 and FMA) here.
+        SimdLevel::Avx512 => unsafe { simd::avx512::micro_any::<R, C>(xs, ws, k) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above: AVX2 and FMA were detected.
+        SimdLevel::Avx2 => unsafe { simd::avx2::micro_any::<R, C>(xs, ws, k) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: as above: NEON was detected.
+        SimdLevel::Neon => unsafe { simd::neon::micro_any::<R, C>(xs, ws, k) },
+        _ => micro::<R, C>(xs, ws, k),
+    }
+}
+
+/// Whether `level` has a micro-kernel that reads f16 weights directly.
+fn reads_f16(level: SimdLevel) -> bool {
+    matches!(level, SimdLevel::Avx2 | SimdLevel::Avx512)
+}
+
+/// [`micro_at`] with f16 weight rows (raw bits), converted in registers: the
+/// same sums, bit for bit, as converting the rows to f32 first (conversion
+/// is exact and the lanes and order are the same). Only for levels where
+/// [`reads_f16`] holds; others convert here.
+#[inline(always)]
+fn micro_f16_at<const R: usize, const C: usize>(
+    level: SimdLevel,
+    xs: [&[f32]; R],
+    ws: [&[u16]; C],
+    k: usize,
+) -> [[f32; C]; R] {
+    match level {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `level` comes from a `QuantKernel`, which holds only
+        // levels this CPU has: AVX-512F (with AVX2, FMA and F16C) here.
+        SimdLevel::Avx512 => unsafe { simd::avx512::micro_f16_any::<R, C>(xs, ws, k) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above: AVX2, FMA and F16C were detected.
+        SimdLevel::Avx2 => unsafe { simd::avx2::micro_f16_any::<R, C>(xs, ws, k) },
+        _ => {
+            let rows: Vec<Vec<f32>> = ws
+                .iter()
+                .map(|w| w[..k].iter().map(|&b| f16::from_bits(b).to_f32()).collect())
+                .collect();
+            micro_at::<R, C>(level, xs, std::array::from_fn(|c| &rows[c][..]), k)
+        }
+    }
+}
+
 /// A `[rows, cols]` panel inside a larger row-major matrix: row `r` is
 /// `data[r * stride + off..][..len]`.
 #[derive(Clone, Copy)]
-struct Panel<'a> {
-    data: &'a [f32],
+struct Panel<'a, T = f32> {
+    data: &'a [T],
     stride: usize,
     off: usize,
     len: usize,
 }
 
-impl<'a> Panel<'a> {
+impl<'a, T> Panel<'a, T> {
     #[inline(always)]
-    fn row(&self, r: usize) -> &'a [f32] {
+    fn row(&self, r: usize) -> &'a [T] {
         &self.data[r * self.stride + self.off..][..self.len]
+    }
+}
+
+/// [`rows_pass`] with f16 weight rows read in place.
+#[inline(always)]
+fn rows_pass_f16<const R: usize>(
+    level: SimdLevel,
+    xp: Panel,
+    t: usize,
+    nr: usize,
+    wp: Panel<u16>,
+    no: usize,
+    dst: &mut [f32],
+) {
+    let k = xp.len;
+    let xs: [&[f32]; R] = std::array::from_fn(|r| xp.row(t + r));
+    let mut o = 0;
+    while o + 4 <= no {
+        let ws: [&[u16]; 4] = std::array::from_fn(|c| wp.row(o + c));
+        let res = micro_f16_at::<R, 4>(level, xs, ws, k);
+        for (r, row) in res.iter().enumerate() {
+            for (c, &v) in row.iter().enumerate() {
+                dst[(o + c) * nr + t + r] += v;
+            }
+        }
+        o += 4;
+    }
+    while o < no {
+        let res = micro_f16_at::<R, 1>(level, xs, [wp.row(o)], k);
+        for (r, row) in res.iter().enumerate() {
+            dst[o * nr + t + r] += row[0];
+        }
+        o += 1;
     }
 }
 
@@ -234,6 +342,7 @@ impl<'a> Panel<'a> {
 /// with all `no` weight rows of `wp` into the transposed block `dst[o][t]`.
 #[inline(always)]
 fn rows_pass<const R: usize>(
+    level: SimdLevel,
     xp: Panel,
     t: usize,
     nr: usize,
@@ -246,7 +355,7 @@ fn rows_pass<const R: usize>(
     let mut o = 0;
     while o + 4 <= no {
         let ws: [&[f32]; 4] = std::array::from_fn(|c| wp.row(o + c));
-        let res = micro::<R, 4>(xs, ws, k);
+        let res = micro_at::<R, 4>(level, xs, ws, k);
         for (r, row) in res.iter().enumerate() {
             for (c, &v) in row.iter().enumerate() {
                 dst[(o + c) * nr + t + r] += v;
@@ -255,7 +364,7 @@ fn rows_pass<const R: usize>(
         o += 4;
     }
     while o < no {
-        let res = micro::<R, 1>(xs, [wp.row(o)], k);
+        let res = micro_at::<R, 1>(level, xs, [wp.row(o)], k);
         for (r, row) in res.iter().enumerate() {
             dst[o * nr + t + r] += row[0];
         }
@@ -267,8 +376,11 @@ fn rows_pass<const R: usize>(
 /// `k` and `no` weight rows (`dst` is `[no, nr]`, i.e. transposed), in
 /// chunks of `K_CHUNK` columns so that the working set stays in cache; each
 /// weight chunk is converted (or copied) into `buf` once and reused for all
-/// rows, except f32 weights with fewer than 4 rows, which are read in place.
+/// rows, except f32 weights, and f16 ones where the CPU has a kernel for
+/// them, with fewer than 4 rows, which are read in place.
+#[allow(clippy::too_many_arguments)]
 fn block_kernel<W: WeightElem>(
+    level: SimdLevel,
     xb: &[f32],
     nr: usize,
     k: usize,
@@ -282,9 +394,36 @@ fn block_kernel<W: WeightElem>(
     // are copied into a contiguous panel, which the micro-kernels stream
     // through faster than strided rows.
     let direct = if nr < 4 { W::as_f32_slice(wb) } else { None };
+    // f16 weights are read in place for few rows (decode) where the CPU has
+    // a kernel for them: the bandwidth-bound case, where the conversion
+    // copy would cost more than the products.
+    let direct_f16 = if nr < 4 && reads_f16(level) {
+        W::as_f16_bits(wb)
+    } else {
+        None
+    };
     let mut k0 = 0;
     while k0 < k {
         let kc = K_CHUNK.min(k - k0);
+        let xp = Panel {
+            data: xb,
+            stride: k,
+            off: k0,
+            len: kc,
+        };
+        if let Some(data) = direct_f16 {
+            let wp = Panel {
+                data,
+                stride: k,
+                off: k0,
+                len: kc,
+            };
+            for t in 0..nr {
+                rows_pass_f16::<1>(level, xp, t, nr, wp, no, dst);
+            }
+            k0 += kc;
+            continue;
+        }
         let wp = match direct {
             Some(data) => Panel {
                 data,
@@ -305,19 +444,13 @@ fn block_kernel<W: WeightElem>(
                 }
             }
         };
-        let xp = Panel {
-            data: xb,
-            stride: k,
-            off: k0,
-            len: kc,
-        };
         let mut t = 0;
         while t + 2 <= nr {
-            rows_pass::<2>(xp, t, nr, wp, no, dst);
+            rows_pass::<2>(level, xp, t, nr, wp, no, dst);
             t += 2;
         }
         if t < nr {
-            rows_pass::<1>(xp, t, nr, wp, no, dst);
+            rows_pass::<1>(level, xp, t, nr, wp, no, dst);
         }
         k0 += kc;
     }
@@ -325,7 +458,9 @@ fn block_kernel<W: WeightElem>(
 
 /// Computes the transposed product `yt[o][t]` for the `nr` rows of `xb` and
 /// every output feature, in blocks of `nb` output features.
+#[allow(clippy::too_many_arguments)]
 fn out_blocks<W: WeightElem>(
+    level: SimdLevel,
     xb: &[f32],
     nr: usize,
     in_f: usize,
@@ -338,7 +473,7 @@ fn out_blocks<W: WeightElem>(
         let o0 = b * nb;
         let no = dst.len() / nr;
         let wb = &w[o0 * in_f..(o0 + no) * in_f];
-        block_kernel(xb, nr, in_f, wb, no, dst, buf);
+        block_kernel(level, xb, nr, in_f, wb, no, dst, buf);
     };
     if parallel {
         yt.par_chunks_mut(nb * nr)
@@ -376,8 +511,10 @@ fn transpose_bias(yt: &[f32], nr: usize, out_f: usize, bias: Option<&[f32]>, y: 
 /// * `bias`, if given, has `out_f` elements;
 /// * `y` is `[rows, out_f]` and is overwritten.
 ///
-/// Accumulates in f32. Runs in `pool`, split over blocks of rows and of
-/// output features, unless the work (`rows · in_f · out_f`) is tiny.
+/// Accumulates in f32, with the fastest FMA micro-kernel the CPU has (the
+/// same one for every row, so rows do not depend on each other). Runs in
+/// `pool`, split over blocks of rows and of output features, unless the
+/// work (`rows · in_f · out_f`) is tiny.
 #[allow(clippy::too_many_arguments)]
 pub fn linear<W: WeightElem>(
     x: &[f32],
@@ -398,6 +535,7 @@ pub fn linear<W: WeightElem>(
     if rows == 0 || out_f == 0 {
         return;
     }
+    let level = QuantKernel::new(QuantPath::F32Activations).level();
     let work = rows.saturating_mul(in_f).saturating_mul(out_f);
     let threads = pool.current_num_threads().max(1);
     let parallel = threads > 1 && work >= PAR_THRESHOLD;
@@ -419,7 +557,7 @@ pub fn linear<W: WeightElem>(
         let xb = &x[r0 * in_f..(r0 + nr) * in_f];
         if nr == 1 {
             // The transposed layout of a single row is the row itself.
-            out_blocks(xb, 1, in_f, w, nb, y_chunk, parallel);
+            out_blocks(level, xb, 1, in_f, w, nb, y_chunk, parallel);
             if let Some(b) = bias {
                 for (d, &bv) in y_chunk.iter_mut().zip(b) {
                     *d += bv;
@@ -427,7 +565,7 @@ pub fn linear<W: WeightElem>(
             }
         } else {
             let mut yt = vec![0.0f32; out_f * nr];
-            out_blocks(xb, nr, in_f, w, nb, &mut yt, parallel);
+            out_blocks(level, xb, nr, in_f, w, nb, &mut yt, parallel);
             transpose_bias(&yt, nr, out_f, bias, y_chunk);
         }
     };
@@ -508,6 +646,67 @@ mod tests {
 
     /// Batch invariance: each row of a multi-row call equals the same row
     /// computed alone, for every weight type, on one or two threads.
+    #[test]
+    fn every_level_matches_the_portable_micro_kernel() {
+        let mut rng = Rng::new(78);
+        for k in [0, 5, 64, 300] {
+            let x: Vec<Vec<f32>> = (0..2).map(|_| rng.vec(k, 1.0)).collect();
+            let w: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(k, 0.5)).collect();
+            let xs = [&x[0][..], &x[1][..]];
+            let ws = [&w[0][..], &w[1][..], &w[2][..], &w[3][..]];
+            let want = micro::<2, 4>(xs, ws, k);
+            for level in SimdLevel::FASTEST_FIRST {
+                let Some(kernel) = QuantKernel::with_level(QuantPath::F32Activations, level) else {
+                    eprintln!("{level:?}: not on this CPU, skipped");
+                    continue;
+                };
+                let got = micro_at::<2, 4>(kernel.level(), xs, ws, k);
+                let one = micro_at::<1, 1>(kernel.level(), [xs[1]], [ws[2]], k);
+                assert_eq!(
+                    one[0][0], got[1][2],
+                    "{level:?} k {k}: a product depends on R, C"
+                );
+                for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+                    assert!(
+                        (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                        "{level:?} k {k}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn f16_kernels_equal_the_f32_kernels_on_converted_rows() {
+        let mut rng = Rng::new(79);
+        for k in [0, 5, 64, 300] {
+            let x: Vec<Vec<f32>> = (0..2).map(|_| rng.vec(k, 1.0)).collect();
+            let w: Vec<Vec<u16>> = (0..4)
+                .map(|_| {
+                    rng.vec(k, 0.5)
+                        .iter()
+                        .map(|&v| f16::from_f32(v).to_bits())
+                        .collect()
+                })
+                .collect();
+            let wf: Vec<Vec<f32>> = w
+                .iter()
+                .map(|r| r.iter().map(|&b| f16::from_bits(b).to_f32()).collect())
+                .collect();
+            let xs = [&x[0][..], &x[1][..]];
+            for level in SimdLevel::FASTEST_FIRST {
+                let Some(kernel) = QuantKernel::with_level(QuantPath::F32Activations, level) else {
+                    continue;
+                };
+                let l = kernel.level();
+                let direct = micro_f16_at::<2, 4>(l, xs, std::array::from_fn(|c| &w[c][..]), k);
+                let converted = micro_at::<2, 4>(l, xs, std::array::from_fn(|c| &wf[c][..]), k);
+                let bits = |m: [[f32; 4]; 2]| m.map(|r| r.map(f32::to_bits));
+                assert_eq!(bits(direct), bits(converted), "{level:?} k {k}");
+            }
+        }
+    }
+
     #[test]
     fn each_row_equals_the_row_alone() {
         let mut rng = Rng::new(77);

@@ -508,11 +508,25 @@ super::dequantize_row!("avx2,fma");
 /// all of length `k` (a multiple of [`LANES`]).
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-#[allow(clippy::needless_range_loop)]
 fn micro<const R: usize, const C: usize>(
     xs: [&[f32]; R],
     ws: [&[f32]; C],
     k: usize,
+) -> [[f32; C]; R] {
+    micro_with(xs, ws, k, |w| load(w))
+}
+
+/// [`micro`] over weight rows of any element type, `load_w` turning the
+/// first [`LANES`] elements of a slice into f32 lanes: every product is
+/// accumulated in the same lanes and order whatever the element type.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+fn micro_with<const R: usize, const C: usize, T>(
+    xs: [&[f32]; R],
+    ws: [&[T]; C],
+    k: usize,
+    load_w: impl Fn(&[T]) -> __m256,
 ) -> [[f32; C]; R] {
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     let mut i = 0;
@@ -522,7 +536,7 @@ fn micro<const R: usize, const C: usize>(
             xv[r] = load(&xs[r][i..]);
         }
         for c in 0..C {
-            let wv = load(&ws[c][i..]);
+            let wv = load_w(&ws[c][i..]);
             for r in 0..R {
                 acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
             }
@@ -533,6 +547,63 @@ fn micro<const R: usize, const C: usize>(
     for r in 0..R {
         for c in 0..C {
             res[r][c] = hsum(acc[r][c]);
+        }
+    }
+    res
+}
+
+/// 8 f16 values (raw bits) from the start of `w`, as f32 (exact).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn load_f16(w: &[u16]) -> __m256 {
+    let w = &w[..LANES];
+    // SAFETY: `w` holds 8 `u16` (sliced above), the 16 bytes `loadu_si128`
+    // reads, unaligned.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(w.as_ptr().cast()) })
+}
+
+/// [`micro_any`] with f16 weight rows (raw bits) converted in registers:
+/// bit for bit what [`micro_any`] gives on the rows converted to f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn micro_f16_any<const R: usize, const C: usize>(
+    xs: [&[f32]; R],
+    ws: [&[u16]; C],
+    k: usize,
+) -> [[f32; C]; R] {
+    let full = k / LANES * LANES;
+    let mut res = micro_with(xs, ws, full, |w| load_f16(w));
+    for r in 0..R {
+        for c in 0..C {
+            let mut tail = 0.0f32;
+            for i in full..k {
+                tail += xs[r][i] * half::f16::from_bits(ws[c][i]).to_f32();
+            }
+            res[r][c] += tail;
+        }
+    }
+    res
+}
+
+/// [`micro`] for any `k`: the vector part over whole lane groups, then
+/// the remaining columns one by one. Each product is summed in the same
+/// order whatever `R` and `C` are (the float linear layer's micro-kernel).
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::needless_range_loop)]
+pub(crate) fn micro_any<const R: usize, const C: usize>(
+    xs: [&[f32]; R],
+    ws: [&[f32]; C],
+    k: usize,
+) -> [[f32; C]; R] {
+    let full = k / LANES * LANES;
+    let mut res = micro::<R, C>(xs, ws, full);
+    for r in 0..R {
+        for c in 0..C {
+            let mut tail = 0.0f32;
+            for i in full..k {
+                tail += xs[r][i] * ws[c][i];
+            }
+            res[r][c] += tail;
         }
     }
     res
