@@ -4,6 +4,16 @@
 use mllm_core::DType;
 use mllm_ops::quant::{dequantize, quantize, QuantType};
 
+/// The formats whose quantizer rounds each value to nearest with one scale
+/// (and offset) per block, as gguf-py's does.
+const ROUND_TO_NEAREST: [DType; 5] = [
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+];
+
 /// Reads `tests/data/<name>.blocks` and `tests/data/<name>.f32`.
 fn vectors(name: &str) -> (Vec<u8>, Vec<f32>) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
@@ -37,13 +47,7 @@ fn dequantize_matches_gguf_reference() {
 #[test]
 fn quantize_matches_gguf_reference() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    for dtype in [
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-    ] {
+    for dtype in ROUND_TO_NEAREST {
         let read = |ext: &str| std::fs::read(dir.join(format!("{dtype}.{ext}"))).unwrap();
         let input: Vec<f32> = read("input")
             .chunks_exact(4)
@@ -133,13 +137,7 @@ fn quantization_error_bounds() {
 fn requantizing_is_nearly_stable() {
     let mut rng = Rng(11);
     let x: Vec<f32> = (0..4096).map(|_| rng.normal()).collect();
-    for dtype in [
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q5_1,
-    ] {
+    for dtype in ROUND_TO_NEAREST {
         let mut y = vec![0.0f32; x.len()];
         dequantize(dtype, &quantize(dtype, &x).unwrap(), &mut y).unwrap();
         let e = relative_rms_error(dtype, &y);

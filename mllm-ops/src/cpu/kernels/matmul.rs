@@ -305,58 +305,26 @@ impl<'a, T> Panel<'a, T> {
     }
 }
 
-/// [`rows_pass`] with f16 weight rows read in place.
-#[inline(always)]
-fn rows_pass_f16<const R: usize>(
-    level: SimdLevel,
-    xp: Panel,
-    t: usize,
-    nr: usize,
-    wp: Panel<u16>,
-    no: usize,
-    dst: &mut [f32],
-) {
-    let k = xp.len;
-    let xs: [&[f32]; R] = std::array::from_fn(|r| xp.row(t + r));
-    let mut o = 0;
-    while o + 4 <= no {
-        let ws: [&[u16]; 4] = std::array::from_fn(|c| wp.row(o + c));
-        let res = micro_f16_at::<R, 4>(level, xs, ws, k);
-        for (r, row) in res.iter().enumerate() {
-            for (c, &v) in row.iter().enumerate() {
-                dst[(o + c) * nr + t + r] += v;
-            }
-        }
-        o += 4;
-    }
-    while o < no {
-        let res = micro_f16_at::<R, 1>(level, xs, [wp.row(o)], k);
-        for (r, row) in res.iter().enumerate() {
-            dst[o * nr + t + r] += row[0];
-        }
-        o += 1;
-    }
-}
-
 /// Accumulates the products of `R` activation rows (from row `t` of `xp`)
-/// with all `no` weight rows of `wp` into the transposed block `dst[o][t]`.
+/// with all `no` weight rows of `wp` into the transposed block `dst[o][t]`,
+/// four weight rows at a time with `micro4`, the rest with `micro1`.
 #[inline(always)]
-fn rows_pass<const R: usize>(
-    level: SimdLevel,
+#[allow(clippy::too_many_arguments)]
+fn rows_pass<const R: usize, T>(
     xp: Panel,
     t: usize,
     nr: usize,
-    wp: Panel,
+    wp: Panel<T>,
     no: usize,
     dst: &mut [f32],
+    micro4: impl Fn([&[f32]; R], [&[T]; 4]) -> [[f32; 4]; R],
+    micro1: impl Fn([&[f32]; R], [&[T]; 1]) -> [[f32; 1]; R],
 ) {
-    let k = xp.len;
     let xs: [&[f32]; R] = std::array::from_fn(|r| xp.row(t + r));
     let mut o = 0;
     while o + 4 <= no {
-        let ws: [&[f32]; 4] = std::array::from_fn(|c| wp.row(o + c));
-        let res = micro_at::<R, 4>(level, xs, ws, k);
-        for (r, row) in res.iter().enumerate() {
+        let ws: [&[T]; 4] = std::array::from_fn(|c| wp.row(o + c));
+        for (r, row) in micro4(xs, ws).iter().enumerate() {
             for (c, &v) in row.iter().enumerate() {
                 dst[(o + c) * nr + t + r] += v;
             }
@@ -364,8 +332,7 @@ fn rows_pass<const R: usize>(
         o += 4;
     }
     while o < no {
-        let res = micro_at::<R, 1>(level, xs, [wp.row(o)], k);
-        for (r, row) in res.iter().enumerate() {
+        for (r, row) in micro1(xs, [wp.row(o)]).iter().enumerate() {
             dst[o * nr + t + r] += row[0];
         }
         o += 1;
@@ -419,7 +386,16 @@ fn block_kernel<W: WeightElem>(
                 len: kc,
             };
             for t in 0..nr {
-                rows_pass_f16::<1>(level, xp, t, nr, wp, no, dst);
+                rows_pass::<1, u16>(
+                    xp,
+                    t,
+                    nr,
+                    wp,
+                    no,
+                    dst,
+                    |xs, ws| micro_f16_at(level, xs, ws, kc),
+                    |xs, ws| micro_f16_at(level, xs, ws, kc),
+                );
             }
             k0 += kc;
             continue;
@@ -446,11 +422,29 @@ fn block_kernel<W: WeightElem>(
         };
         let mut t = 0;
         while t + 2 <= nr {
-            rows_pass::<2>(level, xp, t, nr, wp, no, dst);
+            rows_pass::<2, f32>(
+                xp,
+                t,
+                nr,
+                wp,
+                no,
+                dst,
+                |xs, ws| micro_at(level, xs, ws, kc),
+                |xs, ws| micro_at(level, xs, ws, kc),
+            );
             t += 2;
         }
         if t < nr {
-            rows_pass::<1>(level, xp, t, nr, wp, no, dst);
+            rows_pass::<1, f32>(
+                xp,
+                t,
+                nr,
+                wp,
+                no,
+                dst,
+                |xs, ws| micro_at(level, xs, ws, kc),
+                |xs, ws| micro_at(level, xs, ws, kc),
+            );
         }
         k0 += kc;
     }
