@@ -50,9 +50,10 @@ pub trait WeightElem: Copy + Send + Sync + 'static {
         None
     }
 
-    /// The raw bits of `src` when the element type is f16 (which the SIMD
-    /// micro-kernels convert in registers), otherwise `None`.
-    fn as_f16_bits(src: &[Self]) -> Option<&[u16]> {
+    /// The raw bits of `src` and their format when the element type is a
+    /// 16-bit float (which the SIMD micro-kernels convert in registers),
+    /// otherwise `None`.
+    fn as_half_bits(src: &[Self]) -> Option<(HalfBits, &[u16])> {
         let _ = src;
         None
     }
@@ -93,8 +94,8 @@ impl WeightElem for f16 {
     }
 
     #[inline]
-    fn as_f16_bits(src: &[Self]) -> Option<&[u16]> {
-        Some(bytemuck::cast_slice(src))
+    fn as_half_bits(src: &[Self]) -> Option<(HalfBits, &[u16])> {
+        Some((HalfBits::F16, bytemuck::cast_slice(src)))
     }
 }
 
@@ -112,6 +113,20 @@ impl WeightElem for bf16 {
             *d = f32::from_bits((b as u32) << 16);
         }
     }
+
+    #[inline]
+    fn as_half_bits(src: &[Self]) -> Option<(HalfBits, &[u16])> {
+        Some((HalfBits::Bf16, bytemuck::cast_slice(src)))
+    }
+}
+
+/// The 16-bit float formats the SIMD micro-kernels read in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HalfBits {
+    /// IEEE half precision.
+    F16,
+    /// bfloat16.
+    Bf16,
 }
 
 /// Dot product `Σ a[i]·b[i]` of two equally long slices, accumulated in f32
@@ -254,34 +269,52 @@ fn micro_at<const R: usize, const C: usize>(
     }
 }
 
-/// Whether `level` has a micro-kernel that reads f16 weights directly.
-fn reads_f16(level: SimdLevel) -> bool {
+/// Whether `level` has micro-kernels that read 16-bit float weights
+/// directly.
+fn reads_half(level: SimdLevel) -> bool {
     matches!(level, SimdLevel::Avx2 | SimdLevel::Avx512)
 }
 
-/// [`micro_at`] with f16 weight rows (raw bits), converted in registers: the
-/// same sums, bit for bit, as converting the rows to f32 first (conversion
-/// is exact and the lanes and order are the same). Only for levels where
-/// [`reads_f16`] holds; others convert here.
+/// [`micro_at`] with 16-bit float weight rows (raw bits of `kind`),
+/// converted in registers: the same sums, bit for bit, as converting the
+/// rows to f32 first (conversion is exact and the lanes and order are the
+/// same). Only for levels where [`reads_half`] holds; others convert here.
 #[inline(always)]
-fn micro_f16_at<const R: usize, const C: usize>(
+fn micro_half_at<const R: usize, const C: usize>(
     level: SimdLevel,
+    kind: HalfBits,
     xs: [&[f32]; R],
     ws: [&[u16]; C],
     k: usize,
 ) -> [[f32; C]; R] {
-    match level {
+    match (level, kind) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `level` comes from a `QuantKernel`, which holds only
         // levels this CPU has: AVX-512F (with AVX2, FMA and F16C) here.
-        SimdLevel::Avx512 => unsafe { simd::avx512::micro_f16_any::<R, C>(xs, ws, k) },
+        (SimdLevel::Avx512, HalfBits::F16) => unsafe {
+            simd::avx512::micro_f16_any::<R, C>(xs, ws, k)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        (SimdLevel::Avx512, HalfBits::Bf16) => unsafe {
+            simd::avx512::micro_bf16_any::<R, C>(xs, ws, k)
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above: AVX2, FMA and F16C were detected.
-        SimdLevel::Avx2 => unsafe { simd::avx2::micro_f16_any::<R, C>(xs, ws, k) },
+        (SimdLevel::Avx2, HalfBits::F16) => unsafe { simd::avx2::micro_f16_any::<R, C>(xs, ws, k) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above: AVX2 and FMA were detected.
+        (SimdLevel::Avx2, HalfBits::Bf16) => unsafe {
+            simd::avx2::micro_bf16_any::<R, C>(xs, ws, k)
+        },
         _ => {
+            let to_f32 = |b: u16| match kind {
+                HalfBits::F16 => f16::from_bits(b).to_f32(),
+                HalfBits::Bf16 => bf16::from_bits(b).to_f32(),
+            };
             let rows: Vec<Vec<f32>> = ws
                 .iter()
-                .map(|w| w[..k].iter().map(|&b| f16::from_bits(b).to_f32()).collect())
+                .map(|w| w[..k].iter().map(|&b| to_f32(b)).collect())
                 .collect();
             micro_at::<R, C>(level, xs, std::array::from_fn(|c| &rows[c][..]), k)
         }
@@ -343,8 +376,8 @@ fn rows_pass<const R: usize, T>(
 /// `k` and `no` weight rows (`dst` is `[no, nr]`, i.e. transposed), in
 /// chunks of `K_CHUNK` columns so that the working set stays in cache; each
 /// weight chunk is converted (or copied) into `buf` once and reused for all
-/// rows, except f32 weights, and f16 ones where the CPU has a kernel for
-/// them, with fewer than 4 rows, which are read in place.
+/// rows, except f32 weights, and f16/bf16 ones where the CPU has kernels
+/// for them, with fewer than 4 rows, which are read in place.
 #[allow(clippy::too_many_arguments)]
 fn block_kernel<W: WeightElem>(
     level: SimdLevel,
@@ -361,11 +394,11 @@ fn block_kernel<W: WeightElem>(
     // are copied into a contiguous panel, which the micro-kernels stream
     // through faster than strided rows.
     let direct = if nr < 4 { W::as_f32_slice(wb) } else { None };
-    // f16 weights are read in place for few rows (decode) where the CPU has
-    // a kernel for them: the bandwidth-bound case, where the conversion
-    // copy would cost more than the products.
-    let direct_f16 = if nr < 4 && reads_f16(level) {
-        W::as_f16_bits(wb)
+    // f16 and bf16 weights are read in place for few rows (decode) where
+    // the CPU has kernels for them: the bandwidth-bound case, where the
+    // conversion copy would cost more than the products.
+    let direct_half = if nr < 4 && reads_half(level) {
+        W::as_half_bits(wb)
     } else {
         None
     };
@@ -378,7 +411,7 @@ fn block_kernel<W: WeightElem>(
             off: k0,
             len: kc,
         };
-        if let Some(data) = direct_f16 {
+        if let Some((kind, data)) = direct_half {
             let wp = Panel {
                 data,
                 stride: k,
@@ -393,8 +426,8 @@ fn block_kernel<W: WeightElem>(
                     wp,
                     no,
                     dst,
-                    |xs, ws| micro_f16_at(level, xs, ws, kc),
-                    |xs, ws| micro_f16_at(level, xs, ws, kc),
+                    |xs, ws| micro_half_at(level, kind, xs, ws, kc),
+                    |xs, ws| micro_half_at(level, kind, xs, ws, kc),
                 );
             }
             k0 += kc;
@@ -671,32 +704,39 @@ mod tests {
     }
 
     #[test]
-    fn f16_kernels_equal_the_f32_kernels_on_converted_rows() {
+    fn half_kernels_equal_the_f32_kernels_on_converted_rows() {
         let mut rng = Rng::new(79);
-        for k in [0, 5, 64, 300] {
-            let x: Vec<Vec<f32>> = (0..2).map(|_| rng.vec(k, 1.0)).collect();
-            let w: Vec<Vec<u16>> = (0..4)
-                .map(|_| {
-                    rng.vec(k, 0.5)
-                        .iter()
-                        .map(|&v| f16::from_f32(v).to_bits())
-                        .collect()
-                })
-                .collect();
-            let wf: Vec<Vec<f32>> = w
-                .iter()
-                .map(|r| r.iter().map(|&b| f16::from_bits(b).to_f32()).collect())
-                .collect();
-            let xs = [&x[0][..], &x[1][..]];
-            for level in SimdLevel::FASTEST_FIRST {
-                let Some(kernel) = QuantKernel::with_level(QuantPath::F32Activations, level) else {
-                    continue;
-                };
-                let l = kernel.level();
-                let direct = micro_f16_at::<2, 4>(l, xs, std::array::from_fn(|c| &w[c][..]), k);
-                let converted = micro_at::<2, 4>(l, xs, std::array::from_fn(|c| &wf[c][..]), k);
-                let bits = |m: [[f32; 4]; 2]| m.map(|r| r.map(f32::to_bits));
-                assert_eq!(bits(direct), bits(converted), "{level:?} k {k}");
+        for kind in [HalfBits::F16, HalfBits::Bf16] {
+            let to_bits = |v: f32| match kind {
+                HalfBits::F16 => f16::from_f32(v).to_bits(),
+                HalfBits::Bf16 => bf16::from_f32(v).to_bits(),
+            };
+            let to_f32 = |b: u16| match kind {
+                HalfBits::F16 => f16::from_bits(b).to_f32(),
+                HalfBits::Bf16 => bf16::from_bits(b).to_f32(),
+            };
+            for k in [0, 5, 64, 300] {
+                let x: Vec<Vec<f32>> = (0..2).map(|_| rng.vec(k, 1.0)).collect();
+                let w: Vec<Vec<u16>> = (0..4)
+                    .map(|_| rng.vec(k, 0.5).into_iter().map(to_bits).collect())
+                    .collect();
+                let wf: Vec<Vec<f32>> = w
+                    .iter()
+                    .map(|r| r.iter().map(|&b| to_f32(b)).collect())
+                    .collect();
+                let xs = [&x[0][..], &x[1][..]];
+                for level in SimdLevel::FASTEST_FIRST {
+                    let Some(kernel) = QuantKernel::with_level(QuantPath::F32Activations, level)
+                    else {
+                        continue;
+                    };
+                    let l = kernel.level();
+                    let ws = std::array::from_fn(|c| &w[c][..]);
+                    let direct = micro_half_at::<2, 4>(l, kind, xs, ws, k);
+                    let converted = micro_at::<2, 4>(l, xs, std::array::from_fn(|c| &wf[c][..]), k);
+                    let bits = |m: [[f32; 4]; 2]| m.map(|r| r.map(f32::to_bits));
+                    assert_eq!(bits(direct), bits(converted), "{kind:?} {level:?} k {k}");
+                }
             }
         }
     }

@@ -565,19 +565,67 @@ fn load_f16(w: &[u16]) -> __m256 {
 /// [`micro_any`] with f16 weight rows (raw bits) converted in registers:
 /// bit for bit what [`micro_any`] gives on the rows converted to f32.
 #[target_feature(enable = "avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)]
 pub(crate) fn micro_f16_any<const R: usize, const C: usize>(
     xs: [&[f32]; R],
     ws: [&[u16]; C],
     k: usize,
 ) -> [[f32; C]; R] {
+    micro_bits_any(
+        xs,
+        ws,
+        k,
+        |w| load_f16(w),
+        |b| half::f16::from_bits(b).to_f32(),
+    )
+}
+
+/// 8 bf16 values (raw bits) from the start of `w`, as f32 (exact: the
+/// bits shifted into the high half).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn load_bf16(w: &[u16]) -> __m256 {
+    let w = &w[..LANES];
+    // SAFETY: `w` holds 8 `u16` (sliced above), the 16 bytes `loadu_si128`
+    // reads, unaligned.
+    let bits = _mm256_cvtepu16_epi32(unsafe { _mm_loadu_si128(w.as_ptr().cast()) });
+    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
+}
+
+/// [`micro_f16_any`] for bf16 weight rows.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) fn micro_bf16_any<const R: usize, const C: usize>(
+    xs: [&[f32]; R],
+    ws: [&[u16]; C],
+    k: usize,
+) -> [[f32; C]; R] {
+    micro_bits_any(
+        xs,
+        ws,
+        k,
+        |w| load_bf16(w),
+        |b| half::bf16::from_bits(b).to_f32(),
+    )
+}
+
+/// [`micro_any`] over 16-bit float rows: `load_w` converts [`LANES`] of
+/// them to f32 lanes, `to_f32` one (the tail).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(clippy::needless_range_loop)]
+fn micro_bits_any<const R: usize, const C: usize>(
+    xs: [&[f32]; R],
+    ws: [&[u16]; C],
+    k: usize,
+    load_w: impl Fn(&[u16]) -> __m256,
+    to_f32: impl Fn(u16) -> f32,
+) -> [[f32; C]; R] {
     let full = k / LANES * LANES;
-    let mut res = micro_with(xs, ws, full, |w| load_f16(w));
+    let mut res = micro_with(xs, ws, full, load_w);
     for r in 0..R {
         for c in 0..C {
             let mut tail = 0.0f32;
             for i in full..k {
-                tail += xs[r][i] * half::f16::from_bits(ws[c][i]).to_f32();
+                tail += xs[r][i] * to_f32(ws[c][i]);
             }
             res[r][c] += tail;
         }
