@@ -338,26 +338,67 @@ impl<'a, T> Panel<'a, T> {
     }
 }
 
+/// How one linear call multiplies activation rows with weight rows of `T`.
+trait RowKernel<T> {
+    /// The `R × C` dot products of `xs` with `ws`, all of length `k`.
+    fn products<const R: usize, const C: usize>(
+        &self,
+        xs: [&[f32]; R],
+        ws: [&[T]; C],
+        k: usize,
+    ) -> [[f32; C]; R];
+}
+
+/// f32 weight rows, with the micro-kernel of a level ([`micro_at`]).
+struct FloatRows(SimdLevel);
+
+impl RowKernel<f32> for FloatRows {
+    #[inline(always)]
+    fn products<const R: usize, const C: usize>(
+        &self,
+        xs: [&[f32]; R],
+        ws: [&[f32]; C],
+        k: usize,
+    ) -> [[f32; C]; R] {
+        micro_at(self.0, xs, ws, k)
+    }
+}
+
+/// Raw 16-bit float weight rows of one format, read in place
+/// ([`micro_half_at`]).
+struct HalfRows(SimdLevel, HalfBits);
+
+impl RowKernel<u16> for HalfRows {
+    #[inline(always)]
+    fn products<const R: usize, const C: usize>(
+        &self,
+        xs: [&[f32]; R],
+        ws: [&[u16]; C],
+        k: usize,
+    ) -> [[f32; C]; R] {
+        micro_half_at(self.0, self.1, xs, ws, k)
+    }
+}
+
 /// Accumulates the products of `R` activation rows (from row `t` of `xp`)
 /// with all `no` weight rows of `wp` into the transposed block `dst[o][t]`,
-/// four weight rows at a time with `micro4`, the rest with `micro1`.
+/// four weight rows at a time.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn rows_pass<const R: usize, T>(
+    kernel: &impl RowKernel<T>,
     xp: Panel,
     t: usize,
     nr: usize,
     wp: Panel<T>,
     no: usize,
     dst: &mut [f32],
-    micro4: impl Fn([&[f32]; R], [&[T]; 4]) -> [[f32; 4]; R],
-    micro1: impl Fn([&[f32]; R], [&[T]; 1]) -> [[f32; 1]; R],
 ) {
+    let k = xp.len;
     let xs: [&[f32]; R] = std::array::from_fn(|r| xp.row(t + r));
     let mut o = 0;
     while o + 4 <= no {
         let ws: [&[T]; 4] = std::array::from_fn(|c| wp.row(o + c));
-        for (r, row) in micro4(xs, ws).iter().enumerate() {
+        for (r, row) in kernel.products::<R, 4>(xs, ws, k).iter().enumerate() {
             for (c, &v) in row.iter().enumerate() {
                 dst[(o + c) * nr + t + r] += v;
             }
@@ -365,7 +406,11 @@ fn rows_pass<const R: usize, T>(
         o += 4;
     }
     while o < no {
-        for (r, row) in micro1(xs, [wp.row(o)]).iter().enumerate() {
+        for (r, row) in kernel
+            .products::<R, 1>(xs, [wp.row(o)], k)
+            .iter()
+            .enumerate()
+        {
             dst[o * nr + t + r] += row[0];
         }
         o += 1;
@@ -419,16 +464,7 @@ fn block_kernel<W: WeightElem>(
                 len: kc,
             };
             for t in 0..nr {
-                rows_pass::<1, u16>(
-                    xp,
-                    t,
-                    nr,
-                    wp,
-                    no,
-                    dst,
-                    |xs, ws| micro_half_at(level, kind, xs, ws, kc),
-                    |xs, ws| micro_half_at(level, kind, xs, ws, kc),
-                );
+                rows_pass::<1, u16>(&HalfRows(level, kind), xp, t, nr, wp, no, dst);
             }
             k0 += kc;
             continue;
@@ -455,29 +491,11 @@ fn block_kernel<W: WeightElem>(
         };
         let mut t = 0;
         while t + 2 <= nr {
-            rows_pass::<2, f32>(
-                xp,
-                t,
-                nr,
-                wp,
-                no,
-                dst,
-                |xs, ws| micro_at(level, xs, ws, kc),
-                |xs, ws| micro_at(level, xs, ws, kc),
-            );
+            rows_pass::<2, f32>(&FloatRows(level), xp, t, nr, wp, no, dst);
             t += 2;
         }
         if t < nr {
-            rows_pass::<1, f32>(
-                xp,
-                t,
-                nr,
-                wp,
-                no,
-                dst,
-                |xs, ws| micro_at(level, xs, ws, kc),
-                |xs, ws| micro_at(level, xs, ws, kc),
-            );
+            rows_pass::<1, f32>(&FloatRows(level), xp, t, nr, wp, no, dst);
         }
         k0 += kc;
     }

@@ -509,7 +509,7 @@ pub(crate) fn micro_f16_any<const R: usize, const C: usize>(
     ws: [&[u16]; C],
     k: usize,
 ) -> [[f32; C]; R] {
-    micro_bits_any(
+    micro_tail(
         xs,
         ws,
         k,
@@ -537,7 +537,7 @@ pub(crate) fn micro_bf16_any<const R: usize, const C: usize>(
     ws: [&[u16]; C],
     k: usize,
 ) -> [[f32; C]; R] {
-    micro_bits_any(
+    micro_tail(
         xs,
         ws,
         k,
@@ -546,29 +546,21 @@ pub(crate) fn micro_bf16_any<const R: usize, const C: usize>(
     )
 }
 
-/// [`micro_any`] over 16-bit float rows: `load_w` converts [`LANES`] of
-/// them to f32 lanes, `to_f32` one (the tail).
+/// [`micro_with`] for any `k`: the vector part over whole lane groups
+/// (`load_w` converts [`LANES`] weights to f32 lanes), then the remaining
+/// columns one by one (`to_f32` converts one).
 #[target_feature(enable = "avx512f")]
 #[inline]
-#[allow(clippy::needless_range_loop)]
-fn micro_bits_any<const R: usize, const C: usize>(
+fn micro_tail<const R: usize, const C: usize, T: Copy>(
     xs: [&[f32]; R],
-    ws: [&[u16]; C],
+    ws: [&[T]; C],
     k: usize,
-    load_w: impl Fn(&[u16]) -> __m512,
-    to_f32: impl Fn(u16) -> f32,
+    load_w: impl Fn(&[T]) -> __m512,
+    to_f32: impl Fn(T) -> f32,
 ) -> [[f32; C]; R] {
     let full = k / LANES * LANES;
     let mut res = micro_with(xs, ws, full, load_w);
-    for r in 0..R {
-        for c in 0..C {
-            let mut tail = 0.0f32;
-            for i in full..k {
-                tail += xs[r][i] * to_f32(ws[c][i]);
-            }
-            res[r][c] += tail;
-        }
-    }
+    super::add_tails(&mut res, xs, ws, (full, k), to_f32);
     res
 }
 
@@ -576,24 +568,12 @@ fn micro_bits_any<const R: usize, const C: usize>(
 /// the remaining columns one by one. Each product is summed in the same
 /// order whatever `R` and `C` are (the float linear layer's micro-kernel).
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::needless_range_loop)]
 pub(crate) fn micro_any<const R: usize, const C: usize>(
     xs: [&[f32]; R],
     ws: [&[f32]; C],
     k: usize,
 ) -> [[f32; C]; R] {
-    let full = k / LANES * LANES;
-    let mut res = micro::<R, C>(xs, ws, full);
-    for r in 0..R {
-        for c in 0..C {
-            let mut tail = 0.0f32;
-            for i in full..k {
-                tail += xs[r][i] * ws[c][i];
-            }
-            res[r][c] += tail;
-        }
-    }
-    res
+    micro_tail(xs, ws, k, |w| load(w), |v| v)
 }
 
 super::tile_gemm!("avx512f", micro, LANES);

@@ -97,6 +97,28 @@ pub(crate) fn each_block<const B: usize, const N: usize>(
     }
 }
 
+/// Adds columns `full..k` of every product, one by one, to `res`, the
+/// products over columns `0..full` (whole lane groups): the tail of the
+/// float linear layer's micro-kernels, the same for every ISA.
+#[inline(always)]
+pub(crate) fn add_tails<const R: usize, const C: usize, T: Copy>(
+    res: &mut [[f32; C]; R],
+    xs: [&[f32]; R],
+    ws: [&[T]; C],
+    (full, k): (usize, usize),
+    to_f32: impl Fn(T) -> f32,
+) {
+    for (x, row) in xs.iter().zip(res.iter_mut()) {
+        for (w, out) in ws.iter().zip(row.iter_mut()) {
+            let mut tail = 0.0f32;
+            for i in full..k {
+                tail += x[i] * to_f32(w[i]);
+            }
+            *out += tail;
+        }
+    }
+}
+
 /// Defines `gemm_tile` for an ISA module from its `micro::<R, C>` kernel:
 /// `dst[o·nr + t] = Σ_i xb[t·k + i] · wb[o·k + i]` for `nr` activation rows
 /// and `no` weight rows of length `k` (a multiple of the lane count).

@@ -484,7 +484,6 @@ fn micro<const R: usize, const C: usize>(
 /// the remaining columns one by one. Each product is summed in the same
 /// order whatever `R` and `C` are (the float linear layer's micro-kernel).
 #[target_feature(enable = "neon")]
-#[allow(clippy::needless_range_loop)]
 pub(crate) fn micro_any<const R: usize, const C: usize>(
     xs: [&[f32]; R],
     ws: [&[f32]; C],
@@ -492,15 +491,7 @@ pub(crate) fn micro_any<const R: usize, const C: usize>(
 ) -> [[f32; C]; R] {
     let full = k / LANES * LANES;
     let mut res = micro::<R, C>(xs, ws, full);
-    for r in 0..R {
-        for c in 0..C {
-            let mut tail = 0.0f32;
-            for i in full..k {
-                tail += xs[r][i] * ws[c][i];
-            }
-            res[r][c] += tail;
-        }
-    }
+    super::add_tails(&mut res, xs, ws, (full, k), |v| v);
     res
 }
 
