@@ -31,15 +31,43 @@ pub(crate) fn qs(b: &[u8; BLOCK_BYTES]) -> &[u8] {
     &b[16..80]
 }
 
+/// Where value `i` of a Q2_K or Q3_K super-block sits (the two share the
+/// layout of their 2-bit fields; see the module documentation).
+#[derive(Clone, Copy)]
+pub(crate) struct Slot {
+    /// Byte of the 64 bytes of 2-bit fields.
+    pub byte: usize,
+    /// Bit of that byte where the field starts.
+    pub shift: usize,
+    /// Sub-block of 16 (its scale).
+    pub sub: usize,
+    /// Byte of Q3_K's 32 bytes of third bits.
+    pub lane: usize,
+    /// Bit of that byte holding the third bit.
+    pub plane: usize,
+}
+
+/// The [`Slot`] of value `i` (`128n + 32j + l`).
+#[inline(always)]
+pub(crate) fn slot(i: usize) -> Slot {
+    let (n, j, l) = (i / 128, i % 128 / 32, i % 32);
+    Slot {
+        byte: 32 * n + l,
+        shift: 2 * j,
+        sub: 8 * n + 2 * j + l / 16,
+        lane: l,
+        plane: 4 * n + j,
+    }
+}
+
 /// `out[i] = (d·sc[j]) · q[i] − dmin·m[j]` for `i` in sub-block `j`.
 pub(crate) fn dequantize_block(b: &[u8; BLOCK_BYTES], out: &mut [f32; BLOCK_LEN]) {
     let (dl, ml) = sub_scales(b);
     let qs = qs(b);
     for (i, o) in out.iter_mut().enumerate() {
-        let (n, j, l) = (i / 128, i % 128 / 32, i % 32);
-        let q = (qs[32 * n + l] >> (2 * j)) & 3;
-        let s = 8 * n + 2 * j + l / 16;
-        *o = dl[s] * q as f32 - ml[s];
+        let at = slot(i);
+        let q = (qs[at.byte] >> at.shift) & 3;
+        *o = dl[at.sub] * q as f32 - ml[at.sub];
     }
 }
 
@@ -72,13 +100,13 @@ pub(crate) fn quantize_block(x: &[f32; BLOCK_LEN], out: &mut [u8; BLOCK_BYTES]) 
     out[82..84].copy_from_slice(&mb);
     let (dl, ml) = sub_scales(out);
     for (i, &v) in x.iter().enumerate() {
-        let (n, j, l) = (i / 128, i % 128 / 32, i % 32);
-        let s = 8 * n + 2 * j + l / 16;
-        let q = if dl[s] > 0.0 {
-            ((v + ml[s]) / dl[s]).round().clamp(0.0, 3.0) as u8
+        let at = slot(i);
+        let (dl, ml) = (dl[at.sub], ml[at.sub]);
+        let q = if dl > 0.0 {
+            ((v + ml) / dl).round().clamp(0.0, 3.0) as u8
         } else {
             0
         };
-        out[16 + 32 * n + l] |= q << (2 * j);
+        out[16 + at.byte] |= q << at.shift;
     }
 }

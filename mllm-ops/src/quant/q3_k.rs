@@ -13,6 +13,7 @@
 //! `8 + i % 4`.
 
 use super::fit::fit_symmetric;
+use super::q2_k::slot;
 use super::{f16_at, to_f16};
 
 /// Values per super-block.
@@ -54,9 +55,9 @@ pub(crate) fn sub_scales(b: &[u8; BLOCK_BYTES]) -> [f32; 16] {
 /// The 3-bit value `q − 4` (`−4..=3`) of element `i` of the block.
 #[inline(always)]
 pub(crate) fn value(b: &[u8; BLOCK_BYTES], i: usize) -> i32 {
-    let (n, j, l) = (i / 128, i % 128 / 32, i % 32);
-    let low = (b[32 + 32 * n + l] >> (2 * j)) & 3;
-    let high = (b[l] >> (4 * n + j)) & 1;
+    let at = slot(i);
+    let low = (b[32 + at.byte] >> at.shift) & 3;
+    let high = (b[at.lane] >> at.plane) & 1;
     low as i32 - if high == 1 { 0 } else { 4 }
 }
 
@@ -64,8 +65,7 @@ pub(crate) fn value(b: &[u8; BLOCK_BYTES], i: usize) -> i32 {
 pub(crate) fn dequantize_block(b: &[u8; BLOCK_BYTES], out: &mut [f32; BLOCK_LEN]) {
     let dl = sub_scales(b);
     for (i, o) in out.iter_mut().enumerate() {
-        let (n, j, l) = (i / 128, i % 128 / 32, i % 32);
-        *o = dl[8 * n + 2 * j + l / 16] * value(b, i) as f32;
+        *o = dl[slot(i).sub] * value(b, i) as f32;
     }
 }
 
@@ -89,15 +89,15 @@ pub(crate) fn quantize_block(x: &[f32; BLOCK_LEN], out: &mut [u8; BLOCK_BYTES]) 
     out[108..110].copy_from_slice(&db);
     let dl = sub_scales(out);
     for (i, &v) in x.iter().enumerate() {
-        let (n, j, l) = (i / 128, i % 128 / 32, i % 32);
-        let s = dl[8 * n + 2 * j + l / 16];
+        let at = slot(i);
+        let s = dl[at.sub];
         let q = if s != 0.0 {
             ((v / s).round().clamp(-4.0, 3.0) + 4.0) as u8
         } else {
             4
         };
-        out[32 + 32 * n + l] |= (q & 3) << (2 * j);
-        out[l] |= (q >> 2) << (4 * n + j);
+        out[32 + at.byte] |= (q & 3) << at.shift;
+        out[at.lane] |= (q >> 2) << at.plane;
     }
 }
 
