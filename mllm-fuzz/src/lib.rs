@@ -5,7 +5,7 @@
 //! mutation campaigns in `tests/` and the libFuzzer targets in `fuzz/`
 //! call the same functions.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mllm_convert::gguf::{tokenizer::tokenizer_json, GgufFile};
 use mllm_convert::{convert, describe, ConvertOptions};
@@ -25,6 +25,13 @@ const SAMPLE_TEXTS: [&str; 4] = [
     "\u{0}\u{7f}<s></s><unk>  ",
     "",
 ];
+
+/// The repository's `tests/fixtures/<rel>`.
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(rel)
+}
 
 /// Loads the `.mllm` file at `path` with one thread and runs one prefill
 /// step of three tokens.
@@ -88,8 +95,7 @@ pub fn sharded_checkpoint(work: &Path, input: &[u8]) -> Outcome {
     let Some((&pick, content)) = input.split_first() else {
         return Outcome::Refused;
     };
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/tiny-llama/sharded");
+    let fixture = fixture("tiny-llama/sharded");
     let replaced = SHARDED_FILES[pick as usize % SHARDED_FILES.len()];
     for name in SHARDED_FILES.iter().chain(&["config.json"]) {
         let path = work.join(name);
@@ -151,8 +157,7 @@ pub fn gguf_tokenizer(input: &Path) -> Outcome {
 /// fixture tiny-llama in Q8_0 (a byte-level BPE and a chat template),
 /// imported into `dir`.
 pub fn request_facts(dir: &Path) -> Result<ModelFacts, String> {
-    let gguf =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/gguf/tiny-llama.q8_0.gguf");
+    let gguf = fixture("gguf/tiny-llama.q8_0.gguf");
     let mllm = dir.join("requests.mllm");
     convert(&gguf, &mllm, &ConvertOptions::default()).map_err(|e| e.to_string())?;
     let opts = LoadOptions {
