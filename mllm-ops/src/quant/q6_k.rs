@@ -24,25 +24,29 @@ pub(crate) fn sub_scales(b: &[u8; BLOCK_BYTES]) -> [f32; 16] {
     std::array::from_fn(|j| d * (b[192 + j] as i8) as f32)
 }
 
-/// `out[i] = (d·sc[i / 16]) · (q[i] − 32)`.
-pub(crate) fn dequantize_block(b: &[u8; BLOCK_BYTES], out: &mut [f32; BLOCK_LEN]) {
-    let dl = sub_scales(b);
+/// The 256 six-bit values `q` of a super-block, in order.
+#[inline(always)]
+pub(crate) fn values(b: &[u8; BLOCK_BYTES]) -> [u8; BLOCK_LEN] {
+    let mut q = [0u8; BLOCK_LEN];
     for h in 0..2 {
         let ql = &b[64 * h..64 * h + 64];
         let qh = &b[128 + 32 * h..128 + 32 * h + 32];
-        let vals = &mut out[128 * h..128 * h + 128];
+        let vals = &mut q[128 * h..128 * h + 128];
         for l in 0..32 {
-            let q = [
-                (ql[l] & 0x0F) | ((qh[l] & 3) << 4),
-                (ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4),
-                (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
-                (ql[l + 32] >> 4) | ((qh[l] >> 6) << 4),
-            ];
-            for (k, q) in q.into_iter().enumerate() {
-                let i = 32 * k + l;
-                vals[i] = dl[8 * h + i / 16] * (q as i32 - 32) as f32;
-            }
+            vals[l] = (ql[l] & 0x0F) | ((qh[l] & 3) << 4);
+            vals[32 + l] = (ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4);
+            vals[64 + l] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+            vals[96 + l] = (ql[l + 32] >> 4) | ((qh[l] >> 6) << 4);
         }
+    }
+    q
+}
+
+/// `out[i] = (d·sc[i / 16]) · (q[i] − 32)`.
+pub(crate) fn dequantize_block(b: &[u8; BLOCK_BYTES], out: &mut [f32; BLOCK_LEN]) {
+    let dl = sub_scales(b);
+    for (i, (o, q)) in out.iter_mut().zip(values(b)).enumerate() {
+        *o = dl[i / 16] * (q as i32 - 32) as f32;
     }
 }
 

@@ -22,6 +22,8 @@ use rayon::ThreadPool;
 use super::qact::{Q16Act, Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
 use super::qmatmul::{QuantMatrix, Split};
+#[cfg(target_arch = "x86_64")]
+use super::simd;
 use crate::quant::{q4_0, q4_1, QuantType};
 
 /// Rows per packed group.
@@ -125,6 +127,85 @@ impl PackedData {
     pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
         let len = self.cols / BLOCK * self.block_bytes;
         &self.bytes()[g * len..(g + n) * len]
+    }
+}
+
+/// A packed weight layout (rows in groups of [`GROUP_ROWS`], a group's
+/// bytes block after block of 32 columns) and its group products at each
+/// instruction set; `QuantKernel::packed_dot` picks one for the CPU.
+pub(crate) trait PackedFormat {
+    /// One activation row as the kernels take it.
+    type Input<'a>: Copy + Sync;
+    /// Bytes of one group per block of 32 columns.
+    const BLOCK_BYTES: usize;
+    /// Blocks of 32 values in `x`.
+    fn blocks(x: &Self::Input<'_>) -> usize;
+    /// The eight outputs of one group for each of one to [`TILE_TOKENS`]
+    /// activation rows, in portable code.
+    fn portable(group: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
+    /// [`PackedFormat::portable`] with AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(group: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
+    /// [`PackedFormat::portable`] with AVX-512 VNNI on 256-bit vectors.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA, F16C, AVX-512F/VL/BW and AVX-512 VNNI.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(group: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
+    /// Two consecutive groups `a` and `b` at once on 512-bit vectors:
+    /// `out[t]` for `a`, `out[xs.len() + t]` for `b`.
+    ///
+    /// # Safety
+    /// As [`PackedFormat::vnni`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
+}
+
+/// The packed Q4_0 / Q4_1 layout (see the module documentation).
+pub(crate) struct Q4Format;
+
+impl PackedFormat for Q4Format {
+    type Input<'a> = Q16Row<'a, WIDE>;
+    const BLOCK_BYTES: usize = PACKED_BLOCK_BYTES;
+
+    fn blocks(x: &Q16Row<'_, WIDE>) -> usize {
+        x.d.len()
+    }
+
+    fn portable(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        group_dot(group, xs, out)
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::avx2_packed::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::vnni_packed::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Q16Row<'_, WIDE>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::vnni_packed::pair_dot(a, b, xs, out) }
     }
 }
 
@@ -252,19 +333,27 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
             for (r, acc) in out.iter_mut().enumerate() {
                 let f = |at: usize| f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
                 let (d, m) = (f(2 * r), f(16 + 2 * r));
-                let mut sum = 0i32;
-                for j in 0..4 {
-                    for c in 0..4 {
-                        let byte = blk[32 + 32 * j + 4 * r + c];
-                        let (k_lo, k_hi) = (4 * j + c, 16 + 4 * j + c);
-                        let q = |k: usize| 256 * hi[k] as i32 + lo[k] as i32;
-                        sum += (byte & 15) as i32 * q(k_lo) + (byte >> 4) as i32 * q(k_hi);
-                    }
-                }
+                let sum = nibble_block_sum(&blk[32..], r, hi, lo);
                 *acc += d * dx * sum as f32 + m * sx;
             }
         }
     }
+}
+
+/// Row `r`'s exact sum `Σ q_w · (256·hi + lo)` over one block of 32
+/// columns, from the block's 128 bytes of nibbles in the packed chunk
+/// layout and the block's two activation planes.
+pub(crate) fn nibble_block_sum(nibbles: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32 {
+    let mut sum = 0i32;
+    for j in 0..4 {
+        for c in 0..4 {
+            let byte = nibbles[32 * j + 4 * r + c];
+            let (k_lo, k_hi) = (4 * j + c, 16 + 4 * j + c);
+            let q = |k: usize| 256 * hi[k] as i32 + lo[k] as i32;
+            sum += (byte & 15) as i32 * q(k_lo) + (byte >> 4) as i32 * q(k_hi);
+        }
+    }
+    sum
 }
 
 /// Linear layer over a packed matrix: `y[t, o] = Σ_i x[t, i] · W[o, i] +
@@ -291,7 +380,7 @@ pub fn packed_linear(
         let xs: Vec<Q16Row<'_, WIDE>> =
             (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
         group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
-            k.packed_group_dot(g, xs, out)
+            k.packed_dot::<Q4Format>(g, xs, out)
         });
     });
 }
@@ -672,8 +761,8 @@ pub(crate) mod tests {
                 for t in 1..=TILE_TOKENS {
                     let mut a = vec![[0.0; GROUP_ROWS]; groups * t];
                     let mut b = vec![[f32::NAN; GROUP_ROWS]; groups * t];
-                    avx2.packed_group_dot(p.groups(0, groups), &rows[..t], &mut a);
-                    vnni.packed_group_dot(p.groups(0, groups), &rows[..t], &mut b);
+                    avx2.packed_dot::<Q4Format>(p.groups(0, groups), &rows[..t], &mut a);
+                    vnni.packed_dot::<Q4Format>(p.groups(0, groups), &rows[..t], &mut b);
                     assert_eq!(a, b, "{qt}: {groups} groups, {t} rows");
                 }
             }

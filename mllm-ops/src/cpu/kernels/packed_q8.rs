@@ -19,10 +19,14 @@ use mllm_core::file::TensorData;
 use mllm_core::{DType, Error, Result};
 use rayon::ThreadPool;
 
-use super::packed::{by_row_blocks, group_outputs, quantize_rows, PackedData, GROUP_ROWS};
+use super::packed::{
+    by_row_blocks, group_outputs, quantize_rows, PackedData, PackedFormat, GROUP_ROWS,
+};
 use super::qact::{Q16Row, BLOCK, NARROW};
 use super::qkernel::QuantKernel;
 use super::qmatmul::QuantMatrix;
+#[cfg(target_arch = "x86_64")]
+use super::simd;
 use crate::quant::{q8_0, QuantType};
 
 /// Bytes of one packed block: eight f16 scales and 8 × 32 quants.
@@ -126,6 +130,46 @@ pub(crate) struct Q8Input<'a> {
     pub hi_sums: &'a [i32],
 }
 
+/// The packed Q8_0 layout (see the module documentation).
+pub(crate) struct Q8Format;
+
+impl PackedFormat for Q8Format {
+    type Input<'a> = Q8Input<'a>;
+    const BLOCK_BYTES: usize = Q8_PACKED_BLOCK_BYTES;
+
+    fn blocks(x: &Q8Input<'_>) -> usize {
+        x.x.d.len()
+    }
+
+    fn portable(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        group_dot(group, xs, out)
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::avx2_packed_q8::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::vnni_packed_q8::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::vnni_packed_q8::pair_dot(a, b, xs, out) }
+    }
+}
+
 /// The eight outputs of one packed group for each activation row of `xs`
 /// (one to `TILE_TOKENS` rows), in portable code: per block and row
 /// `acc = fma(128·Σ w·hi + Σ w·lo, d·d_x, acc)` in f32.
@@ -188,7 +232,7 @@ pub fn packed_q8_linear(
             })
             .collect();
         group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
-            k.packed_q8_group_dot(g, xs, out)
+            k.packed_dot::<Q8Format>(g, xs, out)
         });
     });
 }

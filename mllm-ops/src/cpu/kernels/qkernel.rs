@@ -1,8 +1,8 @@
 //! The choice of quantized-kernel variant: activation path and instruction
 //! set, checked against the CPU at run time and then dispatched per row.
 
-use super::packed_q8::{self, Q8Input, Q8_PACKED_BLOCK_BYTES};
-use super::qact::{self, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row, WIDE};
+use super::packed::PackedFormat;
+use super::qact::{self, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::simd;
 use super::{packed, qdot};
@@ -259,39 +259,37 @@ impl QuantKernel {
             && matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512)
     }
 
-    /// The eight outputs of each of one or two consecutive packed row
-    /// groups (`groups`) for each of one to four 16-bit activation rows
-    /// (see `packed::group_dot`): `out[g · xs.len() + t]` for group `g`
-    /// and row `t`. With AVX-512 VNNI two groups share 512-bit vectors;
-    /// every level gives the AVX2 bits.
-    pub(crate) fn packed_group_dot(
+    /// The eight outputs of each of one or two consecutive row groups
+    /// (`groups`) of packed format `F` for each of one to four activation
+    /// rows: `out[g · xs.len() + t]` for group `g` and row `t`. With
+    /// AVX-512 VNNI two groups share 512-bit vectors; every SIMD level
+    /// gives the AVX2 bits.
+    pub(crate) fn packed_dot<F: PackedFormat>(
         self,
         groups: &[u8],
-        xs: &[Q16Row<'_, WIDE>],
+        xs: &[F::Input<'_>],
         out: &mut [[f32; packed::GROUP_ROWS]],
     ) {
-        let group_bytes = xs
-            .first()
-            .map_or(0, |x| x.d.len() * packed::PACKED_BLOCK_BYTES);
+        let group_bytes = xs.first().map_or(0, |x| F::blocks(x) * F::BLOCK_BYTES);
         #[cfg(target_arch = "x86_64")]
         if let (SimdLevel::Avx512, Some((a, b))) =
             (self.level, packed::as_pair(groups, group_bytes))
         {
             // SAFETY: the integer paths' AVX-512 level includes AVX2, FMA,
             // F16C, AVX-512F/VL/BW and VNNI (struct invariant).
-            unsafe { simd::vnni_packed::pair_dot(a, b, xs, out) };
+            unsafe { F::vnni_pair(a, b, xs, out) };
             return;
         }
         packed::each_group(groups, group_bytes, xs.len(), out, |group, out| {
-            self.packed_one_group_dot(group, xs, out)
+            self.packed_one_group_dot::<F>(group, xs, out)
         });
     }
 
-    /// [`QuantKernel::packed_group_dot`] of one group.
-    fn packed_one_group_dot(
+    /// [`QuantKernel::packed_dot`] of one group.
+    fn packed_one_group_dot<F: PackedFormat>(
         self,
         group: &[u8],
-        xs: &[Q16Row<'_, WIDE>],
+        xs: &[F::Input<'_>],
         out: &mut [[f32; packed::GROUP_ROWS]],
     ) {
         #[cfg(target_arch = "x86_64")]
@@ -299,69 +297,18 @@ impl QuantKernel {
             SimdLevel::Avx512 => {
                 // SAFETY: the integer paths' AVX-512 level includes AVX2,
                 // FMA, F16C, AVX-512F/VL/BW and VNNI (struct invariant).
-                unsafe { simd::vnni_packed::group_dot(group, xs, out) };
+                unsafe { F::vnni(group, xs, out) };
                 return;
             }
             SimdLevel::Avx2 => {
                 // SAFETY: AVX2, FMA and F16C were detected when the kernel
                 // was made.
-                unsafe { simd::avx2_packed::group_dot(group, xs, out) };
+                unsafe { F::avx2(group, xs, out) };
                 return;
             }
             SimdLevel::Scalar | SimdLevel::Neon => {}
         }
-        packed::group_dot(group, xs, out);
-    }
-
-    /// [`QuantKernel::packed_group_dot`] for packed Q8_0 groups (see
-    /// `packed_q8::group_dot`), the same bits at every level.
-    pub(crate) fn packed_q8_group_dot(
-        self,
-        groups: &[u8],
-        xs: &[Q8Input<'_>],
-        out: &mut [[f32; packed::GROUP_ROWS]],
-    ) {
-        let group_bytes = xs
-            .first()
-            .map_or(0, |x| x.x.d.len() * Q8_PACKED_BLOCK_BYTES);
-        #[cfg(target_arch = "x86_64")]
-        if let (SimdLevel::Avx512, Some((a, b))) =
-            (self.level, packed::as_pair(groups, group_bytes))
-        {
-            // SAFETY: the integer paths' AVX-512 level includes AVX2, FMA,
-            // F16C, AVX-512F/VL/BW and VNNI (struct invariant).
-            unsafe { simd::vnni_packed_q8::pair_dot(a, b, xs, out) };
-            return;
-        }
-        packed::each_group(groups, group_bytes, xs.len(), out, |group, out| {
-            self.packed_q8_one_group_dot(group, xs, out)
-        });
-    }
-
-    /// [`QuantKernel::packed_q8_group_dot`] of one group.
-    fn packed_q8_one_group_dot(
-        self,
-        group: &[u8],
-        xs: &[Q8Input<'_>],
-        out: &mut [[f32; packed::GROUP_ROWS]],
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        match self.level {
-            SimdLevel::Avx512 => {
-                // SAFETY: the integer paths' AVX-512 level includes AVX2,
-                // FMA, F16C, AVX-512F/VL/BW and VNNI (struct invariant).
-                unsafe { simd::vnni_packed_q8::group_dot(group, xs, out) };
-                return;
-            }
-            SimdLevel::Avx2 => {
-                // SAFETY: AVX2, FMA and F16C were detected when the kernel
-                // was made.
-                unsafe { simd::avx2_packed_q8::group_dot(group, xs, out) };
-                return;
-            }
-            SimdLevel::Scalar | SimdLevel::Neon => {}
-        }
-        packed_q8::group_dot(group, xs, out);
+        F::portable(group, xs, out);
     }
 
     /// Quantizes an activation row (its length a multiple of 32) to 16 bits,
@@ -412,7 +359,7 @@ impl QuantKernel {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cpu::kernels::qact::NARROW;
+    use crate::cpu::kernels::qact::{NARROW, WIDE};
     use crate::cpu::kernels::test_util::Rng;
 
     /// `n` blocks of `qt` with random bytes and small finite f16 scales of

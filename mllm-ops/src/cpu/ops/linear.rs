@@ -11,6 +11,9 @@ use rayon::ThreadPool;
 use super::expect_rows;
 use crate::cpu::kernels::matmul::linear;
 use crate::cpu::kernels::packed::{packed_linear, PackedQ4};
+use crate::cpu::kernels::packed_q4k::{packed_q4k_linear, PackedQ4K};
+use crate::cpu::kernels::packed_q5::{packed_q5_linear, PackedQ5};
+use crate::cpu::kernels::packed_q6k::{packed_q6k_linear, PackedQ6K};
 use crate::cpu::kernels::packed_q8::{packed_q8_linear, PackedQ8};
 use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
 use crate::cpu::kernels::qmatmul::quant_linear;
@@ -28,6 +31,12 @@ enum LinearWeight {
     PackedQ4(PackedQ4, Option<MatrixWeight>),
     /// Q8_0 packed the same way.
     PackedQ8(PackedQ8, Option<MatrixWeight>),
+    /// Q5_0 / Q5_1 repacked at load, with its mapped source.
+    PackedQ5(PackedQ5, MatrixWeight),
+    /// Q4_K repacked at load, with its mapped source.
+    PackedQ4K(PackedQ4K, MatrixWeight),
+    /// Q6_K repacked at load, with its mapped source.
+    PackedQ6K(PackedQ6K, MatrixWeight),
 }
 
 /// The CPU linear layer.
@@ -42,10 +51,11 @@ pub struct LinearOp {
 
 impl LinearOp {
     /// An unloaded linear op; quantized weights use
-    /// [`QuantPath::Int16Activations`]: with AVX2, Q4_0, Q4_1 and Q8_0
-    /// weights are repacked at load (see [`PackedQ4`], [`PackedQ8`]) and
-    /// every step multiplies them with 16-bit activations; other Q8_0 / Q4
-    /// weights use integer dot products with 16-bit activations, K-quants
+    /// [`QuantPath::Int16Activations`]: with AVX2, Q4_0, Q4_1, Q5_0, Q5_1,
+    /// Q8_0, Q4_K and Q6_K weights are repacked at load (see [`PackedQ4`],
+    /// [`PackedQ5`], [`PackedQ8`], [`PackedQ4K`], [`PackedQ6K`]) and every step
+    /// multiplies them with 16-bit activations; other Q8_0 / Q4 weights use
+    /// integer dot products with 16-bit activations, the other block types
     /// the f32 path.
     pub fn new(params: LinearParams, pool: Arc<ThreadPool>) -> Self {
         LinearOp {
@@ -86,7 +96,11 @@ impl Op for LinearOp {
 
     fn loaded(&mut self) {
         if let Some(
-            LinearWeight::PackedQ4(_, Some(source)) | LinearWeight::PackedQ8(_, Some(source)),
+            LinearWeight::PackedQ4(_, Some(source))
+            | LinearWeight::PackedQ8(_, Some(source))
+            | LinearWeight::PackedQ5(_, source)
+            | LinearWeight::PackedQ4K(_, source)
+            | LinearWeight::PackedQ6K(_, source),
         ) = &self.weight
         {
             source.release_pages();
@@ -122,6 +136,18 @@ impl Op for LinearOp {
                 packed_q8_linear(self.quant, x.data, rows, w, bias, output, pool);
                 return Ok(());
             }
+            LinearWeight::PackedQ5(w, _) => {
+                packed_q5_linear(self.quant, x.data, rows, w, bias, output, pool);
+                return Ok(());
+            }
+            LinearWeight::PackedQ4K(w, _) => {
+                packed_q4k_linear(self.quant, x.data, rows, w, bias, output, pool);
+                return Ok(());
+            }
+            LinearWeight::PackedQ6K(w, _) => {
+                packed_q6k_linear(self.quant, x.data, rows, w, bias, output, pool);
+                return Ok(());
+            }
             LinearWeight::Plain(w) => w,
         };
         match w.slice() {
@@ -141,8 +167,9 @@ impl Op for LinearOp {
 }
 
 /// `weight` repacked for a packed kernel when `kernel` uses them and the
-/// weight is Q4_0 / Q4_1 / Q8_0 with a row count that is a multiple of
-/// eight; the mapped bytes then leave memory. Otherwise `weight` unchanged.
+/// weight is Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K with a row
+/// count that is a multiple of eight; the mapped bytes then leave memory. Otherwise `weight`
+/// unchanged.
 fn pack_if_faster(weight: MatrixWeight, kernel: QuantKernel) -> LinearWeight {
     let MatrixSlice::Quant(m) = weight.slice() else {
         return LinearWeight::Plain(weight);
@@ -157,6 +184,18 @@ fn pack_if_faster(weight: MatrixWeight, kernel: QuantKernel) -> LinearWeight {
     if let Ok(p) = PackedQ8::pack(&m) {
         weight.release_pages();
         return LinearWeight::PackedQ8(p, Some(weight));
+    }
+    if let Ok(p) = PackedQ5::pack(&m) {
+        weight.release_pages();
+        return LinearWeight::PackedQ5(p, weight);
+    }
+    if let Ok(p) = PackedQ4K::pack(&m) {
+        weight.release_pages();
+        return LinearWeight::PackedQ4K(p, weight);
+    }
+    if let Ok(p) = PackedQ6K::pack(&m) {
+        weight.release_pages();
+        return LinearWeight::PackedQ6K(p, weight);
     }
     LinearWeight::Plain(weight)
 }

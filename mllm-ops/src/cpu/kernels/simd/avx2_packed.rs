@@ -21,7 +21,7 @@ use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 /// Eight f16 values at the start of `b` as f32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn f16x8(b: &[u8]) -> __m256 {
+pub(crate) fn f16x8(b: &[u8]) -> __m256 {
     let b = &b[..16];
     // SAFETY: `b` holds 16 bytes (sliced above) and `loadu` has no
     // alignment requirement.
@@ -44,41 +44,56 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
     let nb = xs[0].d.len();
     let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
     let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let nibble = _mm256_set1_epi8(0x0F);
-    let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); T];
     let blocks = group[..nb * PACKED_BLOCK_BYTES]
         .as_chunks::<PACKED_BLOCK_BYTES>()
         .0;
     for (i, blk) in blocks.iter().enumerate() {
-        let mut sum_hi = [_mm256_setzero_si256(); T];
-        let mut sum_lo = [_mm256_setzero_si256(); T];
-        for j in 0..4 {
-            let v = load32(&blk[32 + 32 * j..]);
-            let w_lo = _mm256_and_si256(v, nibble);
-            let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
-            for t in 0..T {
-                let (h, l) = (&his[t][i], &los[t][i]);
-                let ph = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(w_lo, word(h, 4 * j)),
-                    _mm256_maddubs_epi16(w_hi, word(h, 16 + 4 * j)),
-                );
-                let pl = _mm256_add_epi16(
-                    _mm256_maddubs_epi16(w_lo, word(l, 4 * j)),
-                    _mm256_maddubs_epi16(w_hi, word(l, 16 + 4 * j)),
-                );
-                sum_hi[t] = _mm256_add_epi16(sum_hi[t], ph);
-                sum_lo[t] = _mm256_add_epi16(sum_lo[t], pl);
-            }
-        }
+        let (sum_hi, sum_lo) = block_sums(&blk[32..], his.map(|h| &h[i]), los.map(|l| &l[i]));
         let scales = block_scales(blk);
         for t in 0..T {
-            let h = _mm256_madd_epi16(sum_hi[t], ones);
-            let l = _mm256_madd_epi16(sum_lo[t], ones);
-            acc[t] = add_block(acc[t], scales, h, l, xs[t], i);
+            acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
         }
     }
     acc
+}
+
+/// The eight rows' 32-bit sums of one block of 32 columns over the high
+/// and the low activation planes of `T` rows (`his[t]`, `los[t]`), from
+/// the block's 128 bytes of nibbles in the packed chunk layout.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn block_sums<const T: usize>(
+    nibbles: &[u8],
+    his: [&[i8; BLOCK]; T],
+    los: [&[i8; BLOCK]; T],
+) -> ([__m256i; T], [__m256i; T]) {
+    let nibble = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mut sum_hi = [_mm256_setzero_si256(); T];
+    let mut sum_lo = [_mm256_setzero_si256(); T];
+    for j in 0..4 {
+        let v = load32(&nibbles[32 * j..]);
+        let w_lo = _mm256_and_si256(v, nibble);
+        let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+        for t in 0..T {
+            let (h, l) = (his[t], los[t]);
+            let ph = _mm256_add_epi16(
+                _mm256_maddubs_epi16(w_lo, word(h, 4 * j)),
+                _mm256_maddubs_epi16(w_hi, word(h, 16 + 4 * j)),
+            );
+            let pl = _mm256_add_epi16(
+                _mm256_maddubs_epi16(w_lo, word(l, 4 * j)),
+                _mm256_maddubs_epi16(w_hi, word(l, 16 + 4 * j)),
+            );
+            sum_hi[t] = _mm256_add_epi16(sum_hi[t], ph);
+            sum_lo[t] = _mm256_add_epi16(sum_lo[t], pl);
+        }
+    }
+    (
+        sum_hi.map(|s| _mm256_madd_epi16(s, ones)),
+        sum_lo.map(|s| _mm256_madd_epi16(s, ones)),
+    )
 }
 
 /// The eight rows' f16 scales `d` and offsets `m` (zero for Q4_0) of a

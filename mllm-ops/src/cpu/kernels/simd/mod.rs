@@ -13,7 +13,12 @@
 //!   eight rows times 16-bit activations, AVX2 and AVX-512 VNNI (bit-exact
 //!   with each other); [`avx2_packed_q8`] and [`vnni_packed_q8`]: the
 //!   same for Q8_0 weights (bit-exact with each other and the portable
-//!   kernel);
+//!   kernel); [`avx2_packed_q4k`] and [`vnni_packed_q4k`]: Q4_K weights
+//!   in the packed Q4 nibble layout with their super-block scales;
+//!   [`avx2_packed_q6k`] and [`vnni_packed_q6k`]: Q6_K weights as packed
+//!   nibbles plus a plane of top bits (bit-exact with the portable kernel);
+//!   [`avx2_packed_q5`] and [`vnni_packed_q5`]: Q5_0/Q5_1 weights as packed
+//!   Q4 nibbles plus a plane of fifth bits;
 //! * `neon` (aarch64): both paths, the integer one with `sdot` where the
 //!   dot-product extension is present.
 //!
@@ -30,6 +35,12 @@ pub(crate) mod avx2_kv;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_packed_q4k;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_packed_q5;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_packed_q6k;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed_q8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
@@ -43,6 +54,12 @@ pub(crate) mod vnni;
 pub(crate) mod vnni_i8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_packed;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni_packed_q4k;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni_packed_q5;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni_packed_q6k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_packed_q8;
 

@@ -30,32 +30,44 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
     let nb = xs[0].d.len();
     let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
     let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let nibble = _mm256_set1_epi8(0x0F);
     let mut acc = [_mm256_setzero_ps(); T];
     let blocks = group[..nb * PACKED_BLOCK_BYTES]
         .as_chunks::<PACKED_BLOCK_BYTES>()
         .0;
     for (i, blk) in blocks.iter().enumerate() {
-        let mut sum_hi = [_mm256_setzero_si256(); T];
-        let mut sum_lo = [_mm256_setzero_si256(); T];
-        for j in 0..4 {
-            let v = load32(&blk[32 + 32 * j..]);
-            let w_lo = _mm256_and_si256(v, nibble);
-            let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
-            for t in 0..T {
-                let (h, l) = (&his[t][i], &los[t][i]);
-                sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], w_lo, word(h, 4 * j));
-                sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], w_hi, word(h, 16 + 4 * j));
-                sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], w_lo, word(l, 4 * j));
-                sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], w_hi, word(l, 16 + 4 * j));
-            }
-        }
+        let (sum_hi, sum_lo) = block_sums(&blk[32..], his.map(|h| &h[i]), los.map(|l| &l[i]));
         let scales = block_scales(blk);
         for t in 0..T {
             acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
         }
     }
     acc
+}
+
+/// `avx2_packed::block_sums` with `dpbusd`: the same 32-bit sums.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn block_sums<const T: usize>(
+    nibbles: &[u8],
+    his: [&[i8; BLOCK]; T],
+    los: [&[i8; BLOCK]; T],
+) -> ([__m256i; T], [__m256i; T]) {
+    let nibble = _mm256_set1_epi8(0x0F);
+    let mut sum_hi = [_mm256_setzero_si256(); T];
+    let mut sum_lo = [_mm256_setzero_si256(); T];
+    for j in 0..4 {
+        let v = load32(&nibbles[32 * j..]);
+        let w_lo = _mm256_and_si256(v, nibble);
+        let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+        for t in 0..T {
+            let (h, l) = (his[t], los[t]);
+            sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], w_lo, word(h, 4 * j));
+            sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], w_hi, word(h, 16 + 4 * j));
+            sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], w_lo, word(l, 4 * j));
+            sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], w_hi, word(l, 16 + 4 * j));
+        }
+    }
+    (sum_hi, sum_lo)
 }
 
 super::avx2_packed::packed_group_dot!(
@@ -107,7 +119,6 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__
     let nb = xs[0].d.len();
     let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
     let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let nibble = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); T];
     let blocks_a = a[..nb * PACKED_BLOCK_BYTES]
         .as_chunks::<PACKED_BLOCK_BYTES>()
@@ -116,31 +127,60 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__
         .as_chunks::<PACKED_BLOCK_BYTES>()
         .0;
     for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
-        let mut sum_hi = [_mm512_setzero_si512(); T];
-        let mut sum_lo = [_mm512_setzero_si512(); T];
-        for j in 0..4 {
-            let at = 32 + 32 * j;
-            let v = join(load32(&ka[at..]), load32(&kb[at..]));
-            let w_lo = _mm512_and_si512(v, nibble);
-            let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
-            for t in 0..T {
-                let (h, l) = (&his[t][i], &los[t][i]);
-                sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_lo, word16(h, 4 * j));
-                sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_hi, word16(h, 16 + 4 * j));
-                sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_lo, word16(l, 4 * j));
-                sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_hi, word16(l, 16 + 4 * j));
-            }
-        }
+        let (sum_hi, sum_lo) =
+            pair_block_sums(&ka[32..], &kb[32..], his.map(|h| &h[i]), los.map(|l| &l[i]));
         let d = f16x16(&ka[..16], &kb[..16]);
         let m = f16x16(&ka[16..32], &kb[16..32]);
         for t in 0..T {
-            let s = _mm512_add_epi32(_mm512_slli_epi32::<8>(sum_hi[t]), sum_lo[t]);
-            let scale = _mm512_mul_ps(d, _mm512_set1_ps(xs[t].d[i]));
-            let sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
-            acc[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(xs[t].s[i]), sum);
+            acc[t] = pair_add_block(acc[t], (d, m), sum_hi[t], sum_lo[t], xs[t], i);
         }
     }
     acc
+}
+
+/// `block_sums` of two groups' blocks at once (`a`'s nibbles in the low
+/// halves, `b`'s in the high ones).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn pair_block_sums<const T: usize>(
+    a: &[u8],
+    b: &[u8],
+    his: [&[i8; BLOCK]; T],
+    los: [&[i8; BLOCK]; T],
+) -> ([__m512i; T], [__m512i; T]) {
+    let nibble = _mm512_set1_epi8(0x0F);
+    let mut sum_hi = [_mm512_setzero_si512(); T];
+    let mut sum_lo = [_mm512_setzero_si512(); T];
+    for j in 0..4 {
+        let v = join(load32(&a[32 * j..]), load32(&b[32 * j..]));
+        let w_lo = _mm512_and_si512(v, nibble);
+        let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
+        for t in 0..T {
+            let (h, l) = (his[t], los[t]);
+            sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_lo, word16(h, 4 * j));
+            sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_hi, word16(h, 16 + 4 * j));
+            sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_lo, word16(l, 4 * j));
+            sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_hi, word16(l, 16 + 4 * j));
+        }
+    }
+    (sum_hi, sum_lo)
+}
+
+/// `avx2_packed::add_block` for sixteen rows (two groups) at once.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn pair_add_block(
+    acc: __m512,
+    (d, m): (__m512, __m512),
+    hi: __m512i,
+    lo: __m512i,
+    x: Q16Row<'_, WIDE>,
+    i: usize,
+) -> __m512 {
+    let s = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo);
+    let scale = _mm512_mul_ps(d, _mm512_set1_ps(x.d[i]));
+    let sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc);
+    _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[i]), sum)
 }
 
 /// Stores the two groups' halves of `acc` (see `pair_tile`): `out[t]` for

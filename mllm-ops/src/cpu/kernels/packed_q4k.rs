@@ -1,0 +1,386 @@
+//! Q4_K weights repacked at load for the 16-bit-activation integer kernels,
+//! and the linear layer over them.
+//!
+//! The nibbles take the packed Q4 layout (see `packed`): rows in groups of
+//! eight, and per block of 32 columns four 32-byte chunks where chunk `j`
+//! holds the `j`-th 4-byte word of each row's Q4_0-ordered nibbles (low
+//! nibble of byte `i` the value at column `i`, high nibble the one at
+//! `16 + i`). The scales stay in Q4_K's form, one super-block of 256
+//! columns at a time, so that a packed matrix is barely larger than the
+//! Q4_K one (1184 bytes per group and super-block against 8 × 144):
+//!
+//! ```text
+//! [d: 8 × f16][dmin: 8 × f16][sc: 8 sub-blocks × 8 rows × u8]
+//! [m: 8 sub-blocks × 8 rows × u8][nibbles: 8 sub-blocks × 128 bytes]
+//! ```
+//!
+//! Sub-block `j` of row `r` then contributes `(d·sc)·d_x·Σ q·q_x +
+//! (−dmin·m)·s_x`: the packed Q4 block step with the f32 scale `d·sc` and
+//! offset `−dmin·m`, both exact products of an f16 and a 6-bit integer,
+//! the very numbers Q4_K's dequantizer multiplies with.
+
+use half::f16;
+use mllm_core::{Error, Result};
+use rayon::ThreadPool;
+
+use super::packed::{
+    by_row_blocks, group_outputs, nibble_block_sum, quantize_rows, PackedData, PackedFormat,
+    GROUP_ROWS,
+};
+use super::qact::{Q16Row, BLOCK, WIDE};
+use super::qkernel::QuantKernel;
+use super::qmatmul::QuantMatrix;
+#[cfg(target_arch = "x86_64")]
+use super::simd;
+use crate::quant::{q4_k, QuantType};
+
+/// Sub-blocks of 32 columns per super-block.
+pub(crate) const SUB_BLOCKS: usize = q4_k::BLOCK_LEN / BLOCK;
+/// Offset of the eight rows' 6-bit scales, sub-block after sub-block.
+pub(crate) const SCALES_AT: usize = 4 * GROUP_ROWS;
+/// Offset of the eight rows' 6-bit minimums, sub-block after sub-block.
+pub(crate) const MINS_AT: usize = SCALES_AT + SUB_BLOCKS * GROUP_ROWS;
+/// Offset of the nibbles.
+pub(crate) const NIBBLES_AT: usize = MINS_AT + SUB_BLOCKS * GROUP_ROWS;
+/// Bytes of nibbles per group and sub-block.
+pub(crate) const NIBBLE_BYTES: usize = GROUP_ROWS * BLOCK / 2;
+/// Bytes of one group per super-block.
+pub(crate) const SUPER_BYTES: usize = NIBBLES_AT + SUB_BLOCKS * NIBBLE_BYTES;
+
+/// A Q4_K matrix `[rows, cols]` repacked in groups of eight rows (see the
+/// module documentation).
+pub struct PackedQ4K {
+    data: PackedData,
+}
+
+impl PackedQ4K {
+    /// Repacks `w`; fails when it is not Q4_K or when its row count is not
+    /// a multiple of eight.
+    pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4K> {
+        let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
+        if qt != QuantType::Q4K {
+            return Err(Error::UnsupportedDType(format!(
+                "only q4_k weights can be packed as q4_k, not {qt}"
+            )));
+        }
+        if !rows.is_multiple_of(GROUP_ROWS) {
+            return Err(Error::InvalidInput(format!(
+                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
+            )));
+        }
+        let supers = cols / q4_k::BLOCK_LEN;
+        let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
+        let mut packed = data.chunks_exact_mut(SUPER_BYTES);
+        for g in 0..rows / GROUP_ROWS {
+            for s in 0..supers {
+                let out = packed.next().expect("sized for every super-block");
+                for r in 0..GROUP_ROWS {
+                    let row = w.row(g * GROUP_ROWS + r);
+                    let b = &row[s * q4_k::BLOCK_BYTES..(s + 1) * q4_k::BLOCK_BYTES];
+                    pack_row(b, r, out);
+                }
+            }
+        }
+        Ok(PackedQ4K {
+            data: PackedData::owned(data, rows, cols, SUPER_BYTES / SUB_BLOCKS),
+        })
+    }
+
+    /// Row `r`'s values from the packed bytes of its group (`d·sc·q −
+    /// dmin·m`, the values Q4_K dequantizes to).
+    pub fn unpack_row(group: &[u8], r: usize, out: &mut [f32]) {
+        for (sb, out) in group
+            .chunks_exact(SUPER_BYTES)
+            .zip(out.chunks_exact_mut(q4_k::BLOCK_LEN))
+        {
+            for (j, out) in out.chunks_exact_mut(BLOCK).enumerate() {
+                let (d, m) = sub_block_scales(sb, r, j);
+                let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..][..NIBBLE_BYTES];
+                for c in 0..4 {
+                    for k in 0..4 {
+                        let byte = nibbles[32 * c + 4 * r + k];
+                        out[4 * c + k] = d * (byte & 15) as f32 + m;
+                        out[16 + 4 * c + k] = d * (byte >> 4) as f32 + m;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.data.rows()
+    }
+
+    /// Values per row (input features).
+    pub fn cols(&self) -> usize {
+        self.data.cols()
+    }
+
+    /// The packed bytes of the `n` row groups from group `g` on.
+    pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
+        self.data.groups(g, n)
+    }
+}
+
+/// Writes super-block `b` (144 bytes of Q4_K) as row `r` of a packed group
+/// super-block `out`.
+fn pack_row(b: &[u8], r: usize, out: &mut [u8]) {
+    out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
+    out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
+    let (sc, m) = q4_k::unpack_scales(&b[4..16]);
+    for j in 0..SUB_BLOCKS {
+        out[SCALES_AT + GROUP_ROWS * j + r] = sc[j];
+        out[MINS_AT + GROUP_ROWS * j + r] = m[j];
+    }
+    let qs = &b[16..q4_k::BLOCK_BYTES];
+    for j in 0..SUB_BLOCKS {
+        let (bytes, shift) = (&qs[32 * (j / 2)..32 * (j / 2) + 32], 4 * (j % 2));
+        let value = |l: usize| (bytes[l] >> shift) & 15;
+        let nibbles = &mut out[NIBBLES_AT + NIBBLE_BYTES * j..][..NIBBLE_BYTES];
+        for i in 0..16 {
+            nibbles[32 * (i / 4) + 4 * r + i % 4] = value(i) | (value(16 + i) << 4);
+        }
+    }
+}
+
+/// Row `r`'s scale `d·sc` and offset `−dmin·m` in sub-block `j` of a packed
+/// group super-block.
+fn sub_block_scales(sb: &[u8], r: usize, j: usize) -> (f32, f32) {
+    let f = |at: usize| f16::from_le_bytes([sb[at], sb[at + 1]]).to_f32();
+    let (d, dmin) = (f(2 * r), f(16 + 2 * r));
+    let sc = sb[SCALES_AT + GROUP_ROWS * j + r] as f32;
+    let m = sb[MINS_AT + GROUP_ROWS * j + r] as f32;
+    (d * sc, -dmin * m)
+}
+
+/// The packed Q4_K layout (see the module documentation).
+pub(crate) struct Q4KFormat;
+
+impl PackedFormat for Q4KFormat {
+    type Input<'a> = Q16Row<'a, WIDE>;
+    const BLOCK_BYTES: usize = SUPER_BYTES / SUB_BLOCKS;
+
+    fn blocks(x: &Q16Row<'_, WIDE>) -> usize {
+        x.d.len()
+    }
+
+    fn portable(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        group_dot(group, xs, out)
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::avx2_packed_q4k::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::vnni_packed_q4k::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Q16Row<'_, WIDE>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::vnni_packed_q4k::pair_dot(a, b, xs, out) }
+    }
+}
+
+/// The eight outputs of one packed group for each activation row of `xs`
+/// (one to `TILE_TOKENS` rows), in portable code: per sub-block and row
+/// `(d·sc)·d_x·Σ q_w q_x + (−dmin·m)·s_x`, accumulated in f32.
+pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+    for (x, out) in xs.iter().zip(out.iter_mut()) {
+        *out = [0.0; GROUP_ROWS];
+        let mut xb =
+            x.hi.chunks_exact(BLOCK)
+                .zip(x.lo.chunks_exact(BLOCK))
+                .zip(x.d.iter().zip(x.s));
+        for sb in group.chunks_exact(SUPER_BYTES) {
+            for j in 0..SUB_BLOCKS {
+                let ((hi, lo), (&dx, &sx)) = xb.next().expect("one activation block per sub-block");
+                let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..][..NIBBLE_BYTES];
+                for (r, acc) in out.iter_mut().enumerate() {
+                    let (d, m) = sub_block_scales(sb, r, j);
+                    let sum = nibble_block_sum(nibbles, r, hi, lo);
+                    *acc += d * dx * sum as f32 + m * sx;
+                }
+            }
+        }
+    }
+}
+
+/// Linear layer over a packed Q4_K matrix: `y[t, o] = Σ_i x[t, i] ·
+/// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
+/// 8-bit planes per block of 32 split at [`WIDE`]). `x` is
+/// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
+/// `pool` unless the work is tiny. Each row's result is independent of the
+/// other rows and of the split over threads. Slice lengths are checked
+/// with `debug_assert!`.
+pub fn packed_q4k_linear(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedQ4K,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
+    let (in_f, out_f) = (w.cols(), w.rows());
+    let groups = |g, n| w.groups(g, n);
+    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
+        let act = quantize_rows::<WIDE>(k, xb, in_f, split);
+        let act = act.row();
+        let xs: Vec<Q16Row<'_, WIDE>> =
+            (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
+        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+            k.packed_dot::<Q4KFormat>(g, xs, out)
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kernels::packed::tests::check_packed_linear;
+    use crate::cpu::kernels::packed::TILE_TOKENS;
+    use crate::cpu::kernels::qact::Q16Act;
+    use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
+    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
+    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
+
+    const QT: QuantType = QuantType::Q4K;
+
+    /// A Q4_K matrix of `rows` rows of `supers` random super-blocks.
+    fn random_matrix(rng: &mut Rng, rows: usize, supers: usize) -> Vec<u8> {
+        random_blocks(rng, QT, rows * supers)
+    }
+
+    /// Each row unpacked from the packed layout has exactly the values the
+    /// Q4_K dequantizer gives the unpacked row.
+    #[test]
+    fn unpacked_rows_equal_the_dequantized_rows() {
+        let mut rng = Rng::new(51);
+        let (rows, supers) = (16, 3);
+        let cols = supers * q4_k::BLOCK_LEN;
+        let w = random_matrix(&mut rng, rows, supers);
+        let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
+        let mut want = vec![0.0f32; rows * cols];
+        QT.dequantize_blocks(&w, &mut want);
+        for r in 0..rows {
+            let mut got = vec![f32::NAN; cols];
+            PackedQ4K::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
+            assert_eq!(got, want[r * cols..(r + 1) * cols], "row {r}");
+        }
+    }
+
+    /// The packed Q4_K layer matches the f64 product of the dequantized
+    /// weights at every level and thread count (see `check_packed_linear`),
+    /// for one row (decode) and row counts that do and do not fill the
+    /// token tile.
+    #[test]
+    fn packed_q4k_linear_matches_reference() {
+        let mut rng = Rng::new(52);
+        let cases = [
+            (1, 8, 8),
+            (1, 16, 72),
+            (5, 24, 16),
+            (70, 8, 24),
+            (131, 8, 8),
+        ];
+        let blocks = |rng: &mut Rng, n: usize| random_blocks(rng, QT, n / SUB_BLOCKS);
+        check_packed_linear(
+            &mut rng,
+            QT,
+            &blocks,
+            &cases,
+            &|k, m, x, rows, b, y, pool| {
+                packed_q4k_linear(k, x, rows, &PackedQ4K::pack(m).unwrap(), b, y, pool)
+            },
+        );
+    }
+
+    /// Batch invariance: each activation row gets exactly the result it
+    /// gets alone, whatever shares its token tile or row block and however
+    /// the groups are split over threads.
+    #[test]
+    fn each_row_equals_the_row_alone() {
+        let mut rng = Rng::new(53);
+        let (p1, p2) = (pool1(), pool2());
+        for level in SimdLevel::FASTEST_FIRST {
+            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                continue;
+            };
+            for &(rows, supers, out_f) in &[(3, 1, 64), (6, 2, 40), (131, 1, 24)] {
+                let in_f = supers * q4_k::BLOCK_LEN;
+                let w = random_matrix(&mut rng, out_f, supers);
+                let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, out_f, in_f).unwrap()).unwrap();
+                let x = rng.vec(rows * in_f, 1.0);
+                let b = rng.vec(out_f, 1.0);
+                let mut all = vec![f32::NAN; rows * out_f];
+                packed_q4k_linear(k, &x, rows, &p, Some(&b), &mut all, &p2);
+                for (t, want) in all.chunks_exact(out_f).enumerate() {
+                    let mut one = vec![f32::NAN; out_f];
+                    let xt = &x[t * in_f..(t + 1) * in_f];
+                    packed_q4k_linear(k, xt, 1, &p, Some(&b), &mut one, &p1);
+                    assert_eq!(one, want, "{level:?} row {t} of {rows}");
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 VNNI group product equals the AVX2 one bit for bit, for
+    /// one group (256-bit) and two (512-bit) and one to four rows.
+    #[test]
+    fn vnni_group_dot_equals_avx2() {
+        let (Some(vnni), Some(avx2)) = (
+            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx512),
+            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx2),
+        ) else {
+            return;
+        };
+        let mut rng = Rng::new(54);
+        let (rows, supers) = (2 * GROUP_ROWS, 2);
+        let cols = supers * q4_k::BLOCK_LEN;
+        let w = random_matrix(&mut rng, rows, supers);
+        let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
+        let acts: Vec<Q16Act<WIDE>> = (0..TILE_TOKENS)
+            .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
+            .collect();
+        let xs: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
+        for groups in 1..=2 {
+            for t in 1..=TILE_TOKENS {
+                let mut a = vec![[0.0; GROUP_ROWS]; groups * t];
+                let mut b = vec![[f32::NAN; GROUP_ROWS]; groups * t];
+                avx2.packed_dot::<Q4KFormat>(p.groups(0, groups), &xs[..t], &mut a);
+                vnni.packed_dot::<Q4KFormat>(p.groups(0, groups), &xs[..t], &mut b);
+                assert_eq!(a, b, "{groups} groups, {t} rows");
+            }
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_packed_is_an_error() {
+        let w = vec![0u8; 7 * q4_k::BLOCK_BYTES];
+        let m = QuantMatrix::new(QT, &w, 7, q4_k::BLOCK_LEN).unwrap();
+        let err = PackedQ4K::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("7 rows"), "{err}");
+        let w = vec![0u8; 8 * 18];
+        let m = QuantMatrix::new(QuantType::Q4_0, &w, 8, 32).unwrap();
+        let err = PackedQ4K::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("not q4_0"), "{err}");
+    }
+}

@@ -1,0 +1,388 @@
+//! Q5_0 and Q5_1 weights repacked at load for the 16-bit-activation integer
+//! kernels, and the linear layer over them.
+//!
+//! The layout is the packed Q4 one (see `packed`) plus a plane of fifth
+//! bits: per group of eight rows and block of 32 columns, 192 bytes hold
+//! the eight rows' f16 scales `d`, their f16 offsets `m` (Q5_0's `−16·d`),
+//! the four 32-byte nibble chunks of the packed Q4 layout and one 32-byte
+//! word of fifth bits, where byte `4r + k` holds, at bits `2c` and
+//! `2c + 1`, those of row `r`'s columns `4c + k` and `16 + 4c + k`. A
+//! block's values are `d·q + m` with `q` in `0..=31`, the values Q5_0 and
+//! Q5_1 dequantize to, and its contribution `d·d_x·Σ q·q_x + m·s_x` is the
+//! packed Q4 block step.
+
+use half::f16;
+use mllm_core::{Error, Result};
+use rayon::ThreadPool;
+
+use super::packed::{
+    by_row_blocks, group_outputs, quantize_rows, PackedData, PackedFormat, GROUP_ROWS,
+};
+use super::qact::{Q16Row, BLOCK, WIDE};
+use super::qkernel::QuantKernel;
+use super::qmatmul::QuantMatrix;
+#[cfg(target_arch = "x86_64")]
+use super::simd;
+use crate::quant::{q5_0, QuantType};
+
+/// Offset of the nibbles in a packed block.
+pub(crate) const NIBBLES_AT: usize = 4 * GROUP_ROWS;
+/// Offset of the fifth bits in a packed block.
+pub(crate) const TOP_AT: usize = NIBBLES_AT + GROUP_ROWS * BLOCK / 2;
+/// Bytes of one packed block.
+pub(crate) const Q5_PACKED_BLOCK_BYTES: usize = TOP_AT + GROUP_ROWS * BLOCK / 8;
+
+/// A Q5_0 or Q5_1 matrix `[rows, cols]` repacked in groups of eight rows
+/// (see the module documentation).
+pub struct PackedQ5 {
+    data: PackedData,
+}
+
+impl PackedQ5 {
+    /// Repacks `w`; fails when it is not Q5_0 or Q5_1, when its row count
+    /// is not a multiple of eight, or when a Q5_0 offset `−16·d` overflows
+    /// f16.
+    pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ5> {
+        let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
+        if !matches!(qt, QuantType::Q5_0 | QuantType::Q5_1) {
+            return Err(Error::UnsupportedDType(format!(
+                "only q5_0 and q5_1 weights can be packed as q5, not {qt}"
+            )));
+        }
+        if !rows.is_multiple_of(GROUP_ROWS) {
+            return Err(Error::InvalidInput(format!(
+                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
+            )));
+        }
+        let nb = cols / BLOCK;
+        let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q5_PACKED_BLOCK_BYTES];
+        let mut packed = data.chunks_exact_mut(Q5_PACKED_BLOCK_BYTES);
+        for g in 0..rows / GROUP_ROWS {
+            for i in 0..nb {
+                let out = packed.next().expect("sized for every block");
+                for r in 0..GROUP_ROWS {
+                    let (d, m, q) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
+                    out[2 * r..2 * r + 2].copy_from_slice(&d);
+                    out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&m);
+                    for (col, q) in q.into_iter().enumerate() {
+                        let (nib, nib_shift, top, top_shift) = bit_places(r, col);
+                        out[nib] |= (q & 15) << nib_shift;
+                        out[top] |= (q >> 4) << top_shift;
+                    }
+                }
+            }
+        }
+        Ok(PackedQ5 {
+            data: PackedData::owned(data, rows, cols, Q5_PACKED_BLOCK_BYTES),
+        })
+    }
+
+    /// Row `r`'s values from the packed bytes of its group (`d·q + m`, the
+    /// values Q5_0 and Q5_1 dequantize to).
+    pub fn unpack_row(group: &[u8], r: usize, out: &mut [f32]) {
+        for (blk, out) in group
+            .chunks_exact(Q5_PACKED_BLOCK_BYTES)
+            .zip(out.chunks_exact_mut(BLOCK))
+        {
+            let (d, m) = scales(blk, r);
+            for (col, o) in out.iter_mut().enumerate() {
+                *o = d * value(blk, r, col) as f32 + m;
+            }
+        }
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.data.rows()
+    }
+
+    /// Values per row (input features).
+    pub fn cols(&self) -> usize {
+        self.data.cols()
+    }
+
+    /// The packed blocks of the `n` row groups from group `g` on.
+    pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
+        self.data.groups(g, n)
+    }
+}
+
+/// The f16 scale, the f16 offset and the 32 five-bit values of block `i`
+/// of a Q5_0 or Q5_1 row.
+fn block_parts(qt: QuantType, row: &[u8], i: usize) -> Result<([u8; 2], [u8; 2], [u8; 32])> {
+    let bytes = qt.block_bytes();
+    let b = &row[i * bytes..(i + 1) * bytes];
+    let d = [b[0], b[1]];
+    if qt == QuantType::Q5_1 {
+        return Ok((d, [b[2], b[3]], q5_0::five_bits(b, 4)));
+    }
+    let m = f16::from_f32(-16.0 * f16::from_le_bytes(d).to_f32());
+    if !m.is_finite() {
+        return Err(Error::InvalidInput(format!(
+            "q5_0 scale {} is too large to pack",
+            f16::from_le_bytes(d)
+        )));
+    }
+    Ok((d, m.to_le_bytes(), q5_0::five_bits(b, 2)))
+}
+
+/// Where the bits of column `col` (`0..32`) of row `r` live in a packed
+/// block: the nibble byte and its shift, the fifth-bit byte and its shift.
+fn bit_places(r: usize, col: usize) -> (usize, u32, usize, u32) {
+    let (half, k) = (col / 16, col % 16);
+    let (c, lane) = (k / 4, 4 * r + k % 4);
+    (
+        NIBBLES_AT + 32 * c + lane,
+        4 * half as u32,
+        TOP_AT + lane,
+        (2 * c + half) as u32,
+    )
+}
+
+/// The five-bit value at column `col` of row `r` in a packed block.
+fn value(blk: &[u8], r: usize, col: usize) -> u8 {
+    let (nib, nib_shift, top, top_shift) = bit_places(r, col);
+    ((blk[nib] >> nib_shift) & 15) | (((blk[top] >> top_shift) & 1) << 4)
+}
+
+/// Row `r`'s scale `d` and offset `m` in a packed block.
+fn scales(blk: &[u8], r: usize) -> (f32, f32) {
+    let f = |at: usize| f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
+    (f(2 * r), f(16 + 2 * r))
+}
+
+/// The packed Q5 layout (see the module documentation).
+pub(crate) struct Q5Format;
+
+impl PackedFormat for Q5Format {
+    type Input<'a> = Q16Row<'a, WIDE>;
+    const BLOCK_BYTES: usize = Q5_PACKED_BLOCK_BYTES;
+
+    fn blocks(x: &Q16Row<'_, WIDE>) -> usize {
+        x.d.len()
+    }
+
+    fn portable(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        group_dot(group, xs, out)
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::avx2_packed_q5::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::vnni_packed_q5::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Q16Row<'_, WIDE>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) {
+        let (out_a, out_b) = out.split_at_mut(xs.len());
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe {
+            simd::vnni_packed_q5::group_dot(a, xs, out_a);
+            simd::vnni_packed_q5::group_dot(b, xs, out_b);
+        }
+    }
+}
+
+/// The eight outputs of one packed group for each activation row of `xs`
+/// (one to `TILE_TOKENS` rows), in portable code: per block and row
+/// `d·d_x·Σ q_w q_x + m·s_x`, accumulated in f32.
+pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+    for (x, out) in xs.iter().zip(out.iter_mut()) {
+        *out = [0.0; GROUP_ROWS];
+        let blocks = group.chunks_exact(Q5_PACKED_BLOCK_BYTES);
+        let xb = x.hi.chunks_exact(BLOCK).zip(x.lo.chunks_exact(BLOCK));
+        for ((blk, (hi, lo)), (&dx, &sx)) in blocks.zip(xb).zip(x.d.iter().zip(x.s)) {
+            for (r, acc) in out.iter_mut().enumerate() {
+                let (d, m) = scales(blk, r);
+                let sum: i32 = (0..BLOCK)
+                    .map(|k| value(blk, r, k) as i32 * (256 * hi[k] as i32 + lo[k] as i32))
+                    .sum();
+                *acc += d * dx * sum as f32 + m * sx;
+            }
+        }
+    }
+}
+
+/// Linear layer over a packed Q5 matrix: `y[t, o] = Σ_i x[t, i] · W[o, i]
+/// + bias[o]` with the activation rows quantized to 16 bits (two 8-bit
+/// planes per block of 32 split at [`WIDE`]). `x` is `[rows, w.cols()]`,
+/// `y` `[rows, w.rows()]`; parallel over row groups in `pool` unless the
+/// work is tiny. Each row's result is independent of the other rows and of
+/// the split over threads. Slice lengths are checked with `debug_assert!`.
+pub fn packed_q5_linear(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedQ5,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
+    let (in_f, out_f) = (w.cols(), w.rows());
+    let groups = |g, n| w.groups(g, n);
+    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
+        let act = quantize_rows::<WIDE>(k, xb, in_f, split);
+        let act = act.row();
+        let xs: Vec<Q16Row<'_, WIDE>> =
+            (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
+        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+            k.packed_dot::<Q5Format>(g, xs, out)
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kernels::packed::tests::check_packed_linear;
+    use crate::cpu::kernels::packed::TILE_TOKENS;
+    use crate::cpu::kernels::qact::Q16Act;
+    use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
+    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
+    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
+
+    const TYPES: [QuantType; 2] = [QuantType::Q5_0, QuantType::Q5_1];
+
+    /// Each row unpacked from the packed layout has exactly the values the
+    /// Q5_0 / Q5_1 dequantizer gives the unpacked row.
+    #[test]
+    fn unpacked_rows_equal_the_dequantized_rows() {
+        let mut rng = Rng::new(71);
+        for qt in TYPES {
+            let (rows, nb) = (16, 5);
+            let w = random_blocks(&mut rng, qt, rows * nb);
+            let m = QuantMatrix::new(qt, &w, rows, nb * BLOCK).unwrap();
+            let p = PackedQ5::pack(&m).unwrap();
+            let mut want = vec![0.0f32; rows * nb * BLOCK];
+            qt.dequantize_blocks(&w, &mut want);
+            for r in 0..rows {
+                let mut got = vec![f32::NAN; nb * BLOCK];
+                PackedQ5::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
+                assert_eq!(got, want[r * nb * BLOCK..][..nb * BLOCK], "{qt} row {r}");
+            }
+        }
+    }
+
+    /// The packed Q5 layer matches the f64 product of the dequantized
+    /// weights at every level and thread count (see `check_packed_linear`).
+    #[test]
+    fn packed_q5_linear_matches_reference() {
+        let mut rng = Rng::new(72);
+        let cases = [
+            (1, 3, 8),
+            (1, 18, 200),
+            (5, 7, 64),
+            (70, 9, 136),
+            (131, 4, 16),
+        ];
+        for qt in TYPES {
+            let blocks = |rng: &mut Rng, n| random_blocks(rng, qt, n);
+            check_packed_linear(
+                &mut rng,
+                qt,
+                &blocks,
+                &cases,
+                &|k, m, x, rows, b, y, pool| {
+                    packed_q5_linear(k, x, rows, &PackedQ5::pack(m).unwrap(), b, y, pool)
+                },
+            );
+        }
+    }
+
+    /// Batch invariance: each activation row gets exactly the result it
+    /// gets alone, whatever shares its token tile or row block and however
+    /// the groups are split over threads.
+    #[test]
+    fn each_row_equals_the_row_alone() {
+        let mut rng = Rng::new(73);
+        let (p1, p2) = (pool1(), pool2());
+        for level in SimdLevel::FASTEST_FIRST {
+            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                continue;
+            };
+            for qt in TYPES {
+                for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24)] {
+                    let in_f = nb * BLOCK;
+                    let w = random_blocks(&mut rng, qt, out_f * nb);
+                    let m = QuantMatrix::new(qt, &w, out_f, in_f).unwrap();
+                    let p = PackedQ5::pack(&m).unwrap();
+                    let x = rng.vec(rows * in_f, 1.0);
+                    let mut all = vec![f32::NAN; rows * out_f];
+                    packed_q5_linear(k, &x, rows, &p, None, &mut all, &p2);
+                    for (t, want) in all.chunks_exact(out_f).enumerate() {
+                        let mut one = vec![f32::NAN; out_f];
+                        let xt = &x[t * in_f..(t + 1) * in_f];
+                        packed_q5_linear(k, xt, 1, &p, None, &mut one, &p1);
+                        assert_eq!(one, want, "{level:?} {qt} row {t} of {rows}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 VNNI group products (one group, two groups) equal the
+    /// AVX2 ones bit for bit.
+    #[test]
+    fn vnni_group_dot_equals_avx2() {
+        let (Some(vnni), Some(avx2)) = (
+            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx512),
+            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx2),
+        ) else {
+            return;
+        };
+        let mut rng = Rng::new(74);
+        for qt in TYPES {
+            let nb = 9;
+            let w = random_blocks(&mut rng, qt, 2 * GROUP_ROWS * nb);
+            let m = QuantMatrix::new(qt, &w, 2 * GROUP_ROWS, nb * BLOCK).unwrap();
+            let p = PackedQ5::pack(&m).unwrap();
+            let acts: Vec<Q16Act<WIDE>> = (0..TILE_TOKENS)
+                .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
+                .collect();
+            let xs: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
+            for groups in 1..=2 {
+                for t in 1..=TILE_TOKENS {
+                    let mut a = vec![[0.0; GROUP_ROWS]; groups * t];
+                    let mut b = vec![[f32::NAN; GROUP_ROWS]; groups * t];
+                    avx2.packed_dot::<Q5Format>(p.groups(0, groups), &xs[..t], &mut a);
+                    vnni.packed_dot::<Q5Format>(p.groups(0, groups), &xs[..t], &mut b);
+                    assert_eq!(a, b, "{qt}: {groups} groups, {t} rows");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_packed_is_an_error() {
+        let w = vec![0u8; 7 * 22];
+        let m = QuantMatrix::new(QuantType::Q5_0, &w, 7, 32).unwrap();
+        let err = PackedQ5::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("7 rows"), "{err}");
+        let w = vec![0u8; 8 * 34];
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, 8, 32).unwrap();
+        let err = PackedQ5::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("not q8_0"), "{err}");
+        let mut w = vec![0u8; 8 * 22];
+        w[..2].copy_from_slice(&f16::from_f32(10000.0).to_le_bytes());
+        let m = QuantMatrix::new(QuantType::Q5_0, &w, 8, 32).unwrap();
+        let err = PackedQ5::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("too large"), "{err}");
+    }
+}

@@ -1,0 +1,430 @@
+//! Q6_K weights repacked at load for the 16-bit-activation integer kernels,
+//! and the linear layer over them.
+//!
+//! Rows come in groups of eight. Per group and super-block of 256 columns
+//! (1680 bytes, the size of eight Q6_K super-blocks):
+//!
+//! ```text
+//! [d: 8 × f16][sc: 16 sub-blocks × 8 rows × i8]
+//! [8 blocks of 32 columns × (128 bytes of low nibbles, 64 bytes of top bits)]
+//! ```
+//!
+//! A block's low nibbles take the packed Q4 layout (see `packed`): four
+//! 32-byte chunks, chunk `c` holding for each row `r` (bytes `4r..4r + 4`)
+//! the low four bits of the values at columns `4c..4c + 4` (low nibbles)
+//! and `16 + 4c..16 + 4c + 4` (high nibbles). The top two bits follow in
+//! two 32-byte words: byte `4r + k` of word `c / 2` holds, from bit
+//! `4·(c mod 2)` on, those of column `4c + k` and then of `16 + 4c + k`.
+//! So one 256-bit load of each rebuilds the 6-bit values `q` of four
+//! columns of all eight rows with shifts and masks.
+//!
+//! The two halves of a block are Q6_K's sub-blocks of 16, each with its own
+//! scale: their sums `Σ q·q_x` stay apart, and `32·Σ q_x` (the activation
+//! half's sum, computed once per call) is subtracted to give the exact
+//! integer `Σ (q − 32)·q_x`. Each half then adds
+//! `fma(Σ, (d·sc)·d_x, acc)`, the same integers and float steps at every
+//! level, so all levels give the same bits.
+
+use half::f16;
+use mllm_core::{Error, Result};
+use rayon::ThreadPool;
+
+use super::packed::{
+    by_row_blocks, group_outputs, quantize_rows, PackedData, PackedFormat, GROUP_ROWS,
+};
+use super::qact::{Q16Row, BLOCK, WIDE};
+use super::qkernel::QuantKernel;
+use super::qmatmul::QuantMatrix;
+#[cfg(target_arch = "x86_64")]
+use super::simd;
+use crate::quant::{q6_k, QuantType};
+
+/// Blocks of 32 columns per super-block.
+pub(crate) const BLOCKS: usize = q6_k::BLOCK_LEN / BLOCK;
+/// Offset of the eight rows' 8-bit scales, sub-block of 16 after sub-block.
+pub(crate) const SCALES_AT: usize = 2 * GROUP_ROWS;
+/// Offset of the first block's bits.
+pub(crate) const BITS_AT: usize = SCALES_AT + 2 * BLOCKS * GROUP_ROWS;
+/// Bytes of low nibbles per group and block.
+pub(crate) const NIBBLE_BYTES: usize = GROUP_ROWS * BLOCK / 2;
+/// Bytes of bits (nibbles, then top bits) per group and block.
+pub(crate) const BLOCK_BITS: usize = NIBBLE_BYTES + GROUP_ROWS * BLOCK / 4;
+/// Bytes of one group per super-block.
+pub(crate) const SUPER_BYTES: usize = BITS_AT + BLOCKS * BLOCK_BITS;
+
+/// A Q6_K matrix `[rows, cols]` repacked in groups of eight rows (see the
+/// module documentation).
+pub struct PackedQ6K {
+    data: PackedData,
+}
+
+impl PackedQ6K {
+    /// Repacks `w`; fails when it is not Q6_K or when its row count is not
+    /// a multiple of eight.
+    pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ6K> {
+        let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
+        if qt != QuantType::Q6K {
+            return Err(Error::UnsupportedDType(format!(
+                "only q6_k weights can be packed as q6_k, not {qt}"
+            )));
+        }
+        if !rows.is_multiple_of(GROUP_ROWS) {
+            return Err(Error::InvalidInput(format!(
+                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
+            )));
+        }
+        let supers = cols / q6_k::BLOCK_LEN;
+        let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
+        let mut packed = data.chunks_exact_mut(SUPER_BYTES);
+        for g in 0..rows / GROUP_ROWS {
+            for s in 0..supers {
+                let out = packed.next().expect("sized for every super-block");
+                for r in 0..GROUP_ROWS {
+                    let row = w.row(g * GROUP_ROWS + r);
+                    let b = row[s * q6_k::BLOCK_BYTES..(s + 1) * q6_k::BLOCK_BYTES]
+                        .try_into()
+                        .expect("one super-block");
+                    pack_row(b, r, out);
+                }
+            }
+        }
+        Ok(PackedQ6K {
+            data: PackedData::owned(data, rows, cols, SUPER_BYTES / BLOCKS),
+        })
+    }
+
+    /// Row `r`'s values from the packed bytes of its group (`d·sc·(q −
+    /// 32)`, the values Q6_K dequantizes to).
+    pub fn unpack_row(group: &[u8], r: usize, out: &mut [f32]) {
+        for (sb, out) in group
+            .chunks_exact(SUPER_BYTES)
+            .zip(out.chunks_exact_mut(q6_k::BLOCK_LEN))
+        {
+            for (i, o) in out.iter_mut().enumerate() {
+                let q = value(sb, r, i) as i32 - 32;
+                *o = half_scale(sb, r, i / 16) * q as f32;
+            }
+        }
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.data.rows()
+    }
+
+    /// Values per row (input features).
+    pub fn cols(&self) -> usize {
+        self.data.cols()
+    }
+
+    /// The packed bytes of the `n` row groups from group `g` on.
+    pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
+        self.data.groups(g, n)
+    }
+}
+
+/// Where the bits of column `col` (`0..32`) of row `r` live in a block's
+/// bits: the nibble byte and its shift, the top-bits byte and its shift.
+fn bit_places(r: usize, col: usize) -> (usize, u32, usize, u32) {
+    let (half, k) = (col / 16, col % 16);
+    let (c, lane) = (k / 4, 4 * r + k % 4);
+    let nibble = (32 * c + lane, 4 * half as u32);
+    let top = (
+        NIBBLE_BYTES + 32 * (c / 2) + lane,
+        4 * (c % 2) as u32 + 2 * half as u32,
+    );
+    (nibble.0, nibble.1, top.0, top.1)
+}
+
+/// Writes super-block `b` (210 bytes of Q6_K) as row `r` of a packed group
+/// super-block `out`.
+fn pack_row(b: &[u8; q6_k::BLOCK_BYTES], r: usize, out: &mut [u8]) {
+    out[2 * r..2 * r + 2].copy_from_slice(&b[208..210]);
+    for j in 0..2 * BLOCKS {
+        out[SCALES_AT + GROUP_ROWS * j + r] = b[192 + j];
+    }
+    for (i, q) in q6_k::values(b).into_iter().enumerate() {
+        let bits = &mut out[BITS_AT + BLOCK_BITS * (i / BLOCK)..][..BLOCK_BITS];
+        let (nib, nib_shift, top, top_shift) = bit_places(r, i % BLOCK);
+        bits[nib] |= (q & 15) << nib_shift;
+        bits[top] |= (q >> 4) << top_shift;
+    }
+}
+
+/// The 6-bit value at column `i` (`0..256`) of row `r` in a packed group
+/// super-block.
+fn value(sb: &[u8], r: usize, i: usize) -> u8 {
+    let bits = &sb[BITS_AT + BLOCK_BITS * (i / BLOCK)..][..BLOCK_BITS];
+    let (nib, nib_shift, top, top_shift) = bit_places(r, i % BLOCK);
+    ((bits[nib] >> nib_shift) & 15) | (((bits[top] >> top_shift) & 3) << 4)
+}
+
+/// Row `r`'s multiplier `d·sc` of sub-block `j` (16 columns) of a packed
+/// group super-block.
+fn half_scale(sb: &[u8], r: usize, j: usize) -> f32 {
+    let d = f16::from_le_bytes([sb[2 * r], sb[2 * r + 1]]).to_f32();
+    d * (sb[SCALES_AT + GROUP_ROWS * j + r] as i8) as f32
+}
+
+/// One activation row as the packed Q6_K kernels take it: its 16-bit
+/// planes and the exact sum `Σ q_x` of each half block (16 values).
+#[derive(Clone, Copy)]
+pub(crate) struct Q6KInput<'a> {
+    /// The quantized row.
+    pub x: Q16Row<'a, WIDE>,
+    /// `Σ q_x` over each 16 values.
+    pub half_sums: &'a [i32],
+}
+
+/// `Σ q_x` of each 16 values of `x`.
+fn half_sums(x: Q16Row<'_, WIDE>) -> Vec<i32> {
+    x.hi.chunks_exact(16)
+        .zip(x.lo.chunks_exact(16))
+        .map(|(h, l)| {
+            h.iter()
+                .zip(l)
+                .map(|(&h, &l)| 256 * h as i32 + l as i32)
+                .sum()
+        })
+        .collect()
+}
+
+/// The packed Q6_K layout (see the module documentation).
+pub(crate) struct Q6KFormat;
+
+impl PackedFormat for Q6KFormat {
+    type Input<'a> = Q6KInput<'a>;
+    const BLOCK_BYTES: usize = SUPER_BYTES / BLOCKS;
+
+    fn blocks(x: &Q6KInput<'_>) -> usize {
+        x.x.d.len()
+    }
+
+    fn portable(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        group_dot(group, xs, out)
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::avx2_packed_q6k::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::vnni_packed_q6k::group_dot(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::vnni_packed_q6k::pair_dot(a, b, xs, out) }
+    }
+}
+
+/// The eight outputs of one packed group for each activation row of `xs`
+/// (one to `TILE_TOKENS` rows), in portable code: per half block and row
+/// `acc = fma(Σ (q − 32)·q_x, (d·sc)·d_x, acc)` in f32.
+pub(crate) fn group_dot(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    for (input, out) in xs.iter().zip(out.iter_mut()) {
+        let x = input.x;
+        *out = [0.0; GROUP_ROWS];
+        for (s, sb) in group.chunks_exact(SUPER_BYTES).enumerate() {
+            for (r, acc) in out.iter_mut().enumerate() {
+                for half in 0..2 * BLOCKS {
+                    let at = s * q6_k::BLOCK_LEN + 16 * half;
+                    let mut sum = 0i32;
+                    for k in 0..16 {
+                        let qx = 256 * x.hi[at + k] as i32 + x.lo[at + k] as i32;
+                        sum += value(sb, r, 16 * half + k) as i32 * qx;
+                    }
+                    let p = sum - 32 * input.half_sums[at / 16];
+                    let dx = x.d[at / BLOCK];
+                    *acc = (p as f32).mul_add(half_scale(sb, r, half) * dx, *acc);
+                }
+            }
+        }
+    }
+}
+
+/// Linear layer over a packed Q6_K matrix: `y[t, o] = Σ_i x[t, i] ·
+/// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
+/// 8-bit planes per block of 32 split at [`WIDE`]). `x` is
+/// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
+/// `pool` unless the work is tiny. Each row's result is independent of the
+/// other rows and of the split over threads. Slice lengths are checked
+/// with `debug_assert!`.
+pub fn packed_q6k_linear(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedQ6K,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
+    let (in_f, out_f) = (w.cols(), w.rows());
+    let groups = |g, n| w.groups(g, n);
+    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
+        let act = quantize_rows::<WIDE>(k, xb, in_f, split);
+        let act = act.row();
+        let sums = half_sums(act);
+        let xs: Vec<Q6KInput<'_>> = (0..xb.len() / in_f)
+            .map(|t| Q6KInput {
+                x: act.sub_row(t, in_f),
+                half_sums: &sums[t * in_f / 16..(t + 1) * in_f / 16],
+            })
+            .collect();
+        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+            k.packed_dot::<Q6KFormat>(g, xs, out)
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kernels::packed::tests::check_packed_linear;
+    use crate::cpu::kernels::packed::TILE_TOKENS;
+    use crate::cpu::kernels::qact::Q16Act;
+    use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
+    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
+    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
+
+    const QT: QuantType = QuantType::Q6K;
+
+    /// Each row unpacked from the packed layout has exactly the values the
+    /// Q6_K dequantizer gives the unpacked row.
+    #[test]
+    fn unpacked_rows_equal_the_dequantized_rows() {
+        let mut rng = Rng::new(61);
+        let (rows, supers) = (16, 3);
+        let cols = supers * q6_k::BLOCK_LEN;
+        let w = random_blocks(&mut rng, QT, rows * supers);
+        let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
+        let mut want = vec![0.0f32; rows * cols];
+        QT.dequantize_blocks(&w, &mut want);
+        for r in 0..rows {
+            let mut got = vec![f32::NAN; cols];
+            PackedQ6K::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
+            assert_eq!(got, want[r * cols..(r + 1) * cols], "row {r}");
+        }
+    }
+
+    /// The packed Q6_K layer matches the f64 product of the dequantized
+    /// weights at every level and thread count (see `check_packed_linear`),
+    /// for one row (decode) and row counts that do and do not fill the
+    /// token tile.
+    #[test]
+    fn packed_q6k_linear_matches_reference() {
+        let mut rng = Rng::new(62);
+        let cases = [
+            (1, 8, 8),
+            (1, 16, 72),
+            (5, 24, 16),
+            (70, 8, 24),
+            (131, 8, 8),
+        ];
+        let blocks = |rng: &mut Rng, n: usize| random_blocks(rng, QT, n / BLOCKS);
+        check_packed_linear(
+            &mut rng,
+            QT,
+            &blocks,
+            &cases,
+            &|k, m, x, rows, b, y, pool| {
+                packed_q6k_linear(k, x, rows, &PackedQ6K::pack(m).unwrap(), b, y, pool)
+            },
+        );
+    }
+
+    /// Every level gives the portable kernel's bits, for each row alone
+    /// and in any batch, however the groups are split over threads (batch
+    /// invariance), and the 512-bit two-group product too.
+    #[test]
+    fn every_level_and_every_row_alone_give_the_same_bits() {
+        let mut rng = Rng::new(63);
+        let (p1, p2) = (pool1(), pool2());
+        let scalar = kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Scalar).unwrap();
+        for &(rows, supers, out_f) in &[(3, 1, 64), (6, 2, 40), (131, 1, 24)] {
+            let in_f = supers * q6_k::BLOCK_LEN;
+            let w = random_blocks(&mut rng, QT, out_f * supers);
+            let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, out_f, in_f).unwrap()).unwrap();
+            let x = rng.vec(rows * in_f, 1.0);
+            let b = rng.vec(out_f, 1.0);
+            let mut want = vec![f32::NAN; rows * out_f];
+            packed_q6k_linear(scalar, &x, rows, &p, Some(&b), &mut want, &p1);
+            for level in SimdLevel::FASTEST_FIRST {
+                let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                    continue;
+                };
+                let mut all = vec![f32::NAN; rows * out_f];
+                packed_q6k_linear(k, &x, rows, &p, Some(&b), &mut all, &p2);
+                assert_eq!(all, want, "{level:?} rows={rows}");
+                for (t, want) in all.chunks_exact(out_f).enumerate() {
+                    let mut one = vec![f32::NAN; out_f];
+                    let xt = &x[t * in_f..(t + 1) * in_f];
+                    packed_q6k_linear(k, xt, 1, &p, Some(&b), &mut one, &p1);
+                    assert_eq!(one, want, "{level:?} row {t} of {rows}");
+                }
+            }
+        }
+    }
+
+    /// The group products of one and of two groups (the 512-bit pair) for
+    /// one to four rows equal the portable kernel's bits at every level.
+    #[test]
+    fn group_products_equal_the_portable_one() {
+        let mut rng = Rng::new(64);
+        let (rows, supers) = (2 * GROUP_ROWS, 2);
+        let cols = supers * q6_k::BLOCK_LEN;
+        let w = random_blocks(&mut rng, QT, rows * supers);
+        let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
+        let acts: Vec<Q16Act<WIDE>> = (0..TILE_TOKENS)
+            .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
+            .collect();
+        let sums: Vec<Vec<i32>> = acts.iter().map(|a| half_sums(a.row())).collect();
+        let xs: Vec<Q6KInput<'_>> = acts
+            .iter()
+            .zip(&sums)
+            .map(|(a, s)| Q6KInput {
+                x: a.row(),
+                half_sums: s,
+            })
+            .collect();
+        for level in SimdLevel::FASTEST_FIRST {
+            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                continue;
+            };
+            for groups in 1..=2 {
+                for t in 1..=TILE_TOKENS {
+                    let mut want = vec![[0.0; GROUP_ROWS]; groups * t];
+                    for g in 0..groups {
+                        group_dot(p.groups(g, 1), &xs[..t], &mut want[g * t..(g + 1) * t]);
+                    }
+                    let mut got = vec![[f32::NAN; GROUP_ROWS]; groups * t];
+                    k.packed_dot::<Q6KFormat>(p.groups(0, groups), &xs[..t], &mut got);
+                    assert_eq!(got, want, "{level:?}: {groups} groups, {t} rows");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_packed_is_an_error() {
+        let w = vec![0u8; 7 * q6_k::BLOCK_BYTES];
+        let m = QuantMatrix::new(QT, &w, 7, q6_k::BLOCK_LEN).unwrap();
+        let err = PackedQ6K::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("7 rows"), "{err}");
+        let w = vec![0u8; 8 * 34];
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, 8, 32).unwrap();
+        let err = PackedQ6K::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("not q8_0"), "{err}");
+    }
+}

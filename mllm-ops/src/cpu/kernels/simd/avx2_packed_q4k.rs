@@ -1,0 +1,59 @@
+//! AVX2 product of a packed Q4_K row group (see `packed_q4k`) with one to
+//! four 16-bit activation rows: per sub-block the packed Q4 block sums of
+//! `avx2_packed`, then its float step with the sub-block's scales `d·sc`
+//! and offsets `−dmin·m`, made from the super-block header (exact f32
+//! products, so the same numbers the portable kernel uses).
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use super::avx2::store;
+use super::avx2_packed::{add_block, block_sums, f16x8};
+use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed_q4k::{
+    MINS_AT, NIBBLES_AT, NIBBLE_BYTES, SCALES_AT, SUB_BLOCKS, SUPER_BYTES,
+};
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+
+/// The eight outputs of one packed group for `T` activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
+    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].d.len();
+    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let supers = group[..nb / SUB_BLOCKS * SUPER_BYTES]
+        .as_chunks::<SUPER_BYTES>()
+        .0;
+    for (s, sb) in supers.iter().enumerate() {
+        let d = f16x8(&sb[..16]);
+        let neg_dmin = _mm256_xor_ps(f16x8(&sb[16..32]), _mm256_set1_ps(-0.0));
+        for j in 0..SUB_BLOCKS {
+            let i = s * SUB_BLOCKS + j;
+            let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..];
+            let (sum_hi, sum_lo) = block_sums(nibbles, his.map(|h| &h[i]), los.map(|l| &l[i]));
+            let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);
+            let m = u8x8(&sb[MINS_AT + GROUP_ROWS * j..]);
+            let scales = (_mm256_mul_ps(d, sc), _mm256_mul_ps(neg_dmin, m));
+            for t in 0..T {
+                acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+            }
+        }
+    }
+    acc
+}
+
+/// The eight bytes at the start of `b` as f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn u8x8(b: &[u8]) -> __m256 {
+    let bytes: [u8; 8] = b[..8].try_into().expect("eight bytes");
+    let v = _mm_cvtsi64_si128(i64::from_le_bytes(bytes));
+    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
+}
+
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q16Row<'_, WIDE>);

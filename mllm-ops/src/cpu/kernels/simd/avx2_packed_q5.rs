@@ -1,0 +1,96 @@
+//! AVX2 product of a packed Q5 row group (see `packed_q5`) with one to four
+//! 16-bit activation rows: the packed Q4 kernel (`avx2_packed`) with each
+//! nibble register completed by its fifth bits. `maddubs` pair sums reach
+//! `2 · 31 · 128`, so two chunks' sums still fit 16 bits before `madd`
+//! widens them, and the 32-bit block sums are exact.
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use super::avx2::store;
+use super::avx2_i8::load32;
+use super::avx2_packed::{add_block, f16x8, word};
+use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed_q5::{NIBBLES_AT, Q5_PACKED_BLOCK_BYTES, TOP_AT};
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+
+/// The eight outputs of one packed group for `T` activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
+    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].d.len();
+    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let blocks = group[..nb * Q5_PACKED_BLOCK_BYTES]
+        .as_chunks::<Q5_PACKED_BLOCK_BYTES>()
+        .0;
+    for (i, blk) in blocks.iter().enumerate() {
+        let (sum_hi, sum_lo) = block_sums(blk, his.map(|h| &h[i]), los.map(|l| &l[i]));
+        let scales = (f16x8(&blk[..16]), f16x8(&blk[16..32]));
+        for t in 0..T {
+            acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+        }
+    }
+    acc
+}
+
+/// The four chunks' five-bit values of a packed block: `[low, high]` halves
+/// (columns `4c..4c + 4` and `16 + 4c..16 + 4c + 4`) of chunk `c`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn values(blk: &[u8]) -> [[__m256i; 2]; 4] {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let bit4 = _mm256_set1_epi8(0x10);
+    let mut top = load32(&blk[TOP_AT..]);
+    std::array::from_fn(|c| {
+        let v = load32(&blk[NIBBLES_AT + 32 * c..]);
+        let w = [
+            _mm256_or_si256(
+                _mm256_and_si256(v, low4),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(top), bit4),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4),
+                _mm256_and_si256(_mm256_slli_epi16::<3>(top), bit4),
+            ),
+        ];
+        top = _mm256_srli_epi16::<2>(top);
+        w
+    })
+}
+
+/// The eight rows' 32-bit sums of one packed block over the high and the
+/// low activation planes of `T` rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block_sums<const T: usize>(
+    blk: &[u8],
+    his: [&[i8; BLOCK]; T],
+    los: [&[i8; BLOCK]; T],
+) -> ([__m256i; T], [__m256i; T]) {
+    let ones = _mm256_set1_epi16(1);
+    let w = values(blk);
+    let mut sum_hi = [_mm256_setzero_si256(); T];
+    let mut sum_lo = [_mm256_setzero_si256(); T];
+    for t in 0..T {
+        let plane = |x: &[i8; BLOCK], c: usize| {
+            _mm256_add_epi16(
+                _mm256_maddubs_epi16(w[c][0], word(x, 4 * c)),
+                _mm256_maddubs_epi16(w[c][1], word(x, 16 + 4 * c)),
+            )
+        };
+        for pair in [0, 2] {
+            let h = _mm256_add_epi16(plane(his[t], pair), plane(his[t], pair + 1));
+            let l = _mm256_add_epi16(plane(los[t], pair), plane(los[t], pair + 1));
+            sum_hi[t] = _mm256_add_epi32(sum_hi[t], _mm256_madd_epi16(h, ones));
+            sum_lo[t] = _mm256_add_epi32(sum_lo[t], _mm256_madd_epi16(l, ones));
+        }
+    }
+    (sum_hi, sum_lo)
+}
+
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q16Row<'_, WIDE>);

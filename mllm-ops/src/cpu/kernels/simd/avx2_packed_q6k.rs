@@ -1,0 +1,125 @@
+//! AVX2 product of a packed Q6_K row group (see `packed_q6k`) with one to
+//! four 16-bit activation rows.
+//!
+//! Per block of 32 columns, the four nibble chunks and two top-bit words
+//! rebuild eight registers of 6-bit values (four columns of the eight rows
+//! each): four for the block's first half, four for its second. `maddubs`
+//! with broadcast activation words gives 16-bit pair sums of at most
+//! `2 · 63 · 128`, two of which still fit 16 bits before `madd` widens
+//! them, so each half's sums over both planes are exact 32-bit integers.
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use super::avx2::store;
+use super::avx2_i8::load32;
+use super::avx2_packed::{f16x8, word};
+use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed_q6k::{
+    Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
+};
+use crate::cpu::kernels::qact::BLOCK;
+
+/// The eight outputs of one packed group for `T` activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn tile<const T: usize>(group: &[u8], xs: &[Q6KInput<'_>]) -> [__m256; T] {
+    let xs: [Q6KInput<'_>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].x.d.len();
+    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let supers = group[..nb / BLOCKS * SUPER_BYTES]
+        .as_chunks::<SUPER_BYTES>()
+        .0;
+    for (s, sb) in supers.iter().enumerate() {
+        let d = f16x8(&sb[..16]);
+        for j in 0..BLOCKS {
+            let i = s * BLOCKS + j;
+            let [first, second] = values(&sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS]);
+            let scale = |h: usize| _mm256_mul_ps(d, i8x8(&sb[SCALES_AT + GROUP_ROWS * h..]));
+            let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
+            for t in 0..T {
+                let (h, l) = (&his[t][i], &los[t][i]);
+                let sum0 = plane_sums(&first, h, l, 0);
+                let sum1 = plane_sums(&second, h, l, 16);
+                let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
+                acc[t] = add_half(acc[t], sum0, hs[2 * i], scale0, dx);
+                acc[t] = add_half(acc[t], sum1, hs[2 * i + 1], scale1, dx);
+            }
+        }
+    }
+    acc
+}
+
+/// The 6-bit values of one block's bits: four registers (one per chunk)
+/// for the first 16 columns and four for the last 16.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn values(bits: &[u8]) -> [[__m256i; 4]; 2] {
+    let low4 = _mm256_set1_epi8(0x0F);
+    let top2 = _mm256_set1_epi8(0x30);
+    let mut out = [[_mm256_setzero_si256(); 4]; 2];
+    for c in 0..4 {
+        let v = load32(&bits[32 * c..]);
+        let top = load32(&bits[NIBBLE_BYTES + 32 * (c / 2)..]);
+        let top = if c % 2 == 1 {
+            _mm256_srli_epi16::<4>(top)
+        } else {
+            top
+        };
+        out[0][c] = _mm256_or_si256(
+            _mm256_and_si256(v, low4),
+            _mm256_and_si256(_mm256_slli_epi16::<4>(top), top2),
+        );
+        out[1][c] = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4),
+            _mm256_and_si256(_mm256_slli_epi16::<2>(top), top2),
+        );
+    }
+    out
+}
+
+/// `256·Σ w·hi + Σ w·lo` over 16 columns starting at `base` of an
+/// activation block, per row lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn plane_sums(w: &[__m256i; 4], hi: &[i8; BLOCK], lo: &[i8; BLOCK], base: usize) -> __m256i {
+    let ones = _mm256_set1_epi16(1);
+    let plane = |x: &[i8; BLOCK]| {
+        let pair = |c: usize| {
+            _mm256_add_epi16(
+                _mm256_maddubs_epi16(w[c], word(x, base + 4 * c)),
+                _mm256_maddubs_epi16(w[c + 1], word(x, base + 4 * c + 4)),
+            )
+        };
+        _mm256_add_epi32(
+            _mm256_madd_epi16(pair(0), ones),
+            _mm256_madd_epi16(pair(2), ones),
+        )
+    };
+    _mm256_add_epi32(_mm256_slli_epi32::<8>(plane(hi)), plane(lo))
+}
+
+/// `fma(Σ w·q_x − 32·Σ q_x, scale·dx, acc)`: one half block's
+/// contribution to the eight rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn add_half(acc: __m256, sum: __m256i, half_sum: i32, scale: __m256, dx: f32) -> __m256 {
+    let p = _mm256_sub_epi32(sum, _mm256_set1_epi32(32 * half_sum));
+    let scale = _mm256_mul_ps(scale, _mm256_set1_ps(dx));
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc)
+}
+
+/// The eight signed bytes at the start of `b` as f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn i8x8(b: &[u8]) -> __m256 {
+    let bytes: [u8; 8] = b[..8].try_into().expect("eight bytes");
+    let v = _mm_cvtsi64_si128(i64::from_le_bytes(bytes));
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
+}
+
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q6KInput<'_>);

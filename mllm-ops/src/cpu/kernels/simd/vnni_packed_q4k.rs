@@ -1,0 +1,108 @@
+//! AVX-512 VNNI product of a packed Q4_K row group (see `packed_q4k`) with
+//! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL), and
+//! of two consecutive groups at once on 512-bit vectors (`pair_dot`).
+//!
+//! The block sums are those of `vnni_packed` (`dpbusd`), the same integers
+//! as AVX2's, and the float steps after them are `avx2_packed_q4k`'s in the
+//! same order, so the results equal the AVX2 kernel's bit for bit.
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2, FMA, F16C, AVX-512F, AVX-512VL,
+//! AVX-512BW and AVX-512 VNNI (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use super::avx2::store;
+use super::avx2_packed::{add_block, f16x8};
+use super::avx2_packed_q4k::u8x8;
+use super::vnni_packed::{block_sums, f16x16, pair_add_block, pair_block_sums, store_pair};
+use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed_q4k::{
+    MINS_AT, NIBBLES_AT, NIBBLE_BYTES, SCALES_AT, SUB_BLOCKS, SUPER_BYTES,
+};
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+
+/// The eight outputs of one packed group for `T` activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
+    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].d.len();
+    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let supers = group[..nb / SUB_BLOCKS * SUPER_BYTES]
+        .as_chunks::<SUPER_BYTES>()
+        .0;
+    for (s, sb) in supers.iter().enumerate() {
+        let d = f16x8(&sb[..16]);
+        let neg_dmin = _mm256_xor_ps(f16x8(&sb[16..32]), _mm256_set1_ps(-0.0));
+        for j in 0..SUB_BLOCKS {
+            let i = s * SUB_BLOCKS + j;
+            let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..];
+            let (sum_hi, sum_lo) = block_sums(nibbles, his.map(|h| &h[i]), los.map(|l| &l[i]));
+            let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);
+            let m = u8x8(&sb[MINS_AT + GROUP_ROWS * j..]);
+            let scales = (_mm256_mul_ps(d, sc), _mm256_mul_ps(neg_dmin, m));
+            for t in 0..T {
+                acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+            }
+        }
+    }
+    acc
+}
+
+super::avx2_packed::packed_group_dot!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    Q16Row<'_, WIDE>
+);
+
+/// The eight bytes at the start of `a` and those at the start of `b` as
+/// sixteen f32.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn u8x16(a: &[u8], b: &[u8]) -> __m512 {
+    let word = |s: &[u8]| i64::from_le_bytes(s[..8].try_into().expect("eight bytes"));
+    let v = _mm_set_epi64x(word(b), word(a));
+    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
+}
+
+/// The outputs of two consecutive packed groups `a` and `b` for `T`
+/// activation rows at once, on 512-bit vectors: lanes 0..8 of each result
+/// are `a`'s eight rows, lanes 8..16 `b`'s. Lane by lane the same integer
+/// and float steps as `tile`, so the same bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m512; T] {
+    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].d.len();
+    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let mut acc = [_mm512_setzero_ps(); T];
+    let len = nb / SUB_BLOCKS * SUPER_BYTES;
+    let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
+    let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
+    for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
+        let d = f16x16(&sa[..16], &sb[..16]);
+        let neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(f16x16(&sa[16..32], &sb[16..32])),
+            _mm512_set1_epi32(i32::MIN),
+        ));
+        for j in 0..SUB_BLOCKS {
+            let i = s * SUB_BLOCKS + j;
+            let at = NIBBLES_AT + NIBBLE_BYTES * j;
+            let (sum_hi, sum_lo) =
+                pair_block_sums(&sa[at..], &sb[at..], his.map(|h| &h[i]), los.map(|l| &l[i]));
+            let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);
+            let sc = u8x16(&sa[sc_at..], &sb[sc_at..]);
+            let m = u8x16(&sa[m_at..], &sb[m_at..]);
+            let scales = (_mm512_mul_ps(d, sc), _mm512_mul_ps(neg_dmin, m));
+            for t in 0..T {
+                acc[t] = pair_add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+            }
+        }
+    }
+    acc
+}
+
+super::vnni_packed::packed_pair_dot!(Q16Row<'_, WIDE>);

@@ -1,0 +1,182 @@
+//! AVX-512 VNNI product of a packed Q6_K row group (see `packed_q6k`) with
+//! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL), and
+//! of two consecutive groups at once on 512-bit vectors (`pair_dot`).
+//!
+//! The 6-bit values are rebuilt as in `avx2_packed_q6k`; `dpbusd` (unsigned
+//! values times signed activation bytes, summed into 32-bit lanes) gives
+//! the same integer half sums, and the float steps after them are the same
+//! operations in the same order, so the results equal the AVX2 kernel's
+//! (and the portable one's) bit for bit.
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2, FMA, F16C, AVX-512F, AVX-512VL,
+//! AVX-512BW and AVX-512 VNNI (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use super::avx2::store;
+use super::avx2_i8::load32;
+use super::avx2_packed::{f16x8, word};
+use super::avx2_packed_q6k::i8x8;
+use super::vnni_packed::{f16x16, join, store_pair, word16};
+use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed_q6k::{
+    Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
+};
+use crate::cpu::kernels::qact::BLOCK;
+
+/// The `vpternlog` truth table of `a | (b & c)`.
+const A_OR_B_AND_C: i32 = 0xF8;
+
+/// The eight outputs of one packed group for `T` activation rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn tile<const T: usize>(group: &[u8], xs: &[Q6KInput<'_>]) -> [__m256; T] {
+    let xs: [Q6KInput<'_>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].x.d.len();
+    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let supers = group[..nb / BLOCKS * SUPER_BYTES]
+        .as_chunks::<SUPER_BYTES>()
+        .0;
+    let (low4, top2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    for (s, sb) in supers.iter().enumerate() {
+        let d = f16x8(&sb[..16]);
+        for j in 0..BLOCKS {
+            let i = s * BLOCKS + j;
+            let bits = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
+            let mut w = [[_mm256_setzero_si256(); 4]; 2];
+            for c in 0..4 {
+                let v = load32(&bits[32 * c..]);
+                let top = load32(&bits[NIBBLE_BYTES + 32 * (c / 2)..]);
+                let top = if c % 2 == 1 {
+                    _mm256_srli_epi16::<4>(top)
+                } else {
+                    top
+                };
+                w[0][c] = _mm256_ternarylogic_epi32::<A_OR_B_AND_C>(
+                    _mm256_and_si256(v, low4),
+                    _mm256_slli_epi16::<4>(top),
+                    top2,
+                );
+                w[1][c] = _mm256_ternarylogic_epi32::<A_OR_B_AND_C>(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4),
+                    _mm256_slli_epi16::<2>(top),
+                    top2,
+                );
+            }
+            let scale = |h: usize| _mm256_mul_ps(d, i8x8(&sb[SCALES_AT + GROUP_ROWS * h..]));
+            let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
+            for t in 0..T {
+                let (h, l) = (&his[t][i], &los[t][i]);
+                let mut sums = [[_mm256_setzero_si256(); 2]; 2];
+                for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
+                    for (c, &w) in w.iter().enumerate() {
+                        let at = 16 * half + 4 * c;
+                        sum[0] = _mm256_dpbusd_epi32(sum[0], w, word(h, at));
+                        sum[1] = _mm256_dpbusd_epi32(sum[1], w, word(l, at));
+                    }
+                }
+                let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
+                for (half, [hi, lo]) in sums.into_iter().enumerate() {
+                    let sum = _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo);
+                    let p = _mm256_sub_epi32(sum, _mm256_set1_epi32(32 * hs[2 * i + half]));
+                    let scale = if half == 0 { scale0 } else { scale1 };
+                    let scale = _mm256_mul_ps(scale, _mm256_set1_ps(dx));
+                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[t]);
+                }
+            }
+        }
+    }
+    acc
+}
+
+super::avx2_packed::packed_group_dot!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    Q6KInput<'_>
+);
+
+/// The eight signed bytes at the start of `a` and those at the start of
+/// `b` as sixteen f32.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn i8x16(a: &[u8], b: &[u8]) -> __m512 {
+    let word = |s: &[u8]| i64::from_le_bytes(s[..8].try_into().expect("eight bytes"));
+    let v = _mm_set_epi64x(word(b), word(a));
+    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
+}
+
+/// The outputs of two consecutive packed groups `a` and `b` for `T`
+/// activation rows at once, on 512-bit vectors: lanes 0..8 of each result
+/// are `a`'s eight rows, lanes 8..16 `b`'s. Lane by lane the same integer
+/// and float steps as `tile`, so the same bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q6KInput<'_>]) -> [__m512; T] {
+    let xs: [Q6KInput<'_>; T] = std::array::from_fn(|t| xs[t]);
+    let nb = xs[0].x.d.len();
+    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let mut acc = [_mm512_setzero_ps(); T];
+    let len = nb / BLOCKS * SUPER_BYTES;
+    let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
+    let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
+    let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
+        let d = f16x16(&sa[..16], &sb[..16]);
+        for j in 0..BLOCKS {
+            let i = s * BLOCKS + j;
+            let at = BITS_AT + BLOCK_BITS * j;
+            let (ba, bb) = (&sa[at..at + BLOCK_BITS], &sb[at..at + BLOCK_BITS]);
+            let mut w = [[_mm512_setzero_si512(); 4]; 2];
+            for c in 0..4 {
+                let v = join(load32(&ba[32 * c..]), load32(&bb[32 * c..]));
+                let t_at = NIBBLE_BYTES + 32 * (c / 2);
+                let top = join(load32(&ba[t_at..]), load32(&bb[t_at..]));
+                let top = if c % 2 == 1 {
+                    _mm512_srli_epi16::<4>(top)
+                } else {
+                    top
+                };
+                w[0][c] = _mm512_ternarylogic_epi32::<A_OR_B_AND_C>(
+                    _mm512_and_si512(v, low4),
+                    _mm512_slli_epi16::<4>(top),
+                    top2,
+                );
+                w[1][c] = _mm512_ternarylogic_epi32::<A_OR_B_AND_C>(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4),
+                    _mm512_slli_epi16::<2>(top),
+                    top2,
+                );
+            }
+            let scale = |h: usize| {
+                let at = SCALES_AT + GROUP_ROWS * h;
+                _mm512_mul_ps(d, i8x16(&sa[at..], &sb[at..]))
+            };
+            let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
+            for t in 0..T {
+                let (h, l) = (&his[t][i], &los[t][i]);
+                let mut sums = [[_mm512_setzero_si512(); 2]; 2];
+                for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
+                    for (c, &w) in w.iter().enumerate() {
+                        let at = 16 * half + 4 * c;
+                        sum[0] = _mm512_dpbusd_epi32(sum[0], w, word16(h, at));
+                        sum[1] = _mm512_dpbusd_epi32(sum[1], w, word16(l, at));
+                    }
+                }
+                let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
+                for (half, [hi, lo]) in sums.into_iter().enumerate() {
+                    let sum = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo);
+                    let p = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * hs[2 * i + half]));
+                    let scale = if half == 0 { scale0 } else { scale1 };
+                    let scale = _mm512_mul_ps(scale, _mm512_set1_ps(dx));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[t]);
+                }
+            }
+        }
+    }
+    acc
+}
+
+super::vnni_packed::packed_pair_dot!(Q6KInput<'_>);
