@@ -31,7 +31,11 @@ pub(crate) const GROUP_ROWS: usize = 8;
 
 /// Bytes of one packed block: eight f16 scales, eight f16 offsets and
 /// 8 × 16 bytes of nibbles.
-pub(crate) const PACKED_BLOCK_BYTES: usize = 2 * 2 * GROUP_ROWS + GROUP_ROWS * BLOCK / 2;
+pub(crate) const PACKED_BLOCK_BYTES: usize = NIBBLES_AT + GROUP_ROWS * BLOCK / 2;
+
+/// Offset of the nibbles in a packed Q4 (and Q5) block, after the eight
+/// rows' f16 scales and offsets.
+pub(crate) const NIBBLES_AT: usize = 4 * GROUP_ROWS;
 
 /// Activation rows multiplied with one pass over a weight group.
 pub(crate) const TILE_TOKENS: usize = 4;
@@ -221,16 +225,7 @@ impl PackedQ4 {
     /// f16.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4> {
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
-        if !matches!(qt, QuantType::Q4_0 | QuantType::Q4_1) {
-            return Err(Error::UnsupportedDType(format!(
-                "only q4_0 and q4_1 weights can be packed, not {qt}"
-            )));
-        }
-        if !rows.is_multiple_of(GROUP_ROWS) {
-            return Err(Error::InvalidInput(format!(
-                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
-            )));
-        }
+        check_packable(w, &[QuantType::Q4_0, QuantType::Q4_1], "q4")?;
         let nb = cols / BLOCK;
         let mut data = vec![0u8; rows / GROUP_ROWS * nb * PACKED_BLOCK_BYTES];
         let packed = data.chunks_exact_mut(PACKED_BLOCK_BYTES);
@@ -243,7 +238,7 @@ impl PackedQ4 {
                     out[2 * r..2 * r + 2].copy_from_slice(&d);
                     out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&m);
                     for j in 0..4 {
-                        let at = 32 + 32 * j + 4 * r;
+                        let at = NIBBLES_AT + 32 * j + 4 * r;
                         out[at..at + 4].copy_from_slice(&qs[4 * j..4 * j + 4]);
                     }
                 }
@@ -274,13 +269,7 @@ impl PackedQ4 {
         {
             let f = |at: usize| f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
             let (d, m) = (f(2 * r), f(16 + 2 * r));
-            for j in 0..4 {
-                for c in 0..4 {
-                    let byte = blk[32 + 32 * j + 4 * r + c];
-                    out[4 * j + c] = d * (byte & 15) as f32 + m;
-                    out[16 + 4 * j + c] = d * (byte >> 4) as f32 + m;
-                }
-            }
+            unpack_nibble_block(&blk[NIBBLES_AT..], r, (d, m), out);
         }
     }
 
@@ -298,6 +287,27 @@ impl PackedQ4 {
     pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
         self.data.groups(g, n)
     }
+}
+
+/// Checks that `w` can take the packed layout `layout` made for the block
+/// types `types`: its type is one of them and its rows fill whole groups
+/// of [`GROUP_ROWS`].
+pub(crate) fn check_packable(w: &QuantMatrix<'_>, types: &[QuantType], layout: &str) -> Result<()> {
+    let qt = w.quant_type();
+    if !types.contains(&qt) {
+        let names: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+        return Err(Error::UnsupportedDType(format!(
+            "only {} weights can be packed as {layout}, not {qt}",
+            names.join(" and ")
+        )));
+    }
+    if !w.rows().is_multiple_of(GROUP_ROWS) {
+        return Err(Error::InvalidInput(format!(
+            "{} rows are not a whole number of {GROUP_ROWS}-row groups",
+            w.rows()
+        )));
+    }
+    Ok(())
 }
 
 /// The f16 scale, the f16 offset and the 16 nibble bytes of block `i` of a
@@ -333,9 +343,21 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
             for (r, acc) in out.iter_mut().enumerate() {
                 let f = |at: usize| f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
                 let (d, m) = (f(2 * r), f(16 + 2 * r));
-                let sum = nibble_block_sum(&blk[32..], r, hi, lo);
+                let sum = nibble_block_sum(&blk[NIBBLES_AT..], r, hi, lo);
                 *acc += d * dx * sum as f32 + m * sx;
             }
+        }
+    }
+}
+
+/// Row `r`'s 32 values `d·q + m` of one block, from the block's 128 bytes
+/// of nibbles in the packed chunk layout.
+pub(crate) fn unpack_nibble_block(nibbles: &[u8], r: usize, (d, m): (f32, f32), out: &mut [f32]) {
+    for j in 0..4 {
+        for c in 0..4 {
+            let byte = nibbles[32 * j + 4 * r + c];
+            out[4 * j + c] = d * (byte & 15) as f32 + m;
+            out[16 + 4 * j + c] = d * (byte >> 4) as f32 + m;
         }
     }
 }
@@ -552,27 +574,36 @@ pub(crate) mod tests {
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
     use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
 
+    /// Checks that each of the `rows` rows of `cols` values that `unpack`
+    /// reads from its packed group (`groups(g)`) equals, bit for bit, what
+    /// `qt`'s dequantizer gives the raw blocks `w`.
+    pub(crate) fn check_unpacked_rows<'g>(
+        qt: QuantType,
+        w: &[u8],
+        [rows, cols]: [usize; 2],
+        groups: &dyn Fn(usize) -> &'g [u8],
+        unpack: fn(&[u8], usize, &mut [f32]),
+    ) {
+        let mut want = vec![0.0f32; rows * cols];
+        qt.dequantize_blocks(w, &mut want);
+        for r in 0..rows {
+            let mut got = vec![f32::NAN; cols];
+            unpack(groups(r / GROUP_ROWS), r % GROUP_ROWS, &mut got);
+            assert_eq!(got, want[r * cols..(r + 1) * cols], "{qt} row {r}");
+        }
+    }
+
     /// Each row unpacked from the packed layout has exactly the values the
     /// Q4_0 / Q4_1 dequantizer gives the unpacked row.
     #[test]
     fn unpacked_rows_equal_the_dequantized_rows() {
         let mut rng = Rng::new(43);
         for qt in [QuantType::Q4_0, QuantType::Q4_1] {
-            let (rows, nb) = (24, 3);
-            let w = random_blocks(&mut rng, qt, rows * nb);
-            let m = QuantMatrix::new(qt, &w, rows, nb * BLOCK).unwrap();
-            let p = PackedQ4::pack(&m).unwrap();
-            let mut want = vec![0.0f32; rows * nb * BLOCK];
-            qt.dequantize_blocks(&w, &mut want);
-            for r in 0..rows {
-                let mut got = vec![f32::NAN; nb * BLOCK];
-                PackedQ4::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
-                assert_eq!(
-                    got,
-                    want[r * nb * BLOCK..(r + 1) * nb * BLOCK],
-                    "{qt} row {r}"
-                );
-            }
+            let (rows, cols) = (24, 3 * BLOCK);
+            let w = random_blocks(&mut rng, qt, rows * cols / BLOCK);
+            let p = PackedQ4::pack(&QuantMatrix::new(qt, &w, rows, cols).unwrap()).unwrap();
+            let groups = |g| p.groups(g, 1);
+            check_unpacked_rows(qt, &w, [rows, cols], &groups, PackedQ4::unpack_row);
         }
     }
 
@@ -704,33 +735,93 @@ pub(crate) mod tests {
         }
     }
 
-    /// Batch invariance: each activation row gets exactly the result it
-    /// gets alone, whatever shares its token tile or row block and however
-    /// the groups are split over threads.
-    #[test]
-    fn each_row_equals_the_row_alone() {
-        let mut rng = Rng::new(43);
-        let (p1, p2) = (pool1(), pool2());
+    /// A packed linear layer bound to its weights and bias: `(kernel, x,
+    /// rows, y, pool)`.
+    pub(crate) type BoundLinear<'a> =
+        dyn Fn(QuantKernel, &[f32], usize, &mut [f32], &ThreadPool) + 'a;
+
+    /// Batch invariance at every level this CPU runs: each of the `rows`
+    /// rows of `x` gets from the whole batch on two threads exactly the
+    /// `out_f` outputs it gets alone on one, whatever shares its token tile
+    /// or row block and however the groups are split over threads. With
+    /// `portable_bits`, every level's batch also equals the portable
+    /// kernel's bit for bit.
+    pub(crate) fn check_rows_alone(
+        linear: &BoundLinear<'_>,
+        x: &[f32],
+        rows: usize,
+        out_f: usize,
+        portable_bits: bool,
+        what: &str,
+    ) {
+        let in_f = x.len() / rows;
+        let scalar = kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Scalar).unwrap();
+        let mut portable = vec![f32::NAN; rows * out_f];
+        linear(scalar, x, rows, &mut portable, &pool1());
         for level in SimdLevel::FASTEST_FIRST {
             let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
                 continue;
             };
-            for qt in [QuantType::Q4_0, QuantType::Q4_1] {
-                for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24)] {
-                    let in_f = nb * BLOCK;
-                    let w = random_blocks(&mut rng, qt, out_f * nb);
-                    let m = QuantMatrix::new(qt, &w, out_f, in_f).unwrap();
-                    let p = PackedQ4::pack(&m).unwrap();
-                    let x = rng.vec(rows * in_f, 1.0);
-                    let b = rng.vec(out_f, 1.0);
-                    let mut all = vec![f32::NAN; rows * out_f];
-                    packed_linear(k, &x, rows, &p, Some(&b), &mut all, &p2);
-                    for (t, want) in all.chunks_exact(out_f).enumerate() {
-                        let mut one = vec![f32::NAN; out_f];
-                        let xt = &x[t * in_f..(t + 1) * in_f];
-                        packed_linear(k, xt, 1, &p, Some(&b), &mut one, &p1);
-                        assert_eq!(one, want, "{level:?} {qt} row {t} of {rows}");
-                    }
+            let mut all = vec![f32::NAN; rows * out_f];
+            linear(k, x, rows, &mut all, &pool2());
+            if portable_bits {
+                assert_eq!(
+                    all, portable,
+                    "{what}: {level:?} differs from the portable kernel"
+                );
+            }
+            for (t, want) in all.chunks_exact(out_f).enumerate() {
+                let mut one = vec![f32::NAN; out_f];
+                linear(k, &x[t * in_f..(t + 1) * in_f], 1, &mut one, &pool1());
+                assert_eq!(one, want, "{what}: {level:?} row {t} of {rows}");
+            }
+        }
+    }
+
+    /// Batch invariance (see [`check_rows_alone`]) of the packed Q4 layer.
+    #[test]
+    fn each_row_equals_the_row_alone() {
+        let mut rng = Rng::new(43);
+        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+            for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24)] {
+                let in_f = nb * BLOCK;
+                let w = random_blocks(&mut rng, qt, out_f * nb);
+                let p = PackedQ4::pack(&QuantMatrix::new(qt, &w, out_f, in_f).unwrap()).unwrap();
+                let x = rng.vec(rows * in_f, 1.0);
+                let b = rng.vec(out_f, 1.0);
+                let linear: &BoundLinear<'_> =
+                    &|k, x, rows, y, pool| packed_linear(k, x, rows, &p, Some(&b), y, pool);
+                check_rows_alone(linear, &x, rows, out_f, false, &qt.to_string());
+            }
+        }
+    }
+
+    /// Checks the group products of format `F` over `groups` (two packed
+    /// groups): for one group and for both (the 512-bit pair) and one to
+    /// [`TILE_TOKENS`] of the rows `xs`, every level of `levels` this CPU
+    /// runs gives the first such level's bits.
+    pub(crate) fn check_group_products<F: PackedFormat>(
+        groups: &[u8],
+        xs: &[F::Input<'_>],
+        levels: &[SimdLevel],
+        what: &str,
+    ) {
+        let kernels: Vec<QuantKernel> = levels
+            .iter()
+            .filter_map(|&l| kernel_or_skip(QuantPath::Int16Activations, l))
+            .collect();
+        let Some((first, rest)) = kernels.split_first() else {
+            return;
+        };
+        let group_bytes = groups.len() / 2;
+        for n in 1..=2 {
+            for t in 1..=TILE_TOKENS {
+                let mut want = vec![[f32::NAN; GROUP_ROWS]; n * t];
+                first.packed_dot::<F>(&groups[..n * group_bytes], &xs[..t], &mut want);
+                for k in rest {
+                    let mut got = vec![[f32::NAN; GROUP_ROWS]; n * t];
+                    k.packed_dot::<F>(&groups[..n * group_bytes], &xs[..t], &mut got);
+                    assert_eq!(got, want, "{what}: {:?}, {n} groups, {t} rows", k.level());
                 }
             }
         }
@@ -741,12 +832,6 @@ pub(crate) mod tests {
     /// (256-bit) and two (512-bit) and one to four activation rows.
     #[test]
     fn vnni_group_dot_equals_avx2() {
-        let (Some(vnni), Some(avx2)) = (
-            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx512),
-            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx2),
-        ) else {
-            return;
-        };
         let mut rng = Rng::new(44);
         for qt in [QuantType::Q4_0, QuantType::Q4_1] {
             let nb = 9;
@@ -757,15 +842,8 @@ pub(crate) mod tests {
                 .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
                 .collect();
             let rows: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
-            for groups in 1..=2 {
-                for t in 1..=TILE_TOKENS {
-                    let mut a = vec![[0.0; GROUP_ROWS]; groups * t];
-                    let mut b = vec![[f32::NAN; GROUP_ROWS]; groups * t];
-                    avx2.packed_dot::<Q4Format>(p.groups(0, groups), &rows[..t], &mut a);
-                    vnni.packed_dot::<Q4Format>(p.groups(0, groups), &rows[..t], &mut b);
-                    assert_eq!(a, b, "{qt}: {groups} groups, {t} rows");
-                }
-            }
+            let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
+            check_group_products::<Q4Format>(p.groups(0, 2), &rows, &levels, &qt.to_string());
         }
     }
 }

@@ -20,12 +20,12 @@
 //! the very numbers Q4_K's dequantizer multiplies with.
 
 use half::f16;
-use mllm_core::{Error, Result};
+use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, group_outputs, nibble_block_sum, quantize_rows, PackedData, PackedFormat,
-    GROUP_ROWS,
+    by_row_blocks, check_packable, group_outputs, nibble_block_sum, quantize_rows,
+    unpack_nibble_block, PackedData, PackedFormat, GROUP_ROWS,
 };
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
@@ -57,17 +57,8 @@ impl PackedQ4K {
     /// Repacks `w`; fails when it is not Q4_K or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4K> {
-        let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
-        if qt != QuantType::Q4K {
-            return Err(Error::UnsupportedDType(format!(
-                "only q4_k weights can be packed as q4_k, not {qt}"
-            )));
-        }
-        if !rows.is_multiple_of(GROUP_ROWS) {
-            return Err(Error::InvalidInput(format!(
-                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
-            )));
-        }
+        let (rows, cols) = (w.rows(), w.cols());
+        check_packable(w, &[QuantType::Q4K], "q4_k")?;
         let supers = cols / q4_k::BLOCK_LEN;
         let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
         let mut packed = data.chunks_exact_mut(SUPER_BYTES);
@@ -94,15 +85,8 @@ impl PackedQ4K {
             .zip(out.chunks_exact_mut(q4_k::BLOCK_LEN))
         {
             for (j, out) in out.chunks_exact_mut(BLOCK).enumerate() {
-                let (d, m) = sub_block_scales(sb, r, j);
                 let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..][..NIBBLE_BYTES];
-                for c in 0..4 {
-                    for k in 0..4 {
-                        let byte = nibbles[32 * c + 4 * r + k];
-                        out[4 * c + k] = d * (byte & 15) as f32 + m;
-                        out[16 + 4 * c + k] = d * (byte >> 4) as f32 + m;
-                    }
-                }
+                unpack_nibble_block(nibbles, r, sub_block_scales(sb, r, j), out);
             }
         }
     }
@@ -255,12 +239,15 @@ pub fn packed_q4k_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::kernels::packed::tests::check_packed_linear;
+    use crate::cpu::kernels::packed::tests::{
+        check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
+        BoundLinear,
+    };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
-    use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
-    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
-    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
+    use crate::cpu::kernels::qkernel::tests::random_blocks;
+    use crate::cpu::kernels::qkernel::SimdLevel;
+    use crate::cpu::kernels::test_util::Rng;
 
     const QT: QuantType = QuantType::Q4K;
 
@@ -278,13 +265,8 @@ mod tests {
         let cols = supers * q4_k::BLOCK_LEN;
         let w = random_matrix(&mut rng, rows, supers);
         let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
-        let mut want = vec![0.0f32; rows * cols];
-        QT.dequantize_blocks(&w, &mut want);
-        for r in 0..rows {
-            let mut got = vec![f32::NAN; cols];
-            PackedQ4K::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
-            assert_eq!(got, want[r * cols..(r + 1) * cols], "row {r}");
-        }
+        let groups = |g| p.groups(g, 1);
+        check_unpacked_rows(QT, &w, [rows, cols], &groups, PackedQ4K::unpack_row);
     }
 
     /// The packed Q4_K layer matches the f64 product of the dequantized
@@ -313,45 +295,26 @@ mod tests {
         );
     }
 
-    /// Batch invariance: each activation row gets exactly the result it
-    /// gets alone, whatever shares its token tile or row block and however
-    /// the groups are split over threads.
+    /// Batch invariance (see `check_rows_alone`).
     #[test]
     fn each_row_equals_the_row_alone() {
         let mut rng = Rng::new(53);
-        let (p1, p2) = (pool1(), pool2());
-        for level in SimdLevel::FASTEST_FIRST {
-            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
-                continue;
-            };
-            for &(rows, supers, out_f) in &[(3, 1, 64), (6, 2, 40), (131, 1, 24)] {
-                let in_f = supers * q4_k::BLOCK_LEN;
-                let w = random_matrix(&mut rng, out_f, supers);
-                let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, out_f, in_f).unwrap()).unwrap();
-                let x = rng.vec(rows * in_f, 1.0);
-                let b = rng.vec(out_f, 1.0);
-                let mut all = vec![f32::NAN; rows * out_f];
-                packed_q4k_linear(k, &x, rows, &p, Some(&b), &mut all, &p2);
-                for (t, want) in all.chunks_exact(out_f).enumerate() {
-                    let mut one = vec![f32::NAN; out_f];
-                    let xt = &x[t * in_f..(t + 1) * in_f];
-                    packed_q4k_linear(k, xt, 1, &p, Some(&b), &mut one, &p1);
-                    assert_eq!(one, want, "{level:?} row {t} of {rows}");
-                }
-            }
+        for &(rows, supers, out_f) in &[(3, 1, 64), (6, 2, 40), (131, 1, 24)] {
+            let in_f = supers * q4_k::BLOCK_LEN;
+            let w = random_matrix(&mut rng, out_f, supers);
+            let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, out_f, in_f).unwrap()).unwrap();
+            let x = rng.vec(rows * in_f, 1.0);
+            let b = rng.vec(out_f, 1.0);
+            let linear: &BoundLinear<'_> =
+                &|k, x, rows, y, pool| packed_q4k_linear(k, x, rows, &p, Some(&b), y, pool);
+            check_rows_alone(linear, &x, rows, out_f, false, "q4_k");
         }
     }
 
-    /// The AVX-512 VNNI group product equals the AVX2 one bit for bit, for
+    /// The AVX-512 VNNI group products equal the AVX2 ones bit for bit, for
     /// one group (256-bit) and two (512-bit) and one to four rows.
     #[test]
     fn vnni_group_dot_equals_avx2() {
-        let (Some(vnni), Some(avx2)) = (
-            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx512),
-            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx2),
-        ) else {
-            return;
-        };
         let mut rng = Rng::new(54);
         let (rows, supers) = (2 * GROUP_ROWS, 2);
         let cols = supers * q4_k::BLOCK_LEN;
@@ -361,15 +324,8 @@ mod tests {
             .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
             .collect();
         let xs: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
-        for groups in 1..=2 {
-            for t in 1..=TILE_TOKENS {
-                let mut a = vec![[0.0; GROUP_ROWS]; groups * t];
-                let mut b = vec![[f32::NAN; GROUP_ROWS]; groups * t];
-                avx2.packed_dot::<Q4KFormat>(p.groups(0, groups), &xs[..t], &mut a);
-                vnni.packed_dot::<Q4KFormat>(p.groups(0, groups), &xs[..t], &mut b);
-                assert_eq!(a, b, "{groups} groups, {t} rows");
-            }
-        }
+        let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
+        check_group_products::<Q4KFormat>(p.groups(0, 2), &xs, &levels, "q4_k");
     }
 
     #[test]

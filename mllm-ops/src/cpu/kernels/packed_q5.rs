@@ -16,7 +16,8 @@ use mllm_core::{Error, Result};
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, group_outputs, quantize_rows, PackedData, PackedFormat, GROUP_ROWS,
+    by_row_blocks, check_packable, group_outputs, quantize_rows, PackedData, PackedFormat,
+    GROUP_ROWS, NIBBLES_AT,
 };
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
@@ -25,8 +26,6 @@ use super::qmatmul::QuantMatrix;
 use super::simd;
 use crate::quant::{q5_0, QuantType};
 
-/// Offset of the nibbles in a packed block.
-pub(crate) const NIBBLES_AT: usize = 4 * GROUP_ROWS;
 /// Offset of the fifth bits in a packed block.
 pub(crate) const TOP_AT: usize = NIBBLES_AT + GROUP_ROWS * BLOCK / 2;
 /// Bytes of one packed block.
@@ -44,16 +43,7 @@ impl PackedQ5 {
     /// f16.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ5> {
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
-        if !matches!(qt, QuantType::Q5_0 | QuantType::Q5_1) {
-            return Err(Error::UnsupportedDType(format!(
-                "only q5_0 and q5_1 weights can be packed as q5, not {qt}"
-            )));
-        }
-        if !rows.is_multiple_of(GROUP_ROWS) {
-            return Err(Error::InvalidInput(format!(
-                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
-            )));
-        }
+        check_packable(w, &[QuantType::Q5_0, QuantType::Q5_1], "q5")?;
         let nb = cols / BLOCK;
         let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q5_PACKED_BLOCK_BYTES];
         let mut packed = data.chunks_exact_mut(Q5_PACKED_BLOCK_BYTES);
@@ -251,12 +241,15 @@ pub fn packed_q5_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::kernels::packed::tests::check_packed_linear;
+    use crate::cpu::kernels::packed::tests::{
+        check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
+        BoundLinear,
+    };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
-    use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
-    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
-    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
+    use crate::cpu::kernels::qkernel::tests::random_blocks;
+    use crate::cpu::kernels::qkernel::SimdLevel;
+    use crate::cpu::kernels::test_util::Rng;
 
     const TYPES: [QuantType; 2] = [QuantType::Q5_0, QuantType::Q5_1];
 
@@ -266,17 +259,11 @@ mod tests {
     fn unpacked_rows_equal_the_dequantized_rows() {
         let mut rng = Rng::new(71);
         for qt in TYPES {
-            let (rows, nb) = (16, 5);
-            let w = random_blocks(&mut rng, qt, rows * nb);
-            let m = QuantMatrix::new(qt, &w, rows, nb * BLOCK).unwrap();
-            let p = PackedQ5::pack(&m).unwrap();
-            let mut want = vec![0.0f32; rows * nb * BLOCK];
-            qt.dequantize_blocks(&w, &mut want);
-            for r in 0..rows {
-                let mut got = vec![f32::NAN; nb * BLOCK];
-                PackedQ5::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
-                assert_eq!(got, want[r * nb * BLOCK..][..nb * BLOCK], "{qt} row {r}");
-            }
+            let (rows, cols) = (16, 5 * BLOCK);
+            let w = random_blocks(&mut rng, qt, rows * cols / BLOCK);
+            let p = PackedQ5::pack(&QuantMatrix::new(qt, &w, rows, cols).unwrap()).unwrap();
+            let groups = |g| p.groups(g, 1);
+            check_unpacked_rows(qt, &w, [rows, cols], &groups, PackedQ5::unpack_row);
         }
     }
 
@@ -306,33 +293,19 @@ mod tests {
         }
     }
 
-    /// Batch invariance: each activation row gets exactly the result it
-    /// gets alone, whatever shares its token tile or row block and however
-    /// the groups are split over threads.
+    /// Batch invariance (see `check_rows_alone`).
     #[test]
     fn each_row_equals_the_row_alone() {
         let mut rng = Rng::new(73);
-        let (p1, p2) = (pool1(), pool2());
-        for level in SimdLevel::FASTEST_FIRST {
-            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
-                continue;
-            };
-            for qt in TYPES {
-                for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24)] {
-                    let in_f = nb * BLOCK;
-                    let w = random_blocks(&mut rng, qt, out_f * nb);
-                    let m = QuantMatrix::new(qt, &w, out_f, in_f).unwrap();
-                    let p = PackedQ5::pack(&m).unwrap();
-                    let x = rng.vec(rows * in_f, 1.0);
-                    let mut all = vec![f32::NAN; rows * out_f];
-                    packed_q5_linear(k, &x, rows, &p, None, &mut all, &p2);
-                    for (t, want) in all.chunks_exact(out_f).enumerate() {
-                        let mut one = vec![f32::NAN; out_f];
-                        let xt = &x[t * in_f..(t + 1) * in_f];
-                        packed_q5_linear(k, xt, 1, &p, None, &mut one, &p1);
-                        assert_eq!(one, want, "{level:?} {qt} row {t} of {rows}");
-                    }
-                }
+        for qt in TYPES {
+            for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24)] {
+                let in_f = nb * BLOCK;
+                let w = random_blocks(&mut rng, qt, out_f * nb);
+                let p = PackedQ5::pack(&QuantMatrix::new(qt, &w, out_f, in_f).unwrap()).unwrap();
+                let x = rng.vec(rows * in_f, 1.0);
+                let linear: &BoundLinear<'_> =
+                    &|k, x, rows, y, pool| packed_q5_linear(k, x, rows, &p, None, y, pool);
+                check_rows_alone(linear, &x, rows, out_f, false, &qt.to_string());
             }
         }
     }
@@ -341,12 +314,6 @@ mod tests {
     /// AVX2 ones bit for bit.
     #[test]
     fn vnni_group_dot_equals_avx2() {
-        let (Some(vnni), Some(avx2)) = (
-            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx512),
-            kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx2),
-        ) else {
-            return;
-        };
         let mut rng = Rng::new(74);
         for qt in TYPES {
             let nb = 9;
@@ -357,15 +324,8 @@ mod tests {
                 .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
                 .collect();
             let xs: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
-            for groups in 1..=2 {
-                for t in 1..=TILE_TOKENS {
-                    let mut a = vec![[0.0; GROUP_ROWS]; groups * t];
-                    let mut b = vec![[f32::NAN; GROUP_ROWS]; groups * t];
-                    avx2.packed_dot::<Q5Format>(p.groups(0, groups), &xs[..t], &mut a);
-                    vnni.packed_dot::<Q5Format>(p.groups(0, groups), &xs[..t], &mut b);
-                    assert_eq!(a, b, "{qt}: {groups} groups, {t} rows");
-                }
-            }
+            let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
+            check_group_products::<Q5Format>(p.groups(0, 2), &xs, &levels, &qt.to_string());
         }
     }
 

@@ -26,11 +26,12 @@
 //! level, so all levels give the same bits.
 
 use half::f16;
-use mllm_core::{Error, Result};
+use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, group_outputs, quantize_rows, PackedData, PackedFormat, GROUP_ROWS,
+    by_row_blocks, check_packable, group_outputs, quantize_rows, PackedData, PackedFormat,
+    GROUP_ROWS,
 };
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
@@ -62,17 +63,8 @@ impl PackedQ6K {
     /// Repacks `w`; fails when it is not Q6_K or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ6K> {
-        let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
-        if qt != QuantType::Q6K {
-            return Err(Error::UnsupportedDType(format!(
-                "only q6_k weights can be packed as q6_k, not {qt}"
-            )));
-        }
-        if !rows.is_multiple_of(GROUP_ROWS) {
-            return Err(Error::InvalidInput(format!(
-                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
-            )));
-        }
+        let (rows, cols) = (w.rows(), w.cols());
+        check_packable(w, &[QuantType::Q6K], "q6_k")?;
         let supers = cols / q6_k::BLOCK_LEN;
         let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
         let mut packed = data.chunks_exact_mut(SUPER_BYTES);
@@ -291,12 +283,15 @@ pub fn packed_q6k_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::kernels::packed::tests::check_packed_linear;
+    use crate::cpu::kernels::packed::tests::{
+        check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
+        BoundLinear,
+    };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
-    use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
-    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
-    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
+    use crate::cpu::kernels::qkernel::tests::random_blocks;
+    use crate::cpu::kernels::qkernel::SimdLevel;
+    use crate::cpu::kernels::test_util::Rng;
 
     const QT: QuantType = QuantType::Q6K;
 
@@ -309,13 +304,8 @@ mod tests {
         let cols = supers * q6_k::BLOCK_LEN;
         let w = random_blocks(&mut rng, QT, rows * supers);
         let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
-        let mut want = vec![0.0f32; rows * cols];
-        QT.dequantize_blocks(&w, &mut want);
-        for r in 0..rows {
-            let mut got = vec![f32::NAN; cols];
-            PackedQ6K::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
-            assert_eq!(got, want[r * cols..(r + 1) * cols], "row {r}");
-        }
+        let groups = |g| p.groups(g, 1);
+        check_unpacked_rows(QT, &w, [rows, cols], &groups, PackedQ6K::unpack_row);
     }
 
     /// The packed Q6_K layer matches the f64 product of the dequantized
@@ -346,34 +336,19 @@ mod tests {
 
     /// Every level gives the portable kernel's bits, for each row alone
     /// and in any batch, however the groups are split over threads (batch
-    /// invariance), and the 512-bit two-group product too.
+    /// invariance; see `check_rows_alone`).
     #[test]
     fn every_level_and_every_row_alone_give_the_same_bits() {
         let mut rng = Rng::new(63);
-        let (p1, p2) = (pool1(), pool2());
-        let scalar = kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Scalar).unwrap();
         for &(rows, supers, out_f) in &[(3, 1, 64), (6, 2, 40), (131, 1, 24)] {
             let in_f = supers * q6_k::BLOCK_LEN;
             let w = random_blocks(&mut rng, QT, out_f * supers);
             let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, out_f, in_f).unwrap()).unwrap();
             let x = rng.vec(rows * in_f, 1.0);
             let b = rng.vec(out_f, 1.0);
-            let mut want = vec![f32::NAN; rows * out_f];
-            packed_q6k_linear(scalar, &x, rows, &p, Some(&b), &mut want, &p1);
-            for level in SimdLevel::FASTEST_FIRST {
-                let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
-                    continue;
-                };
-                let mut all = vec![f32::NAN; rows * out_f];
-                packed_q6k_linear(k, &x, rows, &p, Some(&b), &mut all, &p2);
-                assert_eq!(all, want, "{level:?} rows={rows}");
-                for (t, want) in all.chunks_exact(out_f).enumerate() {
-                    let mut one = vec![f32::NAN; out_f];
-                    let xt = &x[t * in_f..(t + 1) * in_f];
-                    packed_q6k_linear(k, xt, 1, &p, Some(&b), &mut one, &p1);
-                    assert_eq!(one, want, "{level:?} row {t} of {rows}");
-                }
-            }
+            let linear: &BoundLinear<'_> =
+                &|k, x, rows, y, pool| packed_q6k_linear(k, x, rows, &p, Some(&b), y, pool);
+            check_rows_alone(linear, &x, rows, out_f, true, "q6_k");
         }
     }
 
@@ -398,22 +373,8 @@ mod tests {
                 half_sums: s,
             })
             .collect();
-        for level in SimdLevel::FASTEST_FIRST {
-            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
-                continue;
-            };
-            for groups in 1..=2 {
-                for t in 1..=TILE_TOKENS {
-                    let mut want = vec![[0.0; GROUP_ROWS]; groups * t];
-                    for g in 0..groups {
-                        group_dot(p.groups(g, 1), &xs[..t], &mut want[g * t..(g + 1) * t]);
-                    }
-                    let mut got = vec![[f32::NAN; GROUP_ROWS]; groups * t];
-                    k.packed_dot::<Q6KFormat>(p.groups(0, groups), &xs[..t], &mut got);
-                    assert_eq!(got, want, "{level:?}: {groups} groups, {t} rows");
-                }
-            }
-        }
+        let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
+        check_group_products::<Q6KFormat>(p.groups(0, 2), &xs, &levels, "q6_k");
     }
 
     #[test]

@@ -16,11 +16,12 @@
 //! instruction sets give the same results bit for bit.
 
 use mllm_core::file::TensorData;
-use mllm_core::{DType, Error, Result};
+use mllm_core::{DType, Result};
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, group_outputs, quantize_rows, PackedData, PackedFormat, GROUP_ROWS,
+    by_row_blocks, check_packable, group_outputs, quantize_rows, PackedData, PackedFormat,
+    GROUP_ROWS,
 };
 use super::qact::{Q16Row, BLOCK, NARROW};
 use super::qkernel::QuantKernel;
@@ -42,17 +43,8 @@ impl PackedQ8 {
     /// Repacks `w`; fails when it is not Q8_0 or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ8> {
-        let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
-        if qt != QuantType::Q8_0 {
-            return Err(Error::UnsupportedDType(format!(
-                "only q8_0 weights can be packed as q8_0, not {qt}"
-            )));
-        }
-        if !rows.is_multiple_of(GROUP_ROWS) {
-            return Err(Error::InvalidInput(format!(
-                "{rows} rows are not a whole number of {GROUP_ROWS}-row groups"
-            )));
-        }
+        let (rows, cols) = (w.rows(), w.cols());
+        check_packable(w, &[QuantType::Q8_0], "q8_0")?;
         let nb = cols / BLOCK;
         let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q8_PACKED_BLOCK_BYTES];
         let mut packed = data.chunks_exact_mut(Q8_PACKED_BLOCK_BYTES);
@@ -240,12 +232,13 @@ pub fn packed_q8_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::kernels::packed::tests::check_packed_linear;
+    use crate::cpu::kernels::packed::tests::{
+        check_packed_linear, check_rows_alone, check_unpacked_rows, BoundLinear,
+    };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
-    use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
-    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
-    use crate::cpu::kernels::test_util::{pool1, pool2, Rng};
+    use crate::cpu::kernels::qkernel::tests::random_blocks;
+    use crate::cpu::kernels::test_util::Rng;
 
     /// Q8_0 blocks whose quants include the extremes −128 and 127.
     fn blocks_with_extremes(rng: &mut Rng, n: usize) -> Vec<u8> {
@@ -300,17 +293,18 @@ mod tests {
     #[test]
     fn unpacked_rows_equal_the_dequantized_rows() {
         let mut rng = Rng::new(44);
-        let (rows, nb) = (16, 3);
-        let w = blocks_with_extremes(&mut rng, rows * nb);
-        let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, nb * BLOCK).unwrap();
+        let (rows, cols) = (16, 3 * BLOCK);
+        let w = blocks_with_extremes(&mut rng, rows * cols / BLOCK);
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, cols).unwrap();
         let p = PackedQ8::pack(&m).unwrap();
-        let mut want = vec![0.0f32; rows * nb * BLOCK];
-        QuantType::Q8_0.dequantize_blocks(&w, &mut want);
-        for r in 0..rows {
-            let mut got = vec![f32::NAN; nb * BLOCK];
-            PackedQ8::unpack_row(p.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
-            assert_eq!(got, want[r * nb * BLOCK..(r + 1) * nb * BLOCK], "row {r}");
-        }
+        let groups = |g| p.groups(g, 1);
+        check_unpacked_rows(
+            QuantType::Q8_0,
+            &w,
+            [rows, cols],
+            &groups,
+            PackedQ8::unpack_row,
+        );
     }
 
     #[test]
@@ -344,7 +338,8 @@ mod tests {
 
     /// Every instruction set gives the portable results bit for bit, and
     /// each activation row gets exactly what it gets alone, whatever shares
-    /// its tile and however the groups are split over threads.
+    /// its tile and however the groups are split over threads (see
+    /// `check_rows_alone`).
     #[test]
     fn every_level_and_every_row_alone_give_the_same_bits() {
         let mut rng = Rng::new(53);
@@ -354,21 +349,8 @@ mod tests {
         let m = QuantMatrix::new(QuantType::Q8_0, &w, out_f, in_f).unwrap();
         let p = PackedQ8::pack(&m).unwrap();
         let x = rng.vec(rows * in_f, 4.0);
-        let scalar = QuantKernel::with_level(QuantPath::Int16Activations, SimdLevel::Scalar);
-        let mut want = vec![f32::NAN; rows * out_f];
-        packed_q8_linear(scalar.unwrap(), &x, rows, &p, None, &mut want, &pool1());
-        for level in SimdLevel::FASTEST_FIRST {
-            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
-                continue;
-            };
-            let mut all = vec![f32::NAN; rows * out_f];
-            packed_q8_linear(k, &x, rows, &p, None, &mut all, &pool2());
-            assert_eq!(all, want, "{level:?} differs from the portable kernel");
-            for (t, want) in all.chunks_exact(out_f).enumerate() {
-                let mut one = vec![f32::NAN; out_f];
-                packed_q8_linear(k, &x[t * in_f..][..in_f], 1, &p, None, &mut one, &pool1());
-                assert_eq!(one, want, "{level:?} row {t} of {rows}");
-            }
-        }
+        let linear: &BoundLinear<'_> =
+            &|k, x, rows, y, pool| packed_q8_linear(k, x, rows, &p, None, y, pool);
+        check_rows_alone(linear, &x, rows, out_f, true, "q8_0");
     }
 }

@@ -16,27 +16,67 @@ use crate::cpu::kernels::packed_q5::{packed_q5_linear, PackedQ5};
 use crate::cpu::kernels::packed_q6k::{packed_q6k_linear, PackedQ6K};
 use crate::cpu::kernels::packed_q8::{packed_q8_linear, PackedQ8};
 use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
-use crate::cpu::kernels::qmatmul::quant_linear;
+use crate::cpu::kernels::qmatmul::{quant_linear, QuantMatrix};
 use crate::cpu::weights::{
     load_f32_vector, AnyMatrix, FloatSlice, MatrixSlice, MatrixWeight, PackedMatrix,
 };
+use crate::quant::QuantType;
 
 /// A linear layer's weight as its kernels read it.
 enum LinearWeight {
     /// In the file's layout (mostly read in place from the map).
     Plain(MatrixWeight),
-    /// Q4_0 / Q4_1 for the packed integer kernel: repacked at load, with
-    /// the mapped weight it was copied from (kept to release its pages),
-    /// or stored packed in the file and read in place (`None`).
-    PackedQ4(PackedQ4, Option<MatrixWeight>),
-    /// Q8_0 packed the same way.
-    PackedQ8(PackedQ8, Option<MatrixWeight>),
-    /// Q5_0 / Q5_1 repacked at load, with its mapped source.
-    PackedQ5(PackedQ5, MatrixWeight),
-    /// Q4_K repacked at load, with its mapped source.
-    PackedQ4K(PackedQ4K, MatrixWeight),
-    /// Q6_K repacked at load, with its mapped source.
-    PackedQ6K(PackedQ6K, MatrixWeight),
+    /// In a packed layout for an integer kernel: repacked at load, with the
+    /// mapped weight it was copied from (kept to release its pages), or
+    /// stored packed in the file and read in place (`None`).
+    Packed(PackedWeight, Option<MatrixWeight>),
+}
+
+/// A weight in one of the packed layouts.
+enum PackedWeight {
+    Q4(PackedQ4),
+    Q5(PackedQ5),
+    Q8(PackedQ8),
+    Q4K(PackedQ4K),
+    Q6K(PackedQ6K),
+}
+
+impl PackedWeight {
+    /// `m` repacked in its type's layout, if it has one and `m` fits it
+    /// (see each layout's `pack`).
+    fn pack(m: &QuantMatrix<'_>) -> Option<PackedWeight> {
+        match m.quant_type() {
+            QuantType::Q4_0 | QuantType::Q4_1 => PackedQ4::pack(m).ok().map(PackedWeight::Q4),
+            QuantType::Q5_0 | QuantType::Q5_1 => PackedQ5::pack(m).ok().map(PackedWeight::Q5),
+            QuantType::Q8_0 => PackedQ8::pack(m).ok().map(PackedWeight::Q8),
+            QuantType::Q4K => PackedQ4K::pack(m).ok().map(PackedWeight::Q4K),
+            QuantType::Q6K => PackedQ6K::pack(m).ok().map(PackedWeight::Q6K),
+            QuantType::Q5K
+            | QuantType::Q2K
+            | QuantType::Q3K
+            | QuantType::IQ4NL
+            | QuantType::IQ4XS => None,
+        }
+    }
+
+    /// The layer's product with this weight (see `packed_linear`).
+    fn linear(
+        &self,
+        k: QuantKernel,
+        x: &[f32],
+        rows: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+        pool: &ThreadPool,
+    ) {
+        match self {
+            PackedWeight::Q4(w) => packed_linear(k, x, rows, w, bias, y, pool),
+            PackedWeight::Q5(w) => packed_q5_linear(k, x, rows, w, bias, y, pool),
+            PackedWeight::Q8(w) => packed_q8_linear(k, x, rows, w, bias, y, pool),
+            PackedWeight::Q4K(w) => packed_q4k_linear(k, x, rows, w, bias, y, pool),
+            PackedWeight::Q6K(w) => packed_q6k_linear(k, x, rows, w, bias, y, pool),
+        }
+    }
 }
 
 /// The CPU linear layer.
@@ -81,8 +121,12 @@ impl Op for LinearOp {
         let shape = [p.out_features, p.in_features];
         self.weight = Some(
             match AnyMatrix::load(weights, &p.weight, shape, "linear")? {
-                AnyMatrix::Packed(PackedMatrix::Q4(w)) => LinearWeight::PackedQ4(w, None),
-                AnyMatrix::Packed(PackedMatrix::Q8(w)) => LinearWeight::PackedQ8(w, None),
+                AnyMatrix::Packed(PackedMatrix::Q4(w)) => {
+                    LinearWeight::Packed(PackedWeight::Q4(w), None)
+                }
+                AnyMatrix::Packed(PackedMatrix::Q8(w)) => {
+                    LinearWeight::Packed(PackedWeight::Q8(w), None)
+                }
                 AnyMatrix::Plain(w) => pack_if_faster(w, self.quant),
             },
         );
@@ -95,14 +139,7 @@ impl Op for LinearOp {
     }
 
     fn loaded(&mut self) {
-        if let Some(
-            LinearWeight::PackedQ4(_, Some(source))
-            | LinearWeight::PackedQ8(_, Some(source))
-            | LinearWeight::PackedQ5(_, source)
-            | LinearWeight::PackedQ4K(_, source)
-            | LinearWeight::PackedQ6K(_, source),
-        ) = &self.weight
-        {
+        if let Some(LinearWeight::Packed(_, Some(source))) = &self.weight {
             source.release_pages();
         }
     }
@@ -128,24 +165,8 @@ impl Op for LinearOp {
         let bias = self.bias.as_deref();
         let (inf, outf, pool) = (p.in_features, p.out_features, &*self.pool);
         let w = match w {
-            LinearWeight::PackedQ4(w, _) => {
-                packed_linear(self.quant, x.data, rows, w, bias, output, pool);
-                return Ok(());
-            }
-            LinearWeight::PackedQ8(w, _) => {
-                packed_q8_linear(self.quant, x.data, rows, w, bias, output, pool);
-                return Ok(());
-            }
-            LinearWeight::PackedQ5(w, _) => {
-                packed_q5_linear(self.quant, x.data, rows, w, bias, output, pool);
-                return Ok(());
-            }
-            LinearWeight::PackedQ4K(w, _) => {
-                packed_q4k_linear(self.quant, x.data, rows, w, bias, output, pool);
-                return Ok(());
-            }
-            LinearWeight::PackedQ6K(w, _) => {
-                packed_q6k_linear(self.quant, x.data, rows, w, bias, output, pool);
+            LinearWeight::Packed(w, _) => {
+                w.linear(self.quant, x.data, rows, bias, output, pool);
                 return Ok(());
             }
             LinearWeight::Plain(w) => w,
@@ -168,8 +189,8 @@ impl Op for LinearOp {
 
 /// `weight` repacked for a packed kernel when `kernel` uses them and the
 /// weight is Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K with a row
-/// count that is a multiple of eight; the mapped bytes then leave memory. Otherwise `weight`
-/// unchanged.
+/// count that is a multiple of eight; the mapped bytes then leave memory.
+/// Otherwise `weight` unchanged.
 fn pack_if_faster(weight: MatrixWeight, kernel: QuantKernel) -> LinearWeight {
     let MatrixSlice::Quant(m) = weight.slice() else {
         return LinearWeight::Plain(weight);
@@ -177,25 +198,11 @@ fn pack_if_faster(weight: MatrixWeight, kernel: QuantKernel) -> LinearWeight {
     if !kernel.repacks_weights() {
         return LinearWeight::Plain(weight);
     }
-    if let Ok(p) = PackedQ4::pack(&m) {
-        weight.release_pages();
-        return LinearWeight::PackedQ4(p, Some(weight));
+    match PackedWeight::pack(&m) {
+        Some(p) => {
+            weight.release_pages();
+            LinearWeight::Packed(p, Some(weight))
+        }
+        None => LinearWeight::Plain(weight),
     }
-    if let Ok(p) = PackedQ8::pack(&m) {
-        weight.release_pages();
-        return LinearWeight::PackedQ8(p, Some(weight));
-    }
-    if let Ok(p) = PackedQ5::pack(&m) {
-        weight.release_pages();
-        return LinearWeight::PackedQ5(p, weight);
-    }
-    if let Ok(p) = PackedQ4K::pack(&m) {
-        weight.release_pages();
-        return LinearWeight::PackedQ4K(p, weight);
-    }
-    if let Ok(p) = PackedQ6K::pack(&m) {
-        weight.release_pages();
-        return LinearWeight::PackedQ6K(p, weight);
-    }
-    LinearWeight::Plain(weight)
 }

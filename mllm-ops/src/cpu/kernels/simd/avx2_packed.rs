@@ -36,27 +36,43 @@ pub(crate) fn word(x: &[i8; BLOCK], at: usize) -> __m256i {
     _mm256_set1_epi32(i32::from_le_bytes(w))
 }
 
-/// The eight outputs of one packed group for `T` activation rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
-    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
-    let nb = xs[0].d.len();
-    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let mut acc = [_mm256_setzero_ps(); T];
-    let blocks = group[..nb * PACKED_BLOCK_BYTES]
-        .as_chunks::<PACKED_BLOCK_BYTES>()
-        .0;
-    for (i, blk) in blocks.iter().enumerate() {
-        let (sum_hi, sum_lo) = block_sums(&blk[32..], his.map(|h| &h[i]), los.map(|l| &l[i]));
-        let scales = block_scales(blk);
-        for t in 0..T {
-            acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+/// Defines `tile::<T>`, the eight outputs of one packed group for `T`
+/// 16-bit activation rows, for a layout of `$block_bytes` per block of 32
+/// columns that starts with the eight rows' f16 scales `d` and offsets `m`
+/// (see [`block_scales`]) followed by the block's bits:
+/// `$sums(bits, his, los)` gives the block's 32-bit plane sums (as
+/// [`block_sums`] does) and [`add_block`] the float step. The packed Q4
+/// and Q5 kernels of every instruction set share it.
+macro_rules! scaled_block_tile {
+    ($features:literal, $block_bytes:expr, $sums:path) => {
+        /// The eight outputs of one packed group for `T` activation rows.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
+            use $crate::cpu::kernels::packed::NIBBLES_AT;
+            use $crate::cpu::kernels::simd::avx2_packed::{add_block, block_scales};
+            let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+            let nb = xs[0].d.len();
+            let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+            let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let blocks = group[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
+            for (i, blk) in blocks.iter().enumerate() {
+                let (sum_hi, sum_lo) =
+                    $sums(&blk[NIBBLES_AT..], his.map(|h| &h[i]), los.map(|l| &l[i]));
+                let scales = block_scales(blk);
+                for t in 0..T {
+                    acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+                }
+            }
+            acc
         }
-    }
-    acc
+    };
 }
+
+pub(crate) use scaled_block_tile;
+
+scaled_block_tile!("avx2,fma,f16c", PACKED_BLOCK_BYTES, block_sums);
 
 /// The eight rows' 32-bit sums of one block of 32 columns over the high
 /// and the low activation planes of `T` rows (`his[t]`, `los[t]`), from
@@ -96,11 +112,11 @@ pub(crate) fn block_sums<const T: usize>(
     )
 }
 
-/// The eight rows' f16 scales `d` and offsets `m` (zero for Q4_0) of a
-/// packed block, as f32.
+/// The eight rows' f16 scales `d` and offsets `m` (zero for Q4_0) at the
+/// start of a packed Q4 or Q5 block, as f32.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn block_scales(blk: &[u8; PACKED_BLOCK_BYTES]) -> (__m256, __m256) {
+pub(crate) fn block_scales(blk: &[u8]) -> (__m256, __m256) {
     (f16x8(&blk[..16]), f16x8(&blk[16..32]))
 }
 

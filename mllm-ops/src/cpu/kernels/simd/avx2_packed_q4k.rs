@@ -10,42 +10,55 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
-use super::avx2_packed::{add_block, block_sums, f16x8};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::packed_q4k::{
-    MINS_AT, NIBBLES_AT, NIBBLE_BYTES, SCALES_AT, SUB_BLOCKS, SUPER_BYTES,
-};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
-/// The eight outputs of one packed group for `T` activation rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
-    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
-    let nb = xs[0].d.len();
-    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let mut acc = [_mm256_setzero_ps(); T];
-    let supers = group[..nb / SUB_BLOCKS * SUPER_BYTES]
-        .as_chunks::<SUPER_BYTES>()
-        .0;
-    for (s, sb) in supers.iter().enumerate() {
-        let d = f16x8(&sb[..16]);
-        let neg_dmin = _mm256_xor_ps(f16x8(&sb[16..32]), _mm256_set1_ps(-0.0));
-        for j in 0..SUB_BLOCKS {
-            let i = s * SUB_BLOCKS + j;
-            let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..];
-            let (sum_hi, sum_lo) = block_sums(nibbles, his.map(|h| &h[i]), los.map(|l| &l[i]));
-            let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);
-            let m = u8x8(&sb[MINS_AT + GROUP_ROWS * j..]);
-            let scales = (_mm256_mul_ps(d, sc), _mm256_mul_ps(neg_dmin, m));
-            for t in 0..T {
-                acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+/// Defines `tile::<T>`, the eight outputs of one packed Q4_K group for `T`
+/// activation rows, over a module's packed Q4 block sums `$sums` (as
+/// `avx2_packed::block_sums`); the AVX2 and the AVX-512 VNNI kernels share
+/// it.
+macro_rules! q4k_tile {
+    ($features:literal, $sums:path) => {
+        /// The eight outputs of one packed group for `T` activation rows.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
+            use $crate::cpu::kernels::packed_q4k::{
+                MINS_AT, NIBBLES_AT, NIBBLE_BYTES, SCALES_AT, SUB_BLOCKS, SUPER_BYTES,
+            };
+            use $crate::cpu::kernels::simd::avx2_packed::{add_block, f16x8};
+            use $crate::cpu::kernels::simd::avx2_packed_q4k::u8x8;
+            let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+            let nb = xs[0].d.len();
+            let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+            let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let supers = group[..nb / SUB_BLOCKS * SUPER_BYTES]
+                .as_chunks::<SUPER_BYTES>()
+                .0;
+            for (s, sb) in supers.iter().enumerate() {
+                let d = f16x8(&sb[..16]);
+                let neg_dmin = _mm256_xor_ps(f16x8(&sb[16..32]), _mm256_set1_ps(-0.0));
+                for j in 0..SUB_BLOCKS {
+                    let i = s * SUB_BLOCKS + j;
+                    let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..];
+                    let (sum_hi, sum_lo) = $sums(nibbles, his.map(|h| &h[i]), los.map(|l| &l[i]));
+                    let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);
+                    let m = u8x8(&sb[MINS_AT + GROUP_ROWS * j..]);
+                    let scales = (_mm256_mul_ps(d, sc), _mm256_mul_ps(neg_dmin, m));
+                    for t in 0..T {
+                        acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+                    }
+                }
             }
+            acc
         }
-    }
-    acc
+    };
 }
+
+pub(crate) use q4k_tile;
+
+q4k_tile!("avx2,fma,f16c", super::avx2_packed::block_sums);
 
 /// The eight bytes at the start of `b` as f32.
 #[target_feature(enable = "avx2,fma,f16c")]

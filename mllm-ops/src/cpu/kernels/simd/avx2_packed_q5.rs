@@ -11,43 +11,22 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::{add_block, f16x8, word};
-use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::packed_q5::{NIBBLES_AT, Q5_PACKED_BLOCK_BYTES, TOP_AT};
+use super::avx2_packed::word;
+use crate::cpu::kernels::packed::{GROUP_ROWS, NIBBLES_AT, TILE_TOKENS};
+use crate::cpu::kernels::packed_q5::{Q5_PACKED_BLOCK_BYTES, TOP_AT};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
-/// The eight outputs of one packed group for `T` activation rows.
+/// The four chunks' five-bit values of a packed block from its bits (the
+/// nibbles, then the fifth bits): `[low, high]` halves (columns
+/// `4c..4c + 4` and `16 + 4c..16 + 4c + 4`) of chunk `c`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
-    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
-    let nb = xs[0].d.len();
-    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let mut acc = [_mm256_setzero_ps(); T];
-    let blocks = group[..nb * Q5_PACKED_BLOCK_BYTES]
-        .as_chunks::<Q5_PACKED_BLOCK_BYTES>()
-        .0;
-    for (i, blk) in blocks.iter().enumerate() {
-        let (sum_hi, sum_lo) = block_sums(blk, his.map(|h| &h[i]), los.map(|l| &l[i]));
-        let scales = (f16x8(&blk[..16]), f16x8(&blk[16..32]));
-        for t in 0..T {
-            acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
-        }
-    }
-    acc
-}
-
-/// The four chunks' five-bit values of a packed block: `[low, high]` halves
-/// (columns `4c..4c + 4` and `16 + 4c..16 + 4c + 4`) of chunk `c`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(crate) fn values(blk: &[u8]) -> [[__m256i; 2]; 4] {
+pub(crate) fn values(bits: &[u8]) -> [[__m256i; 2]; 4] {
     let low4 = _mm256_set1_epi8(0x0F);
     let bit4 = _mm256_set1_epi8(0x10);
-    let mut top = load32(&blk[TOP_AT..]);
+    let mut top = load32(&bits[TOP_AT - NIBBLES_AT..]);
     std::array::from_fn(|c| {
-        let v = load32(&blk[NIBBLES_AT + 32 * c..]);
+        let v = load32(&bits[32 * c..]);
         let w = [
             _mm256_or_si256(
                 _mm256_and_si256(v, low4),
@@ -63,17 +42,17 @@ pub(crate) fn values(blk: &[u8]) -> [[__m256i; 2]; 4] {
     })
 }
 
-/// The eight rows' 32-bit sums of one packed block over the high and the
-/// low activation planes of `T` rows.
+/// The eight rows' 32-bit sums of one packed block (from its bits) over
+/// the high and the low activation planes of `T` rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn block_sums<const T: usize>(
-    blk: &[u8],
+    bits: &[u8],
     his: [&[i8; BLOCK]; T],
     los: [&[i8; BLOCK]; T],
 ) -> ([__m256i; T], [__m256i; T]) {
     let ones = _mm256_set1_epi16(1);
-    let w = values(blk);
+    let w = values(bits);
     let mut sum_hi = [_mm256_setzero_si256(); T];
     let mut sum_lo = [_mm256_setzero_si256(); T];
     for t in 0..T {
@@ -92,5 +71,7 @@ fn block_sums<const T: usize>(
     }
     (sum_hi, sum_lo)
 }
+
+super::avx2_packed::scaled_block_tile!("avx2,fma,f16c", Q5_PACKED_BLOCK_BYTES, block_sums);
 
 super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q16Row<'_, WIDE>);

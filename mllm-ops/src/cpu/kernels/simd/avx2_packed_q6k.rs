@@ -15,50 +15,65 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::{f16x8, word};
+use super::avx2_packed::word;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::packed_q6k::{
-    Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
-};
+use crate::cpu::kernels::packed_q6k::{Q6KInput, NIBBLE_BYTES};
 use crate::cpu::kernels::qact::BLOCK;
 
-/// The eight outputs of one packed group for `T` activation rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn tile<const T: usize>(group: &[u8], xs: &[Q6KInput<'_>]) -> [__m256; T] {
-    let xs: [Q6KInput<'_>; T] = std::array::from_fn(|t| xs[t]);
-    let nb = xs[0].x.d.len();
-    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let mut acc = [_mm256_setzero_ps(); T];
-    let supers = group[..nb / BLOCKS * SUPER_BYTES]
-        .as_chunks::<SUPER_BYTES>()
-        .0;
-    for (s, sb) in supers.iter().enumerate() {
-        let d = f16x8(&sb[..16]);
-        for j in 0..BLOCKS {
-            let i = s * BLOCKS + j;
-            let [first, second] = values(&sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS]);
-            let scale = |h: usize| _mm256_mul_ps(d, i8x8(&sb[SCALES_AT + GROUP_ROWS * h..]));
-            let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
-            for t in 0..T {
-                let (h, l) = (&his[t][i], &los[t][i]);
-                let sum0 = plane_sums(&first, h, l, 0);
-                let sum1 = plane_sums(&second, h, l, 16);
-                let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
-                acc[t] = add_half(acc[t], sum0, hs[2 * i], scale0, dx);
-                acc[t] = add_half(acc[t], sum1, hs[2 * i + 1], scale1, dx);
+/// Defines `tile::<T>`, the eight outputs of one packed Q6_K group for `T`
+/// activation rows, over a module's half-block sums `$plane_sums` (as
+/// [`plane_sums`]); the AVX2 and the AVX-512 VNNI kernels share it.
+macro_rules! q6k_tile {
+    ($features:literal, $plane_sums:path) => {
+        /// The eight outputs of one packed group for `T` activation rows.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn tile<const T: usize>(group: &[u8], xs: &[Q6KInput<'_>]) -> [__m256; T] {
+            use $crate::cpu::kernels::packed_q6k::{
+                BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES,
+            };
+            use $crate::cpu::kernels::simd::avx2_packed::f16x8;
+            use $crate::cpu::kernels::simd::avx2_packed_q6k::{add_half, i8x8, values};
+            let xs: [Q6KInput<'_>; T] = std::array::from_fn(|t| xs[t]);
+            let nb = xs[0].x.d.len();
+            let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
+            let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let supers = group[..nb / BLOCKS * SUPER_BYTES]
+                .as_chunks::<SUPER_BYTES>()
+                .0;
+            for (s, sb) in supers.iter().enumerate() {
+                let d = f16x8(&sb[..16]);
+                for j in 0..BLOCKS {
+                    let i = s * BLOCKS + j;
+                    let [first, second] = values(&sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS]);
+                    let scale =
+                        |h: usize| _mm256_mul_ps(d, i8x8(&sb[SCALES_AT + GROUP_ROWS * h..]));
+                    let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
+                    for t in 0..T {
+                        let (h, l) = (&his[t][i], &los[t][i]);
+                        let sum0 = $plane_sums(&first, h, l, 0);
+                        let sum1 = $plane_sums(&second, h, l, 16);
+                        let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
+                        acc[t] = add_half(acc[t], sum0, hs[2 * i], scale0, dx);
+                        acc[t] = add_half(acc[t], sum1, hs[2 * i + 1], scale1, dx);
+                    }
+                }
             }
+            acc
         }
-    }
-    acc
+    };
 }
+
+pub(crate) use q6k_tile;
+
+q6k_tile!("avx2,fma,f16c", plane_sums);
 
 /// The 6-bit values of one block's bits: four registers (one per chunk)
 /// for the first 16 columns and four for the last 16.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn values(bits: &[u8]) -> [[__m256i; 4]; 2] {
+pub(crate) fn values(bits: &[u8]) -> [[__m256i; 4]; 2] {
     let low4 = _mm256_set1_epi8(0x0F);
     let top2 = _mm256_set1_epi8(0x30);
     let mut out = [[_mm256_setzero_si256(); 4]; 2];
@@ -107,7 +122,7 @@ fn plane_sums(w: &[__m256i; 4], hi: &[i8; BLOCK], lo: &[i8; BLOCK], base: usize)
 /// contribution to the eight rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn add_half(acc: __m256, sum: __m256i, half_sum: i32, scale: __m256, dx: f32) -> __m256 {
+pub(crate) fn add_half(acc: __m256, sum: __m256i, half_sum: i32, scale: __m256, dx: f32) -> __m256 {
     let p = _mm256_sub_epi32(sum, _mm256_set1_epi32(32 * half_sum));
     let scale = _mm256_mul_ps(scale, _mm256_set1_ps(dx));
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc)

@@ -18,31 +18,15 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::{add_block, block_scales, word};
-use crate::cpu::kernels::packed::{GROUP_ROWS, PACKED_BLOCK_BYTES, TILE_TOKENS};
+use super::avx2_packed::word;
+use crate::cpu::kernels::packed::{GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES, TILE_TOKENS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
-/// The eight outputs of one packed group for `T` activation rows.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
-    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
-    let nb = xs[0].d.len();
-    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let mut acc = [_mm256_setzero_ps(); T];
-    let blocks = group[..nb * PACKED_BLOCK_BYTES]
-        .as_chunks::<PACKED_BLOCK_BYTES>()
-        .0;
-    for (i, blk) in blocks.iter().enumerate() {
-        let (sum_hi, sum_lo) = block_sums(&blk[32..], his.map(|h| &h[i]), los.map(|l| &l[i]));
-        let scales = block_scales(blk);
-        for t in 0..T {
-            acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
-        }
-    }
-    acc
-}
+super::avx2_packed::scaled_block_tile!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    PACKED_BLOCK_BYTES,
+    block_sums
+);
 
 /// `avx2_packed::block_sums` with `dpbusd`: the same 32-bit sums.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
@@ -127,8 +111,12 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__
         .as_chunks::<PACKED_BLOCK_BYTES>()
         .0;
     for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
-        let (sum_hi, sum_lo) =
-            pair_block_sums(&ka[32..], &kb[32..], his.map(|h| &h[i]), los.map(|l| &l[i]));
+        let (sum_hi, sum_lo) = pair_block_sums(
+            &ka[NIBBLES_AT..],
+            &kb[NIBBLES_AT..],
+            his.map(|h| &h[i]),
+            los.map(|l| &l[i]),
+        );
         let d = f16x16(&ka[..16], &kb[..16]);
         let m = f16x16(&ka[16..32], &kb[16..32]);
         for t in 0..T {

@@ -16,8 +16,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::{f16x8, word};
-use super::avx2_packed_q6k::i8x8;
+use super::avx2_packed::word;
 use super::vnni_packed::{f16x16, join, store_pair, word16};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
@@ -28,69 +27,23 @@ use crate::cpu::kernels::qact::BLOCK;
 /// The `vpternlog` truth table of `a | (b & c)`.
 const A_OR_B_AND_C: i32 = 0xF8;
 
-/// The eight outputs of one packed group for `T` activation rows.
+/// `avx2_packed_q6k::plane_sums` with `dpbusd`: `256·Σ w·hi + Σ w·lo`
+/// over 16 columns starting at `base`, the same 32-bit sums.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-fn tile<const T: usize>(group: &[u8], xs: &[Q6KInput<'_>]) -> [__m256; T] {
-    let xs: [Q6KInput<'_>; T] = std::array::from_fn(|t| xs[t]);
-    let nb = xs[0].x.d.len();
-    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let mut acc = [_mm256_setzero_ps(); T];
-    let supers = group[..nb / BLOCKS * SUPER_BYTES]
-        .as_chunks::<SUPER_BYTES>()
-        .0;
-    let (low4, top2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
-    for (s, sb) in supers.iter().enumerate() {
-        let d = f16x8(&sb[..16]);
-        for j in 0..BLOCKS {
-            let i = s * BLOCKS + j;
-            let bits = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
-            let mut w = [[_mm256_setzero_si256(); 4]; 2];
-            for c in 0..4 {
-                let v = load32(&bits[32 * c..]);
-                let top = load32(&bits[NIBBLE_BYTES + 32 * (c / 2)..]);
-                let top = if c % 2 == 1 {
-                    _mm256_srli_epi16::<4>(top)
-                } else {
-                    top
-                };
-                w[0][c] = _mm256_ternarylogic_epi32::<A_OR_B_AND_C>(
-                    _mm256_and_si256(v, low4),
-                    _mm256_slli_epi16::<4>(top),
-                    top2,
-                );
-                w[1][c] = _mm256_ternarylogic_epi32::<A_OR_B_AND_C>(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4),
-                    _mm256_slli_epi16::<2>(top),
-                    top2,
-                );
-            }
-            let scale = |h: usize| _mm256_mul_ps(d, i8x8(&sb[SCALES_AT + GROUP_ROWS * h..]));
-            let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
-            for t in 0..T {
-                let (h, l) = (&his[t][i], &los[t][i]);
-                let mut sums = [[_mm256_setzero_si256(); 2]; 2];
-                for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
-                    for (c, &w) in w.iter().enumerate() {
-                        let at = 16 * half + 4 * c;
-                        sum[0] = _mm256_dpbusd_epi32(sum[0], w, word(h, at));
-                        sum[1] = _mm256_dpbusd_epi32(sum[1], w, word(l, at));
-                    }
-                }
-                let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
-                for (half, [hi, lo]) in sums.into_iter().enumerate() {
-                    let sum = _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo);
-                    let p = _mm256_sub_epi32(sum, _mm256_set1_epi32(32 * hs[2 * i + half]));
-                    let scale = if half == 0 { scale0 } else { scale1 };
-                    let scale = _mm256_mul_ps(scale, _mm256_set1_ps(dx));
-                    acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[t]);
-                }
-            }
-        }
+fn plane_sums(w: &[__m256i; 4], hi: &[i8; BLOCK], lo: &[i8; BLOCK], base: usize) -> __m256i {
+    let (mut sum_hi, mut sum_lo) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for (c, &w) in w.iter().enumerate() {
+        sum_hi = _mm256_dpbusd_epi32(sum_hi, w, word(hi, base + 4 * c));
+        sum_lo = _mm256_dpbusd_epi32(sum_lo, w, word(lo, base + 4 * c));
     }
-    acc
+    _mm256_add_epi32(_mm256_slli_epi32::<8>(sum_hi), sum_lo)
 }
+
+super::avx2_packed_q6k::q6k_tile!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    plane_sums
+);
 
 super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
