@@ -394,6 +394,23 @@ pub fn packed_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
+    wide_packed_linear::<Q4Format>(k, x, rows, &w.data, bias, y, pool)
+}
+
+/// [`packed_linear`] over the packed matrix `w` of any format `F` whose
+/// kernels take the wide 16-bit activation rows as they are (Q4, Q5,
+/// Q4_K).
+pub(crate) fn wide_packed_linear<F>(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedData,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) where
+    F: for<'a> PackedFormat<Input<'a> = Q16Row<'a, WIDE>>,
+{
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
@@ -402,7 +419,7 @@ pub fn packed_linear(
         let xs: Vec<Q16Row<'_, WIDE>> =
             (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
         group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
-            k.packed_dot::<Q4Format>(g, xs, out)
+            k.packed_dot::<F>(g, xs, out)
         });
     });
 }

@@ -24,8 +24,8 @@ use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, check_packable, group_outputs, nibble_block_sum, quantize_rows,
-    unpack_nibble_block, PackedData, PackedFormat, GROUP_ROWS,
+    check_packable, nibble_block_sum, unpack_nibble_block, wide_packed_linear, PackedData,
+    PackedFormat, GROUP_ROWS,
 };
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
@@ -99,11 +99,6 @@ impl PackedQ4K {
     /// Values per row (input features).
     pub fn cols(&self) -> usize {
         self.data.cols()
-    }
-
-    /// The packed bytes of the `n` row groups from group `g` on.
-    pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
-        self.data.groups(g, n)
     }
 }
 
@@ -223,17 +218,7 @@ pub fn packed_q4k_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    let (in_f, out_f) = (w.cols(), w.rows());
-    let groups = |g, n| w.groups(g, n);
-    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<WIDE>(k, xb, in_f, split);
-        let act = act.row();
-        let xs: Vec<Q16Row<'_, WIDE>> =
-            (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
-        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
-            k.packed_dot::<Q4KFormat>(g, xs, out)
-        });
-    });
+    wide_packed_linear::<Q4KFormat>(k, x, rows, &w.data, bias, y, pool)
 }
 
 #[cfg(test)]
@@ -265,7 +250,7 @@ mod tests {
         let cols = supers * q4_k::BLOCK_LEN;
         let w = random_matrix(&mut rng, rows, supers);
         let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
-        let groups = |g| p.groups(g, 1);
+        let groups = |g| p.data.groups(g, 1);
         check_unpacked_rows(QT, &w, [rows, cols], &groups, PackedQ4K::unpack_row);
     }
 
@@ -325,7 +310,7 @@ mod tests {
             .collect();
         let xs: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
         let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
-        check_group_products::<Q4KFormat>(p.groups(0, 2), &xs, &levels, "q4_k");
+        check_group_products::<Q4KFormat>(p.data.groups(0, 2), &xs, &levels, "q4_k");
     }
 
     #[test]

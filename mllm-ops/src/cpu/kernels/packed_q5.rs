@@ -16,8 +16,7 @@ use mllm_core::{Error, Result};
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, check_packable, group_outputs, quantize_rows, PackedData, PackedFormat,
-    GROUP_ROWS, NIBBLES_AT,
+    check_packable, wide_packed_linear, PackedData, PackedFormat, GROUP_ROWS, NIBBLES_AT,
 };
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
@@ -89,11 +88,6 @@ impl PackedQ5 {
     /// Values per row (input features).
     pub fn cols(&self) -> usize {
         self.data.cols()
-    }
-
-    /// The packed blocks of the `n` row groups from group `g` on.
-    pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
-        self.data.groups(g, n)
     }
 }
 
@@ -225,17 +219,7 @@ pub fn packed_q5_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    let (in_f, out_f) = (w.cols(), w.rows());
-    let groups = |g, n| w.groups(g, n);
-    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<WIDE>(k, xb, in_f, split);
-        let act = act.row();
-        let xs: Vec<Q16Row<'_, WIDE>> =
-            (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
-        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
-            k.packed_dot::<Q5Format>(g, xs, out)
-        });
-    });
+    wide_packed_linear::<Q5Format>(k, x, rows, &w.data, bias, y, pool)
 }
 
 #[cfg(test)]
@@ -262,7 +246,7 @@ mod tests {
             let (rows, cols) = (16, 5 * BLOCK);
             let w = random_blocks(&mut rng, qt, rows * cols / BLOCK);
             let p = PackedQ5::pack(&QuantMatrix::new(qt, &w, rows, cols).unwrap()).unwrap();
-            let groups = |g| p.groups(g, 1);
+            let groups = |g| p.data.groups(g, 1);
             check_unpacked_rows(qt, &w, [rows, cols], &groups, PackedQ5::unpack_row);
         }
     }
@@ -325,7 +309,7 @@ mod tests {
                 .collect();
             let xs: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
             let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
-            check_group_products::<Q5Format>(p.groups(0, 2), &xs, &levels, &qt.to_string());
+            check_group_products::<Q5Format>(p.data.groups(0, 2), &xs, &levels, &qt.to_string());
         }
     }
 
