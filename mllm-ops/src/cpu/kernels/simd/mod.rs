@@ -19,6 +19,8 @@
 //!   nibbles plus a plane of top bits (bit-exact with the portable kernel);
 //!   [`avx2_packed_q5`] and [`vnni_packed_q5`]: Q5_0/Q5_1 weights as packed
 //!   Q4 nibbles plus a plane of fifth bits;
+//! * [`prefetch`]: software prefetch of the packed kernels' weight
+//!   streams, a fixed distance ahead of what they multiply;
 //! * `neon` (aarch64): both paths, the integer one with `sdot` where the
 //!   dot-product extension is present.
 //!
@@ -46,6 +48,8 @@ pub(crate) mod avx2_packed_q8;
 pub(crate) mod avx512;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod prefetch;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vmath;
 #[cfg(target_arch = "x86_64")]

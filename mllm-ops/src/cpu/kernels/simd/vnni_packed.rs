@@ -111,6 +111,7 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__
         .as_chunks::<PACKED_BLOCK_BYTES>()
         .0;
     for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
+        super::prefetch::pair(a, i * PACKED_BLOCK_BYTES, PACKED_BLOCK_BYTES);
         let (sum_hi, sum_lo) = pair_block_sums(
             &ka[NIBBLES_AT..],
             &kb[NIBBLES_AT..],

@@ -63,6 +63,8 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__
         ));
         for j in 0..SUB_BLOCKS {
             let i = s * SUB_BLOCKS + j;
+            let block_bytes = SUPER_BYTES / SUB_BLOCKS;
+            super::prefetch::pair(a, i * block_bytes, block_bytes);
             let at = NIBBLES_AT + NIBBLE_BYTES * j;
             let (sum_hi, sum_lo) =
                 pair_block_sums(&sa[at..], &sb[at..], his.map(|h| &h[i]), los.map(|l| &l[i]));

@@ -80,6 +80,8 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q6KInput<'_>]) -> [__m512
         let d = f16x16(&sa[..16], &sb[..16]);
         for j in 0..BLOCKS {
             let i = s * BLOCKS + j;
+            let block_bytes = SUPER_BYTES / BLOCKS;
+            super::prefetch::pair(a, i * block_bytes, block_bytes);
             let at = BITS_AT + BLOCK_BITS * j;
             let (ba, bb) = (&sa[at..at + BLOCK_BITS], &sb[at..at + BLOCK_BITS]);
             let mut w = [[_mm512_setzero_si512(); 4]; 2];
