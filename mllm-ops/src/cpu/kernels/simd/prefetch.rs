@@ -1,4 +1,4 @@
-//! Software prefetch of the packed kernels' weight streams.
+//! Software prefetch of the weight streams of decode's kernels.
 //!
 //! Decode reads every packed weight once, from memory, and the kernels
 //! spend enough instructions per byte that out-of-order execution alone
@@ -29,46 +29,56 @@ fn line_starts(addr: usize, len: usize) -> impl Iterator<Item = usize> {
 }
 
 /// Prefetches the cache lines that start within the `len` bytes at `p`.
-#[target_feature(enable = "sse")]
-#[inline]
+#[inline(always)]
 fn lines(p: *const u8, len: usize) {
     for at in line_starts(p as usize, len) {
-        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(at).cast());
+        // SAFETY: SSE is part of every x86-64 CPU, and a prefetch only
+        // hints the cache: it never faults and reads nothing into the
+        // program, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(at).cast()) };
     }
 }
 
 /// Prefetch for a kernel reading one group at a time, groups in memory
 /// order: the `len` bytes [`AHEAD`] bytes after offset `at` of `group`
 /// (in a later group once past its end).
-#[target_feature(enable = "sse")]
-#[inline]
+#[inline(always)]
 pub(crate) fn single(group: &[u8], at: usize, len: usize) {
-    lines(group.as_ptr().wrapping_add(at + AHEAD), len);
+    side_by_side(group, 1, at, len);
 }
 
-/// Where, from the start of the first group of a pair of consecutive
-/// `group`-byte groups read side by side, pair after pair, the first
-/// stream reads `ahead` bytes after offset `at` of each group (the second
-/// stream reads `group` bytes further on).
-fn pair_target(group: usize, at: usize, ahead: usize) -> usize {
+/// Where, from the start of the first of `streams` consecutive groups of
+/// `group` bytes read side by side (offset `at` of each at once), set
+/// after set in memory order, the first stream reads `ahead` bytes after
+/// offset `at` (stream `s` reads `s·group` bytes further on).
+fn side_by_side_target(streams: usize, group: usize, at: usize, ahead: usize) -> usize {
     let to = at + ahead;
-    2 * (to / group) * group + to % group
+    streams * (to / group) * group + to % group
 }
 
-/// Prefetch for a kernel reading two consecutive groups side by side
-/// (offset `at` of both at once), pair after pair in memory order, where
-/// `a` is the first group of the pair: the `len` bytes each of the two
-/// streams reads [`AHEAD`] bytes later, in this pair or in a later one.
-#[target_feature(enable = "sse")]
-#[inline]
-pub(crate) fn pair(a: &[u8], at: usize, len: usize) {
-    let group = a.len();
+/// Prefetch for a kernel reading `streams` consecutive groups side by
+/// side (offset `at` of each at once), set after set in memory order,
+/// where `first` is the set's first group: the `len` bytes each stream
+/// reads [`AHEAD`] bytes later, in this set or in a later one.
+#[inline(always)]
+pub(crate) fn side_by_side<T>(first: &[T], streams: usize, at: usize, len: usize) {
+    let group = std::mem::size_of_val(first);
     if group == 0 {
         return;
     }
-    let first = a.as_ptr().wrapping_add(pair_target(group, at, AHEAD));
-    lines(first, len);
-    lines(first.wrapping_add(group), len);
+    let target = first
+        .as_ptr()
+        .cast::<u8>()
+        .wrapping_add(side_by_side_target(streams, group, at, AHEAD));
+    for s in 0..streams {
+        lines(target.wrapping_add(s * group), len);
+    }
+}
+
+/// [`side_by_side`] for the two-group kernels, `a` the pair's first group.
+#[inline(always)]
+pub(crate) fn pair(a: &[u8], at: usize, len: usize) {
+    side_by_side(a, 2, at, len);
 }
 
 #[cfg(test)]
@@ -92,24 +102,29 @@ mod tests {
     }
 
     #[test]
-    fn pair_target_follows_both_streams_into_later_pairs() {
-        // Groups of 100 bytes: pair p's first group starts at 200·p.
-        assert_eq!(pair_target(100, 10, 50), 60);
-        assert_eq!(pair_target(100, 60, 50), 210);
-        assert_eq!(pair_target(100, 0, 100), 200);
-        assert_eq!(pair_target(100, 99, 301), 800);
+    fn targets_follow_the_streams_into_later_sets() {
+        // Pairs of groups of 100 bytes: pair p's first group starts at 200·p.
+        assert_eq!(side_by_side_target(2, 100, 10, 50), 60);
+        assert_eq!(side_by_side_target(2, 100, 60, 50), 210);
+        assert_eq!(side_by_side_target(2, 100, 0, 100), 200);
+        assert_eq!(side_by_side_target(2, 100, 99, 301), 800);
+        // One stream reads straight on; four rows of 10 side by side.
+        assert_eq!(side_by_side_target(1, 100, 99, 301), 400);
+        assert_eq!(side_by_side_target(4, 10, 3, 8), 41);
         // Against the kernel's reads in time order: after `t` bytes of
         // each stream, the first one reads at `addr(t)` from the first pair.
-        let addr = |t: usize, group: usize| 2 * (t / group) * group + t % group;
-        for (group, len) in [(1184, 148), (13440, 210), (2880, 160)] {
-            for p in 0..4 {
-                for at in (0..group).step_by(len) {
-                    let t = p * group + at;
-                    assert_eq!(
-                        2 * p * group + pair_target(group, at, AHEAD),
-                        addr(t + AHEAD, group),
-                        "group {group}, pair {p}, offset {at}"
-                    );
+        for streams in 1..=4 {
+            let addr = |t: usize, group: usize| streams * (t / group) * group + t % group;
+            for (group, len) in [(1184, 148), (13440, 210), (2880, 160), (1152, 512)] {
+                for p in 0..4 {
+                    for at in (0..group).step_by(len) {
+                        let t = p * group + at;
+                        assert_eq!(
+                            streams * p * group + side_by_side_target(streams, group, at, AHEAD),
+                            addr(t + AHEAD, group),
+                            "{streams} streams, group {group}, set {p}, offset {at}"
+                        );
+                    }
                 }
             }
         }
