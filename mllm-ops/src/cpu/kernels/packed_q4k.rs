@@ -40,12 +40,12 @@ pub(crate) const SUB_BLOCKS: usize = q4_k::BLOCK_LEN / BLOCK;
 pub(crate) const SCALES_AT: usize = 4 * GROUP_ROWS;
 /// Offset of the eight rows' 6-bit minimums, sub-block after sub-block.
 pub(crate) const MINS_AT: usize = SCALES_AT + SUB_BLOCKS * GROUP_ROWS;
-/// Offset of the nibbles.
-pub(crate) const NIBBLES_AT: usize = MINS_AT + SUB_BLOCKS * GROUP_ROWS;
-/// Bytes of nibbles per group and sub-block.
-pub(crate) const NIBBLE_BYTES: usize = GROUP_ROWS * BLOCK / 2;
+/// Offset of the sub-blocks' bits (here nibbles).
+pub(crate) const BITS_AT: usize = MINS_AT + SUB_BLOCKS * GROUP_ROWS;
+/// Bytes of bits (nibbles) per group and sub-block.
+pub(crate) const BLOCK_BITS: usize = GROUP_ROWS * BLOCK / 2;
 /// Bytes of one group per super-block.
-pub(crate) const SUPER_BYTES: usize = NIBBLES_AT + SUB_BLOCKS * NIBBLE_BYTES;
+pub(crate) const SUPER_BYTES: usize = BITS_AT + SUB_BLOCKS * BLOCK_BITS;
 
 /// A Q4_K matrix `[rows, cols]` repacked in groups of eight rows (see the
 /// module documentation).
@@ -85,7 +85,7 @@ impl PackedQ4K {
             .zip(out.chunks_exact_mut(q4_k::BLOCK_LEN))
         {
             for (j, out) in out.chunks_exact_mut(BLOCK).enumerate() {
-                let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..][..NIBBLE_BYTES];
+                let nibbles = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
                 unpack_nibble_block(nibbles, r, sub_block_scales(sb, r, j), out);
             }
         }
@@ -105,6 +105,22 @@ impl PackedQ4K {
 /// Writes super-block `b` (144 bytes of Q4_K) as row `r` of a packed group
 /// super-block `out`.
 fn pack_row(b: &[u8], r: usize, out: &mut [u8]) {
+    pack_header(b, r, out);
+    let qs = &b[16..q4_k::BLOCK_BYTES];
+    for j in 0..SUB_BLOCKS {
+        let (bytes, shift) = (&qs[32 * (j / 2)..32 * (j / 2) + 32], 4 * (j % 2));
+        let value = |l: usize| (bytes[l] >> shift) & 15;
+        let nibbles = &mut out[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
+        for i in 0..16 {
+            nibbles[32 * (i / 4) + 4 * r + i % 4] = value(i) | (value(16 + i) << 4);
+        }
+    }
+}
+
+/// Writes the header of a Q4_K or Q5_K super-block `b` (f16 `d` and
+/// `dmin`, then 12 bytes of 6-bit scales and minimums) as row `r` of a
+/// packed group super-block `out`, the scales and minimums unpacked.
+pub(crate) fn pack_header(b: &[u8], r: usize, out: &mut [u8]) {
     out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
     out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
     let (sc, m) = q4_k::unpack_scales(&b[4..16]);
@@ -112,20 +128,11 @@ fn pack_row(b: &[u8], r: usize, out: &mut [u8]) {
         out[SCALES_AT + GROUP_ROWS * j + r] = sc[j];
         out[MINS_AT + GROUP_ROWS * j + r] = m[j];
     }
-    let qs = &b[16..q4_k::BLOCK_BYTES];
-    for j in 0..SUB_BLOCKS {
-        let (bytes, shift) = (&qs[32 * (j / 2)..32 * (j / 2) + 32], 4 * (j % 2));
-        let value = |l: usize| (bytes[l] >> shift) & 15;
-        let nibbles = &mut out[NIBBLES_AT + NIBBLE_BYTES * j..][..NIBBLE_BYTES];
-        for i in 0..16 {
-            nibbles[32 * (i / 4) + 4 * r + i % 4] = value(i) | (value(16 + i) << 4);
-        }
-    }
 }
 
 /// Row `r`'s scale `d·sc` and offset `−dmin·m` in sub-block `j` of a packed
-/// group super-block.
-fn sub_block_scales(sb: &[u8], r: usize, j: usize) -> (f32, f32) {
+/// group super-block (of the Q4_K or the Q5_K layout: the same header).
+pub(crate) fn sub_block_scales(sb: &[u8], r: usize, j: usize) -> (f32, f32) {
     let f = |at: usize| f16::from_le_bytes([sb[at], sb[at + 1]]).to_f32();
     let (d, dmin) = (f(2 * r), f(16 + 2 * r));
     let sc = sb[SCALES_AT + GROUP_ROWS * j + r] as f32;
@@ -191,7 +198,7 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
         for sb in group.chunks_exact(SUPER_BYTES) {
             for j in 0..SUB_BLOCKS {
                 let ((hi, lo), (&dx, &sx)) = xb.next().expect("one activation block per sub-block");
-                let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..][..NIBBLE_BYTES];
+                let nibbles = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
                 for (r, acc) in out.iter_mut().enumerate() {
                     let (d, m) = sub_block_scales(sb, r, j);
                     let sum = nibble_block_sum(nibbles, r, hi, lo);

@@ -25,10 +25,12 @@ use super::qmatmul::QuantMatrix;
 use super::simd;
 use crate::quant::{q5_0, QuantType};
 
-/// Offset of the fifth bits in a packed block.
-pub(crate) const TOP_AT: usize = NIBBLES_AT + GROUP_ROWS * BLOCK / 2;
+/// Offset of the fifth bits in a block's bits (after its nibbles).
+pub(crate) const TOP_IN_BITS: usize = GROUP_ROWS * BLOCK / 2;
+/// Bytes of a block's bits: the nibbles, then the fifth bits.
+pub(crate) const BLOCK_BITS: usize = TOP_IN_BITS + GROUP_ROWS * BLOCK / 8;
 /// Bytes of one packed block.
-pub(crate) const Q5_PACKED_BLOCK_BYTES: usize = TOP_AT + GROUP_ROWS * BLOCK / 8;
+pub(crate) const Q5_PACKED_BLOCK_BYTES: usize = NIBBLES_AT + BLOCK_BITS;
 
 /// A Q5_0 or Q5_1 matrix `[rows, cols]` repacked in groups of eight rows
 /// (see the module documentation).
@@ -53,11 +55,7 @@ impl PackedQ5 {
                     let (d, m, q) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
                     out[2 * r..2 * r + 2].copy_from_slice(&d);
                     out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&m);
-                    for (col, q) in q.into_iter().enumerate() {
-                        let (nib, nib_shift, top, top_shift) = bit_places(r, col);
-                        out[nib] |= (q & 15) << nib_shift;
-                        out[top] |= (q >> 4) << top_shift;
-                    }
+                    place_values(&mut out[NIBBLES_AT..], r, q);
                 }
             }
         }
@@ -75,7 +73,7 @@ impl PackedQ5 {
         {
             let (d, m) = scales(blk, r);
             for (col, o) in out.iter_mut().enumerate() {
-                *o = d * value(blk, r, col) as f32 + m;
+                *o = d * value(&blk[NIBBLES_AT..], r, col) as f32 + m;
             }
         }
     }
@@ -110,23 +108,41 @@ fn block_parts(qt: QuantType, row: &[u8], i: usize) -> Result<([u8; 2], [u8; 2],
     Ok((d, m.to_le_bytes(), q5_0::five_bits(b, 2)))
 }
 
-/// Where the bits of column `col` (`0..32`) of row `r` live in a packed
-/// block: the nibble byte and its shift, the fifth-bit byte and its shift.
+/// Where the bits of column `col` (`0..32`) of row `r` live in a block's
+/// bits: the nibble byte and its shift, the fifth-bit byte and its shift.
 fn bit_places(r: usize, col: usize) -> (usize, u32, usize, u32) {
     let (half, k) = (col / 16, col % 16);
     let (c, lane) = (k / 4, 4 * r + k % 4);
     (
-        NIBBLES_AT + 32 * c + lane,
+        32 * c + lane,
         4 * half as u32,
-        TOP_AT + lane,
+        TOP_IN_BITS + lane,
         (2 * c + half) as u32,
     )
 }
 
-/// The five-bit value at column `col` of row `r` in a packed block.
-fn value(blk: &[u8], r: usize, col: usize) -> u8 {
+/// Writes row `r`'s 32 five-bit values `q` into a block's bits (zeroed
+/// before the first row).
+pub(crate) fn place_values(bits: &mut [u8], r: usize, q: [u8; BLOCK]) {
+    for (col, q) in q.into_iter().enumerate() {
+        let (nib, nib_shift, top, top_shift) = bit_places(r, col);
+        bits[nib] |= (q & 15) << nib_shift;
+        bits[top] |= (q >> 4) << top_shift;
+    }
+}
+
+/// The five-bit value at column `col` of row `r` in a block's bits.
+pub(crate) fn value(bits: &[u8], r: usize, col: usize) -> u8 {
     let (nib, nib_shift, top, top_shift) = bit_places(r, col);
-    ((blk[nib] >> nib_shift) & 15) | (((blk[top] >> top_shift) & 1) << 4)
+    ((bits[nib] >> nib_shift) & 15) | (((bits[top] >> top_shift) & 1) << 4)
+}
+
+/// Row `r`'s integer sum `Σ q·(256·hi + lo)` over a block's bits and one
+/// 16-bit activation block (planes `hi`, `lo`).
+pub(crate) fn five_bit_block_sum(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32 {
+    (0..BLOCK)
+        .map(|k| value(bits, r, k) as i32 * (256 * hi[k] as i32 + lo[k] as i32))
+        .sum()
 }
 
 /// Row `r`'s scale `d` and offset `m` in a packed block.
@@ -195,9 +211,7 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
         for ((blk, (hi, lo)), (&dx, &sx)) in blocks.zip(xb).zip(x.d.iter().zip(x.s)) {
             for (r, acc) in out.iter_mut().enumerate() {
                 let (d, m) = scales(blk, r);
-                let sum: i32 = (0..BLOCK)
-                    .map(|k| value(blk, r, k) as i32 * (256 * hi[k] as i32 + lo[k] as i32))
-                    .sum();
+                let sum = five_bit_block_sum(&blk[NIBBLES_AT..], r, hi, lo);
                 *acc += d * dx * sum as f32 + m * sx;
             }
         }

@@ -13,6 +13,7 @@ use crate::cpu::kernels::matmul::linear;
 use crate::cpu::kernels::packed::{packed_linear, PackedQ4};
 use crate::cpu::kernels::packed_q4k::{packed_q4k_linear, PackedQ4K};
 use crate::cpu::kernels::packed_q5::{packed_q5_linear, PackedQ5};
+use crate::cpu::kernels::packed_q5k::{packed_q5k_linear, PackedQ5K};
 use crate::cpu::kernels::packed_q6k::{packed_q6k_linear, PackedQ6K};
 use crate::cpu::kernels::packed_q8::{packed_q8_linear, PackedQ8};
 use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
@@ -38,6 +39,7 @@ enum PackedWeight {
     Q5(PackedQ5),
     Q8(PackedQ8),
     Q4K(PackedQ4K),
+    Q5K(PackedQ5K),
     Q6K(PackedQ6K),
 }
 
@@ -50,12 +52,9 @@ impl PackedWeight {
             QuantType::Q5_0 | QuantType::Q5_1 => PackedQ5::pack(m).ok().map(PackedWeight::Q5),
             QuantType::Q8_0 => PackedQ8::pack(m).ok().map(PackedWeight::Q8),
             QuantType::Q4K => PackedQ4K::pack(m).ok().map(PackedWeight::Q4K),
+            QuantType::Q5K => PackedQ5K::pack(m).ok().map(PackedWeight::Q5K),
             QuantType::Q6K => PackedQ6K::pack(m).ok().map(PackedWeight::Q6K),
-            QuantType::Q5K
-            | QuantType::Q2K
-            | QuantType::Q3K
-            | QuantType::IQ4NL
-            | QuantType::IQ4XS => None,
+            QuantType::Q2K | QuantType::Q3K | QuantType::IQ4NL | QuantType::IQ4XS => None,
         }
     }
 
@@ -74,6 +73,7 @@ impl PackedWeight {
             PackedWeight::Q5(w) => packed_q5_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Q8(w) => packed_q8_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Q4K(w) => packed_q4k_linear(k, x, rows, w, bias, y, pool),
+            PackedWeight::Q5K(w) => packed_q5k_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Q6K(w) => packed_q6k_linear(k, x, rows, w, bias, y, pool),
         }
     }
@@ -92,8 +92,9 @@ pub struct LinearOp {
 impl LinearOp {
     /// An unloaded linear op; quantized weights use
     /// [`QuantPath::Int16Activations`]: with AVX2, Q4_0, Q4_1, Q5_0, Q5_1,
-    /// Q8_0, Q4_K and Q6_K weights are repacked at load (see [`PackedQ4`],
-    /// [`PackedQ5`], [`PackedQ8`], [`PackedQ4K`], [`PackedQ6K`]) and every step
+    /// Q8_0, Q4_K, Q5_K and Q6_K weights are repacked at load (see
+    /// [`PackedQ4`], [`PackedQ5`], [`PackedQ8`], [`PackedQ4K`], [`PackedQ5K`],
+    /// [`PackedQ6K`]) and every step
     /// multiplies them with 16-bit activations; other Q8_0 / Q4 weights use
     /// integer dot products with 16-bit activations, the other block types
     /// the f32 path.

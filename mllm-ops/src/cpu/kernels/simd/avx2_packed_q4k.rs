@@ -13,21 +13,23 @@ use super::avx2::store;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
-/// Defines `tile::<T>`, the eight outputs of one packed Q4_K group for `T`
-/// activation rows, over a module's packed Q4 block sums `$sums` (as
-/// `avx2_packed::block_sums`); the AVX2 and the AVX-512 VNNI kernels share
-/// it.
+/// Defines `tile::<T>`, the eight outputs of one packed group for `T`
+/// activation rows in a K-quant layout with packed Q4_K's super-block
+/// header (`$layout`: a module naming `BITS_AT`, `BLOCK_BITS`,
+/// `SUB_BLOCKS` and `SUPER_BYTES`), over a module's block
+/// sums `$sums` of one sub-block's bits (as `avx2_packed::block_sums`).
+/// The AVX2 and the AVX-512 VNNI kernels of packed Q4_K (Q4 nibbles) and
+/// packed Q5_K (Q5 bits) share it.
 macro_rules! q4k_tile {
-    ($features:literal, $sums:path) => {
+    ($features:literal, $sums:path, $layout:path) => {
         /// The eight outputs of one packed group for `T` activation rows.
         #[target_feature(enable = $features)]
         #[inline]
         fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
-            use $crate::cpu::kernels::packed_q4k::{
-                MINS_AT, NIBBLES_AT, NIBBLE_BYTES, SCALES_AT, SUB_BLOCKS, SUPER_BYTES,
-            };
+            use $crate::cpu::kernels::packed_q4k::{MINS_AT, SCALES_AT};
             use $crate::cpu::kernels::simd::avx2_packed::{add_block, f16x8};
             use $crate::cpu::kernels::simd::avx2_packed_q4k::u8x8;
+            use $layout::{BITS_AT, BLOCK_BITS, SUB_BLOCKS, SUPER_BYTES};
             let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
             let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
@@ -47,8 +49,8 @@ macro_rules! q4k_tile {
                         i * block_bytes,
                         block_bytes,
                     );
-                    let nibbles = &sb[NIBBLES_AT + NIBBLE_BYTES * j..];
-                    let (sum_hi, sum_lo) = $sums(nibbles, his.map(|h| &h[i]), los.map(|l| &l[i]));
+                    let bits = &sb[BITS_AT + BLOCK_BITS * j..];
+                    let (sum_hi, sum_lo) = $sums(bits, his.map(|h| &h[i]), los.map(|l| &l[i]));
                     let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);
                     let m = u8x8(&sb[MINS_AT + GROUP_ROWS * j..]);
                     let scales = (_mm256_mul_ps(d, sc), _mm256_mul_ps(neg_dmin, m));
@@ -64,7 +66,11 @@ macro_rules! q4k_tile {
 
 pub(crate) use q4k_tile;
 
-q4k_tile!("avx2,fma,f16c", super::avx2_packed::block_sums);
+q4k_tile!(
+    "avx2,fma,f16c",
+    super::avx2_packed::block_sums,
+    crate::cpu::kernels::packed_q4k
+);
 
 /// The eight bytes at the start of `b` as f32.
 #[target_feature(enable = "avx2,fma,f16c")]

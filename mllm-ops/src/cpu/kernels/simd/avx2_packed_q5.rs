@@ -12,8 +12,8 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::avx2_i8::load32;
 use super::avx2_packed::word;
-use crate::cpu::kernels::packed::{GROUP_ROWS, NIBBLES_AT, TILE_TOKENS};
-use crate::cpu::kernels::packed_q5::{Q5_PACKED_BLOCK_BYTES, TOP_AT};
+use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed_q5::{Q5_PACKED_BLOCK_BYTES, TOP_IN_BITS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
 /// The four chunks' five-bit values of a packed block from its bits (the
@@ -24,7 +24,7 @@ use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 pub(crate) fn values(bits: &[u8]) -> [[__m256i; 2]; 4] {
     let low4 = _mm256_set1_epi8(0x0F);
     let bit4 = _mm256_set1_epi8(0x10);
-    let mut top = load32(&bits[TOP_AT - NIBBLES_AT..]);
+    let mut top = load32(&bits[TOP_IN_BITS..]);
     std::array::from_fn(|c| {
         let v = load32(&bits[32 * c..]);
         let w = [
@@ -46,7 +46,7 @@ pub(crate) fn values(bits: &[u8]) -> [[__m256i; 2]; 4] {
 /// the high and the low activation planes of `T` rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn block_sums<const T: usize>(
+pub(crate) fn block_sums<const T: usize>(
     bits: &[u8],
     his: [&[i8; BLOCK]; T],
     los: [&[i8; BLOCK]; T],

@@ -18,13 +18,16 @@
 //!   [`avx2_packed_q6k`] and [`vnni_packed_q6k`]: Q6_K weights as packed
 //!   nibbles plus a plane of top bits (bit-exact with the portable kernel);
 //!   [`avx2_packed_q5`] and [`vnni_packed_q5`]: Q5_0/Q5_1 weights as packed
-//!   Q4 nibbles plus a plane of fifth bits;
-//! * [`prefetch`]: software prefetch of the packed kernels' weight
-//!   streams, a fixed distance ahead of what they multiply;
+//!   Q4 nibbles plus a plane of fifth bits; [`avx2_packed_q5k`] and
+//!   [`vnni_packed_q5k`]: Q5_K weights, those five-bit blocks under the
+//!   packed Q4_K super-block header;
+//! * [`prefetch`]: software prefetch of the weight streams of the packed
+//!   kernels and of the f16/bf16 decode pass, a fixed distance ahead of
+//!   what they multiply;
 //! * `neon` (aarch64): both paths, the integer one with `sdot` where the
 //!   dot-product extension is present.
 //!
-//! All functions are safe `#[target_feature]` functions; the only ways to
+//! All kernel functions are safe `#[target_feature]` functions; the only ways to
 //! reach them are a `QuantKernel` and, for the KV decoders,
 //! `avx2_kv::available`, both of which check the CPU first.
 
@@ -40,6 +43,8 @@ pub(crate) mod avx2_packed;
 pub(crate) mod avx2_packed_q4k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed_q5;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_packed_q5k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed_q6k;
 #[cfg(target_arch = "x86_64")]
@@ -62,6 +67,8 @@ pub(crate) mod vnni_packed;
 pub(crate) mod vnni_packed_q4k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_packed_q5;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod vnni_packed_q5k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod vnni_packed_q6k;
 #[cfg(target_arch = "x86_64")]

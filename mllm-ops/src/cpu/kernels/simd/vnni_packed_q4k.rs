@@ -16,13 +16,14 @@ use super::avx2::store;
 use super::vnni_packed::{f16x16, pair_add_block, pair_block_sums, store_pair};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q4k::{
-    MINS_AT, NIBBLES_AT, NIBBLE_BYTES, SCALES_AT, SUB_BLOCKS, SUPER_BYTES,
+    BITS_AT, BLOCK_BITS, MINS_AT, SCALES_AT, SUB_BLOCKS, SUPER_BYTES,
 };
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
 super::avx2_packed_q4k::q4k_tile!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    super::vnni_packed::block_sums
+    super::vnni_packed::block_sums,
+    crate::cpu::kernels::packed_q4k
 );
 
 super::avx2_packed::packed_group_dot!(
@@ -65,7 +66,7 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__
             let i = s * SUB_BLOCKS + j;
             let block_bytes = SUPER_BYTES / SUB_BLOCKS;
             super::prefetch::pair(a, i * block_bytes, block_bytes);
-            let at = NIBBLES_AT + NIBBLE_BYTES * j;
+            let at = BITS_AT + BLOCK_BITS * j;
             let (sum_hi, sum_lo) =
                 pair_block_sums(&sa[at..], &sb[at..], his.map(|h| &h[i]), los.map(|l| &l[i]));
             let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);

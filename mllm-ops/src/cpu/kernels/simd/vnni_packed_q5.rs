@@ -20,7 +20,7 @@ use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 /// `avx2_packed_q5`'s block sums with `dpbusd`: the same 32-bit sums.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-fn block_sums<const T: usize>(
+pub(crate) fn block_sums<const T: usize>(
     bits: &[u8],
     his: [&[i8; BLOCK]; T],
     los: [&[i8; BLOCK]; T],

@@ -1,0 +1,25 @@
+//! AVX-512 VNNI product of a packed Q5_K row group (see `packed_q5k`) with
+//! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL): the
+//! packed Q5 block sums of `vnni_packed_q5` (`dpbusd`, the same integers as
+//! AVX2's) and the same float steps as `avx2_packed_q5k`, so the same bits.
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2, FMA, F16C, AVX-512F, AVX-512VL,
+//! AVX-512BW and AVX-512 VNNI (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use super::avx2::store;
+use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+
+super::avx2_packed_q4k::q4k_tile!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    super::vnni_packed_q5::block_sums,
+    crate::cpu::kernels::packed_q5k
+);
+
+super::avx2_packed::packed_group_dot!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    Q16Row<'_, WIDE>
+);
