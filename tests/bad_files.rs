@@ -344,7 +344,8 @@ fn failed_write_leaves_no_file_behind() {
 }
 
 /// Released pages read back from the file: every tensor keeps its bytes
-/// after `release_pages` (the packed linear layers release their mapped
+/// after `release_range` and `release_pages` (the packed linear layers
+/// release their mapped
 /// copies at load; a tied embedding may still read them).
 #[test]
 fn released_tensor_pages_read_back_unchanged() {
@@ -354,6 +355,9 @@ fn released_tensor_pages_read_back_unchanged() {
         let e = &file.entries()[name];
         let t = file.tensor(name).unwrap();
         let before = t.bytes().to_vec();
+        t.release_range(1..before.len() / 2);
+        assert_eq!(t.bytes(), &before[..], "{name}: after releasing part");
+        t.release_range(before.len() / 2..usize::MAX);
         t.release_pages();
         assert_eq!(t.bytes(), &before[..], "{name}");
         let (start, len) = (e.offset as usize, before.len());

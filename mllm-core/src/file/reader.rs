@@ -106,6 +106,16 @@ impl TensorData {
     pub fn release_pages(&self) {
         self.map.release(self.start, self.len);
     }
+
+    /// [`TensorData::release_pages`] for the bytes `range` of the tensor
+    /// (clamped to it), e.g. the part a repacking loop has copied so far.
+    pub fn release_range(&self, range: std::ops::Range<usize>) {
+        let end = range.end.min(self.len);
+        if range.start < end {
+            self.map
+                .release(self.start + range.start, end - range.start);
+        }
+    }
 }
 
 /// Reads little-endian fields from the index, reporting truncation by entry.

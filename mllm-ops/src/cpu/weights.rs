@@ -149,13 +149,35 @@ impl MatrixWeight {
         }
     }
 
-    /// Drops the mapped bytes of a quantized weight from memory (see
+    /// Drops the mapped bytes of the weight from memory (see
     /// [`TensorData::release_pages`]); for a weight that was copied into a
-    /// kernel's own layout.
+    /// kernel's own layout. Nothing for a weight held as a copy.
     pub fn release_pages(&self) {
-        if let MatrixWeight::Quant { data, .. } = self {
-            data.release_pages();
+        match self {
+            MatrixWeight::Quant { data, .. } | MatrixWeight::Float(FloatWeight::Mapped(data)) => {
+                data.release_pages()
+            }
+            MatrixWeight::Float(_) => {}
         }
+    }
+
+    /// [`MatrixWeight::release_pages`] for the bytes `range` of the
+    /// weight only.
+    pub fn release_range(&self, range: std::ops::Range<usize>) {
+        match self {
+            MatrixWeight::Quant { data, .. } | MatrixWeight::Float(FloatWeight::Mapped(data)) => {
+                data.release_range(range)
+            }
+            MatrixWeight::Float(_) => {}
+        }
+    }
+
+    /// Whether the weight is read from the memory map (not a copy).
+    pub fn is_mapped(&self) -> bool {
+        matches!(
+            self,
+            MatrixWeight::Quant { .. } | MatrixWeight::Float(FloatWeight::Mapped(_))
+        )
     }
 
     /// The weight as a typed view.

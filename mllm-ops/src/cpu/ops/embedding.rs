@@ -1,14 +1,15 @@
 //! Token embedding lookup in an f32, f16, bf16 or block-quantized table.
 
+use half::{bf16, f16};
 use mllm_core::op::{EmbeddingParams, Op, OpInput};
 use mllm_core::step::StepLayout;
 use mllm_core::weights::WeightSource;
-use mllm_core::{Error, Result, Shape};
+use mllm_core::{DType, Error, Result, Shape};
 
 use crate::cpu::kernels::embedding::embedding;
 use crate::cpu::kernels::qembedding::quant_embedding;
 use crate::cpu::kernels::qmatmul::QuantMatrix;
-use crate::cpu::weights::{AnyMatrix, FloatSlice, MatrixWeight};
+use crate::cpu::weights::{AnyMatrix, FloatSlice, FloatWeight, MatrixWeight};
 
 /// The CPU embedding op.
 pub struct EmbeddingOp {
@@ -82,6 +83,26 @@ impl Op for EmbeddingOp {
                 for (&id, out) in ids.iter().zip(output.chunks_mut(p.dim)) {
                     data.read_at(id as usize * row_bytes, &mut row)?;
                     quant_embedding(&[0], &QuantMatrix::new(*qt, &row, 1, *cols)?, out);
+                }
+            }
+            MatrixWeight::Float(FloatWeight::Mapped(data)) => {
+                // A mapped float table is read the same way: it is often
+                // tied to a head that keeps its own packed copy.
+                let row_bytes = data.dtype().bytes_for(p.dim)?;
+                let mut buf = vec![0u32; row_bytes.div_ceil(4)];
+                for (&id, out) in ids.iter().zip(output.chunks_mut(p.dim)) {
+                    let row = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut buf)[..row_bytes];
+                    data.read_at(id as usize * row_bytes, row)?;
+                    let row = &*row;
+                    match data.dtype() {
+                        DType::F32 => {
+                            embedding(&[0], bytemuck::cast_slice::<_, f32>(row), p.dim, out)
+                        }
+                        DType::F16 => {
+                            embedding(&[0], bytemuck::cast_slice::<_, f16>(row), p.dim, out)
+                        }
+                        _ => embedding(&[0], bytemuck::cast_slice::<_, bf16>(row), p.dim, out),
+                    }
                 }
             }
             MatrixWeight::Float(t) => match t.slice() {

@@ -9,8 +9,9 @@ use mllm_core::{Error, Result, Shape};
 use rayon::ThreadPool;
 
 use super::expect_rows;
-use crate::cpu::kernels::matmul::linear;
+use crate::cpu::kernels::matmul::{linear, HalfBits};
 use crate::cpu::kernels::packed::{packed_linear, PackedQ4};
+use crate::cpu::kernels::packed_half::{packed_half_linear, PackedHalf};
 use crate::cpu::kernels::packed_q4k::{packed_q4k_linear, PackedQ4K};
 use crate::cpu::kernels::packed_q5::{packed_q5_linear, PackedQ5};
 use crate::cpu::kernels::packed_q5k::{packed_q5k_linear, PackedQ5K};
@@ -27,9 +28,10 @@ use crate::quant::QuantType;
 enum LinearWeight {
     /// In the file's layout (mostly read in place from the map).
     Plain(MatrixWeight),
-    /// In a packed layout for an integer kernel: repacked at load, with the
-    /// mapped weight it was copied from (kept to release its pages), or
-    /// stored packed in the file and read in place (`None`).
+    /// In a packed layout for an integer or f16/bf16 kernel: repacked at
+    /// load, with the mapped weight it was copied from (kept to release its
+    /// pages; `None` for a copy, which is dropped), or stored packed in the
+    /// file and read in place (`None`).
     Packed(PackedWeight, Option<MatrixWeight>),
 }
 
@@ -41,6 +43,7 @@ enum PackedWeight {
     Q4K(PackedQ4K),
     Q5K(PackedQ5K),
     Q6K(PackedQ6K),
+    Half(PackedHalf),
 }
 
 impl PackedWeight {
@@ -75,6 +78,7 @@ impl PackedWeight {
             PackedWeight::Q4K(w) => packed_q4k_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Q5K(w) => packed_q5k_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Q6K(w) => packed_q6k_linear(k, x, rows, w, bias, y, pool),
+            PackedWeight::Half(w) => packed_half_linear(k, x, rows, w, bias, y, pool),
         }
     }
 }
@@ -128,7 +132,7 @@ impl Op for LinearOp {
                 AnyMatrix::Packed(PackedMatrix::Q8(w)) => {
                     LinearWeight::Packed(PackedWeight::Q8(w), None)
                 }
-                AnyMatrix::Plain(w) => pack_if_faster(w, self.quant),
+                AnyMatrix::Plain(w) => pack_if_faster(w, shape, self.quant),
             },
         );
         self.bias = p
@@ -189,21 +193,57 @@ impl Op for LinearOp {
 }
 
 /// `weight` repacked for a packed kernel when `kernel` uses them and the
-/// weight is Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q6_K with a row
-/// count that is a multiple of eight; the mapped bytes then leave memory.
+/// weight is Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K with a
+/// row count that is a multiple of eight, or f16 / bf16 with rows in
+/// eights and columns in 32s; the mapped bytes then leave memory.
 /// Otherwise `weight` unchanged.
-fn pack_if_faster(weight: MatrixWeight, kernel: QuantKernel) -> LinearWeight {
-    let MatrixSlice::Quant(m) = weight.slice() else {
-        return LinearWeight::Plain(weight);
-    };
+fn pack_if_faster(
+    weight: MatrixWeight,
+    [rows, cols]: [usize; 2],
+    kernel: QuantKernel,
+) -> LinearWeight {
     if !kernel.repacks_weights() {
         return LinearWeight::Plain(weight);
     }
-    match PackedWeight::pack(&m) {
+    let packed = match weight.slice() {
+        MatrixSlice::Quant(m) => PackedWeight::pack(&m),
+        MatrixSlice::Float(FloatSlice::F16(w)) => pack_half(
+            &weight,
+            bytemuck::cast_slice(w),
+            HalfBits::F16,
+            [rows, cols],
+        ),
+        MatrixSlice::Float(FloatSlice::BF16(w)) => pack_half(
+            &weight,
+            bytemuck::cast_slice(w),
+            HalfBits::Bf16,
+            [rows, cols],
+        ),
+        MatrixSlice::Float(FloatSlice::F32(_)) => None,
+    };
+    match packed {
         Some(p) => {
             weight.release_pages();
-            LinearWeight::Packed(p, Some(weight))
+            LinearWeight::Packed(p, weight.is_mapped().then_some(weight))
         }
         None => LinearWeight::Plain(weight),
     }
+}
+
+/// The f16 / bf16 `weight` (raw values `bits`) packed, its mapped pages
+/// released part by part as they are copied (a large head would otherwise
+/// be resident twice while it is packed); `None` where it does not fit the
+/// packed layout.
+fn pack_half(
+    weight: &MatrixWeight,
+    bits: &[u16],
+    kind: HalfBits,
+    [rows, cols]: [usize; 2],
+) -> Option<PackedWeight> {
+    let row_bytes = 2 * cols;
+    let mut release =
+        |r: std::ops::Range<usize>| weight.release_range(r.start * row_bytes..r.end * row_bytes);
+    PackedHalf::pack_with(bits, kind, [rows, cols], &mut release)
+        .ok()
+        .map(PackedWeight::Half)
 }

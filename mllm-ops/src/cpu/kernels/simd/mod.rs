@@ -21,6 +21,9 @@
 //!   Q4 nibbles plus a plane of fifth bits; [`avx2_packed_q5k`] and
 //!   [`vnni_packed_q5k`]: Q5_K weights, those five-bit blocks under the
 //!   packed Q4_K super-block header;
+//! * [`avx2_packed_half`] and [`avx512_packed_half`]: f16/bf16 weights
+//!   repacked in groups of eight rows, column by column, times f32
+//!   activations (bit-exact with each other and the portable kernel);
 //! * [`prefetch`]: software prefetch of the weight streams of the packed
 //!   kernels and of the f16/bf16 decode pass, a fixed distance ahead of
 //!   what they multiply;
@@ -40,6 +43,8 @@ pub(crate) mod avx2_kv;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_packed_half;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed_q4k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed_q5;
@@ -51,6 +56,8 @@ pub(crate) mod avx2_packed_q6k;
 pub(crate) mod avx2_packed_q8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512_packed_half;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,394 @@
+//! f16 and bf16 weights repacked at load for register-blocked float
+//! kernels, and the linear layer over them.
+//!
+//! Rows come in groups of eight; a group stores its columns one after the
+//! other, 16 bytes each: the eight rows' 16-bit values at that column. One
+//! 128-bit load converted to f32 (F16C, or a shift for bf16) holds a
+//! column of all eight rows, and a broadcast activation value multiplies
+//! them at once, so the eight outputs of a group build up in one register
+//! with no horizontal sums, and up to four activation rows share each pass
+//! over a group (prefill reads each weight once per four tokens).
+//!
+//! The arithmetic is fixed per output: two f32 accumulators, the even
+//! columns fused-multiply-added into one and the odd ones into the other,
+//! in column order, then their sum. Every level (portable `mul_add`, AVX2,
+//! AVX-512 with two groups per pass) and every number of activation rows
+//! performs exactly these operations, so the results are the same bits
+//! whatever the batch, the split over threads or the CPU.
+
+use std::ops::Range;
+
+use mllm_core::{Error, Result};
+use rayon::ThreadPool;
+
+use super::matmul::HalfBits;
+use super::packed::{by_row_blocks, group_outputs, PackedData, PackedFormat, GROUP_ROWS};
+use super::qact::BLOCK;
+use super::qkernel::QuantKernel;
+#[cfg(target_arch = "x86_64")]
+use super::simd;
+
+/// Bytes of one group per column.
+pub(crate) const COLUMN_BYTES: usize = 2 * GROUP_ROWS;
+
+/// Bytes of one group per block of 32 columns.
+const HALF_BLOCK_BYTES: usize = BLOCK * COLUMN_BYTES;
+
+/// Source bytes packed between two calls of [`PackedHalf::pack_with`]'s
+/// progress callback.
+pub const RELEASE_BYTES: usize = 4 << 20;
+
+/// An f16 or bf16 matrix `[rows, cols]` repacked in groups of eight rows
+/// (see the module documentation).
+pub struct PackedHalf {
+    data: PackedData,
+    kind: HalfBits,
+}
+
+impl PackedHalf {
+    /// Repacks the raw 16-bit values `bits` of a `[rows, cols]` matrix of
+    /// `kind`; fails when the row count is not a multiple of eight, the
+    /// column count not a multiple of 32, or `bits` holds another count.
+    pub fn pack(bits: &[u16], kind: HalfBits, rows: usize, cols: usize) -> Result<PackedHalf> {
+        PackedHalf::pack_with(bits, kind, [rows, cols], &mut |_| {})
+    }
+
+    /// [`PackedHalf::pack`], calling `copied` with each range of rows
+    /// (about [`RELEASE_BYTES`] of `bits` at a time, in order) once they
+    /// are packed, so that a caller reading `bits` from a map can release
+    /// them as it goes.
+    pub fn pack_with(
+        bits: &[u16],
+        kind: HalfBits,
+        [rows, cols]: [usize; 2],
+        copied: &mut dyn FnMut(Range<usize>),
+    ) -> Result<PackedHalf> {
+        if cols == 0 || !rows.is_multiple_of(GROUP_ROWS) || !cols.is_multiple_of(BLOCK) {
+            return Err(Error::InvalidInput(format!(
+                "a [{rows}, {cols}] {kind:?} matrix cannot be packed: it needs rows in groups of \
+                 {GROUP_ROWS} and columns in whole blocks of {BLOCK}"
+            )));
+        }
+        if bits.len() != rows * cols {
+            return Err(Error::InvalidInput(format!(
+                "a [{rows}, {cols}] {kind:?} matrix needs {} values, not {}",
+                rows * cols,
+                bits.len()
+            )));
+        }
+        let mut data = vec![0u8; rows * cols * 2];
+        let group_bytes = cols * COLUMN_BYTES;
+        let per_release = RELEASE_BYTES.div_ceil(group_bytes);
+        for (c, chunk) in data.chunks_mut(per_release * group_bytes).enumerate() {
+            let first = c * per_release;
+            for (g, out) in chunk.chunks_exact_mut(group_bytes).enumerate() {
+                for r in 0..GROUP_ROWS {
+                    let row = &bits[((first + g) * GROUP_ROWS + r) * cols..][..cols];
+                    for (col, v) in row.iter().enumerate() {
+                        out[COLUMN_BYTES * col + 2 * r..][..2].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            let groups = chunk.len() / group_bytes;
+            copied(first * GROUP_ROWS..(first + groups) * GROUP_ROWS);
+        }
+        Ok(PackedHalf {
+            data: PackedData::owned(data, rows, cols, HALF_BLOCK_BYTES),
+            kind,
+        })
+    }
+
+    /// Row `r`'s values from the packed bytes of its group (as f32).
+    pub fn unpack_row(&self, group: &[u8], r: usize, out: &mut [f32]) {
+        for (col, o) in out.iter_mut().enumerate() {
+            *o = value(self.kind, group, r, col);
+        }
+    }
+
+    /// Number of rows (output features).
+    pub fn rows(&self) -> usize {
+        self.data.rows()
+    }
+
+    /// Values per row (input features).
+    pub fn cols(&self) -> usize {
+        self.data.cols()
+    }
+
+    /// The 16-bit format of the values.
+    pub fn kind(&self) -> HalfBits {
+        self.kind
+    }
+}
+
+/// Row `r`'s value at column `col` of a packed group, as f32 (exact).
+fn value(kind: HalfBits, group: &[u8], r: usize, col: usize) -> f32 {
+    let at = COLUMN_BYTES * col + 2 * r;
+    let bits = u16::from_le_bytes([group[at], group[at + 1]]);
+    match kind {
+        HalfBits::F16 => half::f16::from_bits(bits).to_f32(),
+        HalfBits::Bf16 => half::bf16::from_bits(bits).to_f32(),
+    }
+}
+
+/// The packed layout of f16 (`BF16 = false`) or bf16 values.
+pub(crate) struct HalfFormat<const BF16: bool>;
+
+impl<const BF16: bool> HalfFormat<BF16> {
+    const KIND: HalfBits = if BF16 { HalfBits::Bf16 } else { HalfBits::F16 };
+}
+
+impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
+    type Input<'a> = &'a [f32];
+    const BLOCK_BYTES: usize = HALF_BLOCK_BYTES;
+
+    fn blocks(x: &&[f32]) -> usize {
+        x.len() / BLOCK
+    }
+
+    fn portable(group: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+        group_dot(Self::KIND, group, xs, out)
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(group: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::avx2_packed_half::group_dot::<BF16>(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(group: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract),
+        // which include AVX2, FMA and F16C.
+        unsafe { simd::avx2_packed_half::group_dot::<BF16>(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::avx512_packed_half::pair_dot::<BF16>(a, b, xs, out) }
+    }
+}
+
+/// The eight outputs of one packed group for each activation row of `xs`
+/// (one to `TILE_TOKENS` rows), in portable code: the even and the odd
+/// columns fused-multiply-added in order into two accumulators, then
+/// summed (see the module documentation).
+pub(crate) fn group_dot(
+    kind: HalfBits,
+    group: &[u8],
+    xs: &[&[f32]],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    for (x, out) in xs.iter().zip(out.iter_mut()) {
+        for (r, o) in out.iter_mut().enumerate() {
+            let (mut even, mut odd) = (0.0f32, 0.0f32);
+            for (k, pair) in x.chunks_exact(2).enumerate() {
+                even = pair[0].mul_add(value(kind, group, r, 2 * k), even);
+                odd = pair[1].mul_add(value(kind, group, r, 2 * k + 1), odd);
+            }
+            *o = even + odd;
+        }
+    }
+}
+
+/// Linear layer over a packed f16 or bf16 matrix: `y[t, o] = Σ_i x[t, i] ·
+/// W[o, i] + bias[o]` in f32 (see the module documentation for the exact
+/// operations). `x` is `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel
+/// over row groups in `pool` unless the work is tiny. Each row's result is
+/// independent of the other rows and of the split over threads. Slice
+/// lengths are checked with `debug_assert!`.
+pub fn packed_half_linear(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedHalf,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
+    let (in_f, out_f) = (w.cols(), w.rows());
+    let groups = |g, n| w.data.groups(g, n);
+    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
+        let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();
+        match w.kind {
+            HalfBits::F16 => group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+                k.packed_dot::<HalfFormat<false>>(g, xs, out)
+            }),
+            HalfBits::Bf16 => group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+                k.packed_dot::<HalfFormat<true>>(g, xs, out)
+            }),
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kernels::packed::tests::{check_group_products, check_rows_alone, BoundLinear};
+    use crate::cpu::kernels::packed::TILE_TOKENS;
+    use crate::cpu::kernels::qkernel::tests::kernel_or_skip;
+    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
+    use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
+    use half::{bf16, f16};
+
+    const KINDS: [HalfBits; 2] = [HalfBits::F16, HalfBits::Bf16];
+
+    /// Random raw values of `kind` in `[-scale, scale)` and their f32 values.
+    fn random_matrix(rng: &mut Rng, kind: HalfBits, n: usize, scale: f32) -> (Vec<u16>, Vec<f32>) {
+        let bits: Vec<u16> = rng
+            .vec(n, scale)
+            .into_iter()
+            .map(|v| match kind {
+                HalfBits::F16 => f16::from_f32(v).to_bits(),
+                HalfBits::Bf16 => bf16::from_f32(v).to_bits(),
+            })
+            .collect();
+        let values = bits
+            .iter()
+            .map(|&b| match kind {
+                HalfBits::F16 => f16::from_bits(b).to_f32(),
+                HalfBits::Bf16 => bf16::from_bits(b).to_f32(),
+            })
+            .collect();
+        (bits, values)
+    }
+
+    #[test]
+    fn unpacked_rows_equal_the_original_rows() {
+        let mut rng = Rng::new(91);
+        for kind in KINDS {
+            let (rows, cols) = (16, 3 * BLOCK);
+            let (bits, want) = random_matrix(&mut rng, kind, rows * cols, 2.0);
+            let p = PackedHalf::pack(&bits, kind, rows, cols).unwrap();
+            assert_eq!((p.rows(), p.cols(), p.kind()), (rows, cols, kind));
+            for r in 0..rows {
+                let mut got = vec![f32::NAN; cols];
+                p.unpack_row(p.data.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut got);
+                assert_eq!(got, want[r * cols..(r + 1) * cols], "{kind:?} row {r}");
+            }
+        }
+    }
+
+    /// The layer matches the f64 product at every level and thread count,
+    /// for one row (decode) and row counts that do and do not fill the
+    /// token tile, and every level gives the portable kernel's bits.
+    #[test]
+    fn packed_half_linear_matches_reference_and_the_portable_bits() {
+        let mut rng = Rng::new(92);
+        let cases = [
+            (1, 1, 8),
+            (1, 18, 200),
+            (5, 7, 64),
+            (70, 9, 136),
+            (131, 4, 16),
+        ];
+        let scalar = kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Scalar).unwrap();
+        for kind in KINDS {
+            for &(rows, nb, out_f) in &cases {
+                let in_f = nb * BLOCK;
+                let (bits, wf) = random_matrix(&mut rng, kind, out_f * in_f, 1.0);
+                let p = PackedHalf::pack(&bits, kind, out_f, in_f).unwrap();
+                let x = rng.vec(rows * in_f, 1.0);
+                let b = rng.vec(out_f, 1.0);
+                let bias = (rows % 2 == 1).then_some(&b[..]);
+                let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
+                let mut portable = vec![f32::NAN; rows * out_f];
+                packed_half_linear(scalar, &x, rows, &p, bias, &mut portable, &pool1());
+                for level in SimdLevel::FASTEST_FIRST {
+                    let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+                        continue;
+                    };
+                    for pool in [pool1(), pool2()] {
+                        let mut y = vec![f32::NAN; rows * out_f];
+                        packed_half_linear(k, &x, rows, &p, bias, &mut y, &pool);
+                        let what = format!("{level:?} {kind:?} rows={rows} out={out_f}");
+                        assert_within(&y, &want, &mag, 1e-5, &what);
+                        assert_eq!(y, portable, "{what}: not the portable kernel's bits");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Batch invariance (see `check_rows_alone`).
+    #[test]
+    fn each_row_equals_the_row_alone() {
+        let mut rng = Rng::new(93);
+        for kind in KINDS {
+            for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24)] {
+                let in_f = nb * BLOCK;
+                let (bits, _) = random_matrix(&mut rng, kind, out_f * in_f, 1.0);
+                let p = PackedHalf::pack(&bits, kind, out_f, in_f).unwrap();
+                let x = rng.vec(rows * in_f, 1.0);
+                let b = rng.vec(out_f, 1.0);
+                let linear: &BoundLinear<'_> =
+                    &|k, x, rows, y, pool| packed_half_linear(k, x, rows, &p, Some(&b), y, pool);
+                check_rows_alone(linear, &x, rows, out_f, true, &format!("{kind:?}"));
+            }
+        }
+    }
+
+    /// The AVX-512 group products (one group, two groups) equal the AVX2
+    /// ones bit for bit, for one to four rows.
+    #[test]
+    fn avx512_group_dot_equals_avx2() {
+        let mut rng = Rng::new(94);
+        let cols = 5 * BLOCK;
+        let xs: Vec<Vec<f32>> = (0..TILE_TOKENS).map(|_| rng.vec(cols, 3.0)).collect();
+        let xs: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
+        let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
+        let (bits, _) = random_matrix(&mut rng, HalfBits::F16, 2 * GROUP_ROWS * cols, 1.0);
+        let p = PackedHalf::pack(&bits, HalfBits::F16, 2 * GROUP_ROWS, cols).unwrap();
+        check_group_products::<HalfFormat<false>>(p.data.groups(0, 2), &xs, &levels, "f16");
+        let (bits, _) = random_matrix(&mut rng, HalfBits::Bf16, 2 * GROUP_ROWS * cols, 1.0);
+        let p = PackedHalf::pack(&bits, HalfBits::Bf16, 2 * GROUP_ROWS, cols).unwrap();
+        check_group_products::<HalfFormat<true>>(p.data.groups(0, 2), &xs, &levels, "bf16");
+    }
+
+    /// The progress callback names every row once, in order, in ranges of
+    /// whole groups of about `RELEASE_BYTES` of source.
+    #[test]
+    fn packing_reports_the_rows_it_copied() {
+        let (rows, cols) = (8 * 300, 1024);
+        let bits = vec![0u16; rows * cols];
+        let mut seen = Vec::new();
+        PackedHalf::pack_with(&bits, HalfBits::F16, [rows, cols], &mut |r| seen.push(r)).unwrap();
+        let per = RELEASE_BYTES.div_ceil(cols * COLUMN_BYTES) * GROUP_ROWS;
+        let want: Vec<Range<usize>> = (0..rows)
+            .step_by(per)
+            .map(|s| s..(s + per).min(rows))
+            .collect();
+        assert_eq!(seen, want);
+        assert!(want.len() > 1);
+    }
+
+    #[test]
+    fn what_cannot_be_packed_is_an_error() {
+        let err = PackedHalf::pack(&[0; 7 * 32], HalfBits::F16, 7, 32)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("[7, 32]"), "{err}");
+        let err = PackedHalf::pack(&[0; 8 * 40], HalfBits::Bf16, 8, 40)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("whole blocks of 32"), "{err}");
+        let err = PackedHalf::pack(&[0; 8], HalfBits::F16, 8, 0)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("[8, 0]"), "{err}");
+        let err = PackedHalf::pack(&[0; 10], HalfBits::F16, 8, 32)
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("needs 256 values, not 10"),
+            "{err}"
+        );
+    }
+}
