@@ -147,12 +147,8 @@ impl PackedFormat for Q5KFormat {
         xs: &[Q16Row<'_, WIDE>],
         out: &mut [[f32; GROUP_ROWS]],
     ) {
-        let (out_a, out_b) = out.split_at_mut(xs.len());
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe {
-            simd::vnni_packed_q5k::group_dot(a, xs, out_a);
-            simd::vnni_packed_q5k::group_dot(b, xs, out_b);
-        }
+        unsafe { simd::vnni_packed_q5k::pair_dot(a, b, xs, out) }
     }
 }
 

@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::avx2_i8::load32;
 use super::avx2_packed::word;
-use crate::cpu::kernels::packed::{GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES, TILE_TOKENS};
+use crate::cpu::kernels::packed::{GROUP_ROWS, PACKED_BLOCK_BYTES, TILE_TOKENS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
 super::avx2_packed::scaled_block_tile!(
@@ -92,40 +92,51 @@ pub(crate) fn word16(x: &[i8; BLOCK], at: usize) -> __m512i {
     _mm512_set1_epi32(i32::from_le_bytes(w))
 }
 
-/// The outputs of two consecutive packed groups `a` and `b` for `T`
-/// activation rows at once, on 512-bit vectors: lanes 0..8 of each result
-/// are `a`'s eight rows, lanes 8..16 `b`'s. Lane by lane the same integer
-/// and float steps as `tile`, so the same bits.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m512; T] {
-    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
-    let nb = xs[0].d.len();
-    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let mut acc = [_mm512_setzero_ps(); T];
-    let blocks_a = a[..nb * PACKED_BLOCK_BYTES]
-        .as_chunks::<PACKED_BLOCK_BYTES>()
-        .0;
-    let blocks_b = b[..nb * PACKED_BLOCK_BYTES]
-        .as_chunks::<PACKED_BLOCK_BYTES>()
-        .0;
-    for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
-        super::prefetch::pair(a, i * PACKED_BLOCK_BYTES, PACKED_BLOCK_BYTES);
-        let (sum_hi, sum_lo) = pair_block_sums(
-            &ka[NIBBLES_AT..],
-            &kb[NIBBLES_AT..],
-            his.map(|h| &h[i]),
-            los.map(|l| &l[i]),
-        );
-        let d = f16x16(&ka[..16], &kb[..16]);
-        let m = f16x16(&ka[16..32], &kb[16..32]);
-        for t in 0..T {
-            acc[t] = pair_add_block(acc[t], (d, m), sum_hi[t], sum_lo[t], xs[t], i);
+/// Defines `pair_tile::<T>`, the outputs of two consecutive packed groups
+/// `a` and `b` for `T` 16-bit activation rows at once on 512-bit vectors
+/// (lanes 0..8 of each result are `a`'s eight rows, lanes 8..16 `b`'s),
+/// for a layout of `$block_bytes` per block that starts with the eight
+/// rows' f16 scales and offsets (as `scaled_block_tile`) and the block
+/// sums `$pair_sums` of two groups' bits (as [`pair_block_sums`]). Lane by
+/// lane the integer and float steps of `scaled_block_tile`, so the same
+/// bits; the packed Q4 and Q5 kernels share it.
+macro_rules! scaled_block_pair_tile {
+    ($block_bytes:expr, $pair_sums:path) => {
+        /// The outputs of groups `a` and `b` for `T` activation rows.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        #[inline]
+        fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m512; T] {
+            use $crate::cpu::kernels::packed::NIBBLES_AT;
+            use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
+            let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+            let nb = xs[0].d.len();
+            let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+            let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let mut acc = [_mm512_setzero_ps(); T];
+            let blocks_a = a[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
+            let blocks_b = b[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
+            for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
+                $crate::cpu::kernels::simd::prefetch::pair(a, i * $block_bytes, $block_bytes);
+                let (sum_hi, sum_lo) = $pair_sums(
+                    &ka[NIBBLES_AT..],
+                    &kb[NIBBLES_AT..],
+                    his.map(|h| &h[i]),
+                    los.map(|l| &l[i]),
+                );
+                let d = f16x16(&ka[..16], &kb[..16]);
+                let m = f16x16(&ka[16..32], &kb[16..32]);
+                for t in 0..T {
+                    acc[t] = pair_add_block(acc[t], (d, m), sum_hi[t], sum_lo[t], xs[t], i);
+                }
+            }
+            acc
         }
-    }
-    acc
+    };
 }
+
+pub(crate) use scaled_block_pair_tile;
+
+scaled_block_pair_tile!(PACKED_BLOCK_BYTES, pair_block_sums);
 
 /// `block_sums` of two groups' blocks at once (`a`'s nibbles in the low
 /// halves, `b`'s in the high ones).

@@ -13,11 +13,8 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
-use super::vnni_packed::{f16x16, pair_add_block, pair_block_sums, store_pair};
+use super::vnni_packed::store_pair;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::packed_q4k::{
-    BITS_AT, BLOCK_BITS, MINS_AT, SCALES_AT, SUB_BLOCKS, SUPER_BYTES,
-};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
 super::avx2_packed_q4k::q4k_tile!(
@@ -35,50 +32,70 @@ super::avx2_packed::packed_group_dot!(
 /// sixteen f32.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn u8x16(a: &[u8], b: &[u8]) -> __m512 {
+pub(crate) fn u8x16(a: &[u8], b: &[u8]) -> __m512 {
     let word = |s: &[u8]| i64::from_le_bytes(s[..8].try_into().expect("eight bytes"));
     let v = _mm_set_epi64x(word(b), word(a));
     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
 }
 
-/// The outputs of two consecutive packed groups `a` and `b` for `T`
-/// activation rows at once, on 512-bit vectors: lanes 0..8 of each result
-/// are `a`'s eight rows, lanes 8..16 `b`'s. Lane by lane the same integer
-/// and float steps as `tile`, so the same bits.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m512; T] {
-    let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
-    let nb = xs[0].d.len();
-    let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let mut acc = [_mm512_setzero_ps(); T];
-    let len = nb / SUB_BLOCKS * SUPER_BYTES;
-    let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
-    let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
-    for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
-        let d = f16x16(&sa[..16], &sb[..16]);
-        let neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(
-            _mm512_castps_si512(f16x16(&sa[16..32], &sb[16..32])),
-            _mm512_set1_epi32(i32::MIN),
-        ));
-        for j in 0..SUB_BLOCKS {
-            let i = s * SUB_BLOCKS + j;
-            let block_bytes = SUPER_BYTES / SUB_BLOCKS;
-            super::prefetch::pair(a, i * block_bytes, block_bytes);
-            let at = BITS_AT + BLOCK_BITS * j;
-            let (sum_hi, sum_lo) =
-                pair_block_sums(&sa[at..], &sb[at..], his.map(|h| &h[i]), los.map(|l| &l[i]));
-            let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);
-            let sc = u8x16(&sa[sc_at..], &sb[sc_at..]);
-            let m = u8x16(&sa[m_at..], &sb[m_at..]);
-            let scales = (_mm512_mul_ps(d, sc), _mm512_mul_ps(neg_dmin, m));
-            for t in 0..T {
-                acc[t] = pair_add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+/// Defines `pair_tile::<T>`, the outputs of two consecutive packed groups
+/// `a` and `b` for `T` activation rows at once on 512-bit vectors (lanes
+/// 0..8 of each result are `a`'s eight rows, lanes 8..16 `b`'s), for a
+/// K-quant layout with packed Q4_K's header (`$layout`, as for
+/// `q4k_tile`) and the block sums `$pair_sums` of two groups' sub-block
+/// bits (as `vnni_packed::pair_block_sums`). Lane by lane the integer and
+/// float steps of `q4k_tile`, so the same bits; the packed Q4_K and Q5_K
+/// kernels share it.
+macro_rules! q4k_pair_tile {
+    ($layout:path, $pair_sums:path) => {
+        /// The outputs of groups `a` and `b` for `T` activation rows.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        #[inline]
+        fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m512; T] {
+            use $crate::cpu::kernels::packed_q4k::{MINS_AT, SCALES_AT};
+            use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
+            use $crate::cpu::kernels::simd::vnni_packed_q4k::u8x16;
+            use $layout::{BITS_AT, BLOCK_BITS, SUB_BLOCKS, SUPER_BYTES};
+            let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+            let nb = xs[0].d.len();
+            let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
+            let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let mut acc = [_mm512_setzero_ps(); T];
+            let len = nb / SUB_BLOCKS * SUPER_BYTES;
+            let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
+            let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
+            for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
+                let d = f16x16(&sa[..16], &sb[..16]);
+                let neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(
+                    _mm512_castps_si512(f16x16(&sa[16..32], &sb[16..32])),
+                    _mm512_set1_epi32(i32::MIN),
+                ));
+                for j in 0..SUB_BLOCKS {
+                    let i = s * SUB_BLOCKS + j;
+                    let block_bytes = SUPER_BYTES / SUB_BLOCKS;
+                    $crate::cpu::kernels::simd::prefetch::pair(a, i * block_bytes, block_bytes);
+                    let at = BITS_AT + BLOCK_BITS * j;
+                    let (sum_hi, sum_lo) =
+                        $pair_sums(&sa[at..], &sb[at..], his.map(|h| &h[i]), los.map(|l| &l[i]));
+                    let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);
+                    let sc = u8x16(&sa[sc_at..], &sb[sc_at..]);
+                    let m = u8x16(&sa[m_at..], &sb[m_at..]);
+                    let scales = (_mm512_mul_ps(d, sc), _mm512_mul_ps(neg_dmin, m));
+                    for t in 0..T {
+                        acc[t] = pair_add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+                    }
+                }
             }
+            acc
         }
-    }
-    acc
+    };
 }
+
+pub(crate) use q4k_pair_tile;
+
+q4k_pair_tile!(
+    crate::cpu::kernels::packed_q4k,
+    super::vnni_packed::pair_block_sums
+);
 
 super::vnni_packed::packed_pair_dot!(Q16Row<'_, WIDE>);

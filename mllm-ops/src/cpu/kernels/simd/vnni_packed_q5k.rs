@@ -1,5 +1,6 @@
 //! AVX-512 VNNI product of a packed Q5_K row group (see `packed_q5k`) with
-//! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL): the
+//! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL), and
+//! of two consecutive groups at once on 512-bit vectors (`pair_dot`): the
 //! packed Q5 block sums of `vnni_packed_q5` (`dpbusd`, the same integers as
 //! AVX2's) and the same float steps as `avx2_packed_q5k`, so the same bits.
 //!
@@ -10,6 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
+use super::vnni_packed::store_pair;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
@@ -23,3 +25,10 @@ super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
     Q16Row<'_, WIDE>
 );
+
+super::vnni_packed_q4k::q4k_pair_tile!(
+    crate::cpu::kernels::packed_q5k,
+    super::vnni_packed_q5::pair_block_sums
+);
+
+super::vnni_packed::packed_pair_dot!(Q16Row<'_, WIDE>);
