@@ -5,7 +5,7 @@ Usage (from the repository root):
     python3 scripts/make_bench_models.py [--out DIR] [--skip-1b]
 
 Writes into DIR (default: <cache>/bench, the cache of compare_llamacpp.py):
-- smollm2-135m.{q4_k_m,q8_0,f16}.gguf: the default SmolLM2 GGUF (Q4_1)
+- smollm2-135m.{q4_k_m,q5_k_m,q8_0,f16}.gguf: the default SmolLM2 GGUF (Q4_1)
   requantized by llama.cpp's own quantizer (`llama_model_quantize` with
   requantization allowed, through scripts/quantize_gguf.py). They hold the
   Q4_1 model's values in other types: right for speed, a little worse in
@@ -14,9 +14,10 @@ Writes into DIR (default: <cache>/bench, the cache of compare_llamacpp.py):
   seeded random weights (hidden 2048, 16 layers, 32 query and 8 KV heads of
   64, FFN 8192, SmolLM2's vocabulary of 49152 tokens and its tokenizer
   metadata, tied embeddings), written by gguf-py; and its llama.cpp
-  quantizations llama-1b.{q4_k_m,q8_0}.gguf. Its rows of 2048 are whole
-  256-blocks, so its Q4_K_M is Q4_K and Q6_K, unlike SmolLM2's (576-wide
-  rows, mostly Q5_0/Q8_0 fallbacks).
+  quantizations llama-1b.{q4_k_m,q5_k_m,q8_0}.gguf. Its rows of 2048 are
+  whole 256-blocks, so its Q4_K_M is Q4_K and Q6_K (Q5_K_M: Q5_K and
+  Q6_K), unlike SmolLM2's (576-wide rows, mostly Q5_0/Q5_1/Q8_0
+  fallbacks).
 
 Every file is skipped when it exists. gguf-py (pinned below) is installed
 into the llama-cpp-python venv that compare_llamacpp.py builds on first
@@ -122,7 +123,7 @@ def main() -> None:
     if not default.exists():
         subprocess.run(["cargo", "run", "--release", "-q", "--example", "bench", "--",
                         "-p", "0", "-n", "1", "-r", "1"], check=True, cwd=ROOT)
-    for kind in ("q4_k_m", "q8_0", "f16"):
+    for kind in ("q4_k_m", "q5_k_m", "q8_0", "f16"):
         quantize(default, args.out / f"smollm2-135m.{kind}.gguf", kind)
     if args.skip_1b:
         return
@@ -134,7 +135,7 @@ def main() -> None:
         print(f"writing {f16} (about 2.2 GB of seeded random weights)")
         subprocess.run([str(python), "-c", WRITE_1B, str(default), str(tmp)], check=True)
         tmp.rename(f16)
-    for kind in ("q4_k_m", "q8_0"):
+    for kind in ("q4_k_m", "q5_k_m", "q8_0"):
         quantize(f16, args.out / f"llama-1b.{kind}.gguf", kind)
 
 

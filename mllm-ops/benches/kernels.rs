@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the main CPU kernels at SmolLM2-135M sizes, so that
 //! regressions show: quantized matrix-vector products (decode), quantized
-//! GEMM (prefill) and attention. Every kernel is called from a thread of
-//! its pool, as the model's decode steps run.
+//! GEMM (prefill) and attention, plus one decode through a matrix larger
+//! than the caches (the memory stream). Every kernel is called from a
+//! thread of its pool, as the model's decode steps run.
 //!
 //! ```text
 //! cargo bench -p mllm-ops --bench kernels
@@ -11,8 +12,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use mllm_core::{DType, KvDtype};
 use mllm_ops::cpu::kernels::kv_rows::encode;
 use mllm_ops::cpu::kernels::{
-    attention, attention_batch, packed_linear, quant_linear, AttnShape, KvRows, PackedQ4,
-    QuantKernel, QuantMatrix, QuantPath, SeqAttention,
+    attention, attention_batch, packed_linear, packed_q4k_linear, quant_linear, AttnShape, KvRows,
+    PackedQ4, PackedQ4K, QuantKernel, QuantMatrix, QuantPath, SeqAttention, SimdLevel,
 };
 use mllm_ops::quant::{quantize, QuantType};
 
@@ -162,5 +163,35 @@ fn bench_kv_types(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_linear, bench_attention, bench_kv_types);
+/// Decode through a packed Q4_K matrix far larger than the caches (39 MB,
+/// a 1B model's FFN projection four times over) on one thread, at each
+/// level this CPU has: the memory stream the weight prefetch serves.
+fn bench_streaming_decode(c: &mut Criterion) {
+    let pool = pool(1);
+    let mut g = c.benchmark_group("streaming_decode");
+    let (out_f, in_f) = (32768, 2048);
+    let (w, x) = linear_case(DType::Q4K, out_f, in_f, 1);
+    let m = QuantMatrix::new(QuantType::Q4K, &w, out_f, in_f).expect("matrix");
+    let p = PackedQ4K::pack(&m).expect("packed");
+    let mut y = vec![0.0f32; out_f];
+    g.throughput(Throughput::Bytes((out_f / 8 * in_f / 256 * 1184) as u64));
+    for level in [SimdLevel::Avx512, SimdLevel::Avx2] {
+        let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
+            continue;
+        };
+        g.bench_function(
+            BenchmarkId::new("q4_k 32768x2048", format!("{level:?}")),
+            |b| pool.install(|| b.iter(|| packed_q4k_linear(k, &x, 1, &p, None, &mut y, &pool))),
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_linear,
+    bench_attention,
+    bench_kv_types,
+    bench_streaming_decode
+);
 criterion_main!(benches);
