@@ -228,22 +228,18 @@ impl PackedQ4 {
         check_packable(w, &[QuantType::Q4_0, QuantType::Q4_1], "q4")?;
         let nb = cols / BLOCK;
         let mut data = vec![0u8; rows / GROUP_ROWS * nb * PACKED_BLOCK_BYTES];
-        let packed = data.chunks_exact_mut(PACKED_BLOCK_BYTES);
-        let mut packed = packed.enumerate();
-        for g in 0..rows / GROUP_ROWS {
-            for i in 0..nb {
-                let (_, out) = packed.next().expect("sized for every block");
-                for r in 0..GROUP_ROWS {
-                    let (d, m, qs) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
-                    out[2 * r..2 * r + 2].copy_from_slice(&d);
-                    out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&m);
-                    for j in 0..4 {
-                        let at = NIBBLES_AT + 32 * j + 4 * r;
-                        out[at..at + 4].copy_from_slice(&qs[4 * j..4 * j + 4]);
-                    }
+        pack_blocks(&mut data, PACKED_BLOCK_BYTES, nb, |g, i, out| {
+            for r in 0..GROUP_ROWS {
+                let (d, m, qs) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
+                out[2 * r..2 * r + 2].copy_from_slice(&d);
+                out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&m);
+                for j in 0..4 {
+                    let at = NIBBLES_AT + 32 * j + 4 * r;
+                    out[at..at + 4].copy_from_slice(&qs[4 * j..4 * j + 4]);
                 }
             }
-        }
+            Ok(())
+        })?;
         Ok(PackedQ4 {
             data: PackedData::owned(data, rows, cols, PACKED_BLOCK_BYTES),
         })
@@ -547,6 +543,29 @@ pub(crate) fn group_outputs<'g, A: Sync>(
             }
         },
     );
+}
+
+/// Fills `data` (row groups one after the other, each `blocks` blocks of
+/// `block_bytes`) with `pack_block(group, block, bytes)`, in parallel over
+/// the groups in the current rayon pool (a linear op packs in its own);
+/// the first error, if any, is returned.
+pub(crate) fn pack_blocks(
+    data: &mut [u8],
+    block_bytes: usize,
+    blocks: usize,
+    pack_block: impl Fn(usize, usize, &mut [u8]) -> Result<()> + Sync,
+) -> Result<()> {
+    if blocks == 0 || block_bytes == 0 {
+        return Ok(());
+    }
+    data.par_chunks_mut(blocks * block_bytes)
+        .enumerate()
+        .try_for_each(|(g, group)| {
+            group
+                .chunks_exact_mut(block_bytes)
+                .enumerate()
+                .try_for_each(|(i, out)| pack_block(g, i, out))
+        })
 }
 
 /// The two groups of `groups` when it holds exactly two of `group_bytes`

@@ -19,6 +19,7 @@
 use std::ops::Range;
 
 use mllm_core::{Error, Result};
+use rayon::prelude::*;
 use rayon::ThreadPool;
 
 use super::matmul::HalfBits;
@@ -50,18 +51,19 @@ impl PackedHalf {
     /// `kind`; fails when the row count is not a multiple of eight, the
     /// column count not a multiple of 32, or `bits` holds another count.
     pub fn pack(bits: &[u16], kind: HalfBits, rows: usize, cols: usize) -> Result<PackedHalf> {
-        PackedHalf::pack_with(bits, kind, [rows, cols], &mut |_| {})
+        PackedHalf::pack_with(bits, kind, [rows, cols], &|_| {})
     }
 
     /// [`PackedHalf::pack`], calling `copied` with each range of rows
-    /// (about [`RELEASE_BYTES`] of `bits` at a time, in order) once they
-    /// are packed, so that a caller reading `bits` from a map can release
-    /// them as it goes.
+    /// (about [`RELEASE_BYTES`] of `bits` at a time) once they are packed,
+    /// so that a caller reading `bits` from a map can release them as it
+    /// goes. The ranges are packed in parallel (in the current rayon pool),
+    /// so they arrive in any order, from any thread.
     pub fn pack_with(
         bits: &[u16],
         kind: HalfBits,
         [rows, cols]: [usize; 2],
-        copied: &mut dyn FnMut(Range<usize>),
+        copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedHalf> {
         if cols == 0 || !rows.is_multiple_of(GROUP_ROWS) || !cols.is_multiple_of(BLOCK) {
             return Err(Error::InvalidInput(format!(
@@ -79,7 +81,8 @@ impl PackedHalf {
         let mut data = vec![0u8; rows * cols * 2];
         let group_bytes = cols * COLUMN_BYTES;
         let per_release = RELEASE_BYTES.div_ceil(group_bytes);
-        for (c, chunk) in data.chunks_mut(per_release * group_bytes).enumerate() {
+        let chunks = data.par_chunks_mut(per_release * group_bytes).enumerate();
+        chunks.for_each(|(c, chunk)| {
             let first = c * per_release;
             for (g, out) in chunk.chunks_exact_mut(group_bytes).enumerate() {
                 for r in 0..GROUP_ROWS {
@@ -91,7 +94,7 @@ impl PackedHalf {
             }
             let groups = chunk.len() / group_bytes;
             copied(first * GROUP_ROWS..(first + groups) * GROUP_ROWS);
-        }
+        });
         Ok(PackedHalf {
             data: PackedData::owned(data, rows, cols, HALF_BLOCK_BYTES),
             kind,
@@ -352,14 +355,20 @@ mod tests {
         check_group_products::<HalfFormat<true>>(p.data.groups(0, 2), &xs, &levels, "bf16");
     }
 
-    /// The progress callback names every row once, in order, in ranges of
-    /// whole groups of about `RELEASE_BYTES` of source.
+    /// The progress callback names every row once, in ranges of whole
+    /// groups of about `RELEASE_BYTES` of source, and the parallel packing
+    /// gives the rows' values.
     #[test]
     fn packing_reports_the_rows_it_copied() {
         let (rows, cols) = (8 * 300, 1024);
-        let bits = vec![0u16; rows * cols];
-        let mut seen = Vec::new();
-        PackedHalf::pack_with(&bits, HalfBits::F16, [rows, cols], &mut |r| seen.push(r)).unwrap();
+        let bits: Vec<u16> = (0..rows * cols).map(|i| (i % 30011) as u16).collect();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let record = |r: Range<usize>| seen.lock().unwrap().push(r);
+        let p =
+            pool2().install(|| PackedHalf::pack_with(&bits, HalfBits::F16, [rows, cols], &record));
+        let p = p.unwrap();
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort_by_key(|r| r.start);
         let per = RELEASE_BYTES.div_ceil(cols * COLUMN_BYTES) * GROUP_ROWS;
         let want: Vec<Range<usize>> = (0..rows)
             .step_by(per)
@@ -367,6 +376,15 @@ mod tests {
             .collect();
         assert_eq!(seen, want);
         assert!(want.len() > 1);
+        let mut row = vec![0.0f32; cols];
+        for r in [0, 7, 8 * 150 + 3, rows - 1] {
+            p.unpack_row(p.data.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut row);
+            let want: Vec<f32> = bits[r * cols..(r + 1) * cols]
+                .iter()
+                .map(|&b| f16::from_bits(b).to_f32())
+                .collect();
+            assert_eq!(row, want, "row {r}");
+        }
     }
 
     #[test]

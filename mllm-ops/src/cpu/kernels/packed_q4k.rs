@@ -24,8 +24,8 @@ use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    check_packable, nibble_block_sum, unpack_nibble_block, wide_packed_linear, PackedData,
-    PackedFormat, GROUP_ROWS,
+    check_packable, nibble_block_sum, pack_blocks, unpack_nibble_block, wide_packed_linear,
+    PackedData, PackedFormat, GROUP_ROWS,
 };
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
@@ -61,17 +61,14 @@ impl PackedQ4K {
         check_packable(w, &[QuantType::Q4K], "q4_k")?;
         let supers = cols / q4_k::BLOCK_LEN;
         let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
-        let mut packed = data.chunks_exact_mut(SUPER_BYTES);
-        for g in 0..rows / GROUP_ROWS {
-            for s in 0..supers {
-                let out = packed.next().expect("sized for every super-block");
-                for r in 0..GROUP_ROWS {
-                    let row = w.row(g * GROUP_ROWS + r);
-                    let b = &row[s * q4_k::BLOCK_BYTES..(s + 1) * q4_k::BLOCK_BYTES];
-                    pack_row(b, r, out);
-                }
+        pack_blocks(&mut data, SUPER_BYTES, supers, |g, s, out| {
+            for r in 0..GROUP_ROWS {
+                let row = w.row(g * GROUP_ROWS + r);
+                let b = &row[s * q4_k::BLOCK_BYTES..(s + 1) * q4_k::BLOCK_BYTES];
+                pack_row(b, r, out);
             }
-        }
+            Ok(())
+        })?;
         Ok(PackedQ4K {
             data: PackedData::owned(data, rows, cols, SUPER_BYTES / SUB_BLOCKS),
         })

@@ -16,7 +16,8 @@ use mllm_core::{Error, Result};
 use rayon::ThreadPool;
 
 use super::packed::{
-    check_packable, wide_packed_linear, PackedData, PackedFormat, GROUP_ROWS, NIBBLES_AT,
+    check_packable, pack_blocks, wide_packed_linear, PackedData, PackedFormat, GROUP_ROWS,
+    NIBBLES_AT,
 };
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
@@ -47,18 +48,15 @@ impl PackedQ5 {
         check_packable(w, &[QuantType::Q5_0, QuantType::Q5_1], "q5")?;
         let nb = cols / BLOCK;
         let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q5_PACKED_BLOCK_BYTES];
-        let mut packed = data.chunks_exact_mut(Q5_PACKED_BLOCK_BYTES);
-        for g in 0..rows / GROUP_ROWS {
-            for i in 0..nb {
-                let out = packed.next().expect("sized for every block");
-                for r in 0..GROUP_ROWS {
-                    let (d, m, q) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
-                    out[2 * r..2 * r + 2].copy_from_slice(&d);
-                    out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&m);
-                    place_values(&mut out[NIBBLES_AT..], r, q);
-                }
+        pack_blocks(&mut data, Q5_PACKED_BLOCK_BYTES, nb, |g, i, out| {
+            for r in 0..GROUP_ROWS {
+                let (d, m, q) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
+                out[2 * r..2 * r + 2].copy_from_slice(&d);
+                out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&m);
+                place_values(&mut out[NIBBLES_AT..], r, q);
             }
-        }
+            Ok(())
+        })?;
         Ok(PackedQ5 {
             data: PackedData::owned(data, rows, cols, Q5_PACKED_BLOCK_BYTES),
         })

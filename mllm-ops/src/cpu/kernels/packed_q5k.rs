@@ -19,7 +19,9 @@
 use mllm_core::Result;
 use rayon::ThreadPool;
 
-use super::packed::{check_packable, wide_packed_linear, PackedData, PackedFormat, GROUP_ROWS};
+use super::packed::{
+    check_packable, pack_blocks, wide_packed_linear, PackedData, PackedFormat, GROUP_ROWS,
+};
 pub(crate) use super::packed_q4k::SUB_BLOCKS;
 use super::packed_q4k::{pack_header, sub_block_scales};
 use super::packed_q5::{five_bit_block_sum, place_values, value};
@@ -51,17 +53,14 @@ impl PackedQ5K {
         check_packable(w, &[QuantType::Q5K], "q5_k")?;
         let supers = cols / q5_k::BLOCK_LEN;
         let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
-        let mut packed = data.chunks_exact_mut(SUPER_BYTES);
-        for g in 0..rows / GROUP_ROWS {
-            for s in 0..supers {
-                let out = packed.next().expect("sized for every super-block");
-                for r in 0..GROUP_ROWS {
-                    let row = w.row(g * GROUP_ROWS + r);
-                    let b = &row[s * q5_k::BLOCK_BYTES..(s + 1) * q5_k::BLOCK_BYTES];
-                    pack_row(b, r, out);
-                }
+        pack_blocks(&mut data, SUPER_BYTES, supers, |g, s, out| {
+            for r in 0..GROUP_ROWS {
+                let row = w.row(g * GROUP_ROWS + r);
+                let b = &row[s * q5_k::BLOCK_BYTES..(s + 1) * q5_k::BLOCK_BYTES];
+                pack_row(b, r, out);
             }
-        }
+            Ok(())
+        })?;
         Ok(PackedQ5K {
             data: PackedData::owned(data, rows, cols, SUPER_BYTES / SUB_BLOCKS),
         })

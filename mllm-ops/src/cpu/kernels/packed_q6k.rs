@@ -30,8 +30,8 @@ use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, check_packable, group_outputs, quantize_rows, PackedData, PackedFormat,
-    GROUP_ROWS,
+    by_row_blocks, check_packable, group_outputs, pack_blocks, quantize_rows, PackedData,
+    PackedFormat, GROUP_ROWS,
 };
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
@@ -67,19 +67,16 @@ impl PackedQ6K {
         check_packable(w, &[QuantType::Q6K], "q6_k")?;
         let supers = cols / q6_k::BLOCK_LEN;
         let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
-        let mut packed = data.chunks_exact_mut(SUPER_BYTES);
-        for g in 0..rows / GROUP_ROWS {
-            for s in 0..supers {
-                let out = packed.next().expect("sized for every super-block");
-                for r in 0..GROUP_ROWS {
-                    let row = w.row(g * GROUP_ROWS + r);
-                    let b = row[s * q6_k::BLOCK_BYTES..(s + 1) * q6_k::BLOCK_BYTES]
-                        .try_into()
-                        .expect("one super-block");
-                    pack_row(b, r, out);
-                }
+        pack_blocks(&mut data, SUPER_BYTES, supers, |g, s, out| {
+            for r in 0..GROUP_ROWS {
+                let row = w.row(g * GROUP_ROWS + r);
+                let b = row[s * q6_k::BLOCK_BYTES..(s + 1) * q6_k::BLOCK_BYTES]
+                    .try_into()
+                    .expect("one super-block");
+                pack_row(b, r, out);
             }
-        }
+            Ok(())
+        })?;
         Ok(PackedQ6K {
             data: PackedData::owned(data, rows, cols, SUPER_BYTES / BLOCKS),
         })

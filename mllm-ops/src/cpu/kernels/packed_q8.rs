@@ -20,8 +20,8 @@ use mllm_core::{DType, Result};
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, check_packable, group_outputs, quantize_rows, PackedData, PackedFormat,
-    GROUP_ROWS,
+    by_row_blocks, check_packable, group_outputs, pack_blocks, quantize_rows, PackedData,
+    PackedFormat, GROUP_ROWS,
 };
 use super::qact::{Q16Row, BLOCK, NARROW};
 use super::qkernel::QuantKernel;
@@ -47,21 +47,18 @@ impl PackedQ8 {
         check_packable(w, &[QuantType::Q8_0], "q8_0")?;
         let nb = cols / BLOCK;
         let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q8_PACKED_BLOCK_BYTES];
-        let mut packed = data.chunks_exact_mut(Q8_PACKED_BLOCK_BYTES);
-        for g in 0..rows / GROUP_ROWS {
-            for i in 0..nb {
-                let out = packed.next().expect("sized for every block");
-                for r in 0..GROUP_ROWS {
-                    let row = w.row(g * GROUP_ROWS + r);
-                    let b = &row[i * q8_0::BLOCK_BYTES..(i + 1) * q8_0::BLOCK_BYTES];
-                    out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
-                    for j in 0..BLOCK / 4 {
-                        let at = 16 + 32 * j + 4 * r;
-                        out[at..at + 4].copy_from_slice(&b[2 + 4 * j..2 + 4 * j + 4]);
-                    }
+        pack_blocks(&mut data, Q8_PACKED_BLOCK_BYTES, nb, |g, i, out| {
+            for r in 0..GROUP_ROWS {
+                let row = w.row(g * GROUP_ROWS + r);
+                let b = &row[i * q8_0::BLOCK_BYTES..(i + 1) * q8_0::BLOCK_BYTES];
+                out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
+                for j in 0..BLOCK / 4 {
+                    let at = 16 + 32 * j + 4 * r;
+                    out[at..at + 4].copy_from_slice(&b[2 + 4 * j..2 + 4 * j + 4]);
                 }
             }
-        }
+            Ok(())
+        })?;
         Ok(PackedQ8 {
             data: PackedData::owned(data, rows, cols, Q8_PACKED_BLOCK_BYTES),
         })

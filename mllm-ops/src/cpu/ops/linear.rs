@@ -132,7 +132,7 @@ impl Op for LinearOp {
                 AnyMatrix::Packed(PackedMatrix::Q8(w)) => {
                     LinearWeight::Packed(PackedWeight::Q8(w), None)
                 }
-                AnyMatrix::Plain(w) => pack_if_faster(w, shape, self.quant),
+                AnyMatrix::Plain(w) => self.pool.install(|| pack_if_faster(w, shape, self.quant)),
             },
         );
         self.bias = p
@@ -241,9 +241,9 @@ fn pack_half(
     [rows, cols]: [usize; 2],
 ) -> Option<PackedWeight> {
     let row_bytes = 2 * cols;
-    let mut release =
+    let release =
         |r: std::ops::Range<usize>| weight.release_range(r.start * row_bytes..r.end * row_bytes);
-    PackedHalf::pack_with(bits, kind, [rows, cols], &mut release)
+    PackedHalf::pack_with(bits, kind, [rows, cols], &release)
         .ok()
         .map(PackedWeight::Half)
 }
