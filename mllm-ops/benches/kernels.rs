@@ -12,8 +12,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use mllm_core::{DType, KvDtype};
 use mllm_ops::cpu::kernels::kv_rows::encode;
 use mllm_ops::cpu::kernels::{
-    attention, attention_batch, packed_linear, packed_q4k_linear, quant_linear, AttnShape, KvRows,
-    PackedQ4, PackedQ4K, QuantKernel, QuantMatrix, QuantPath, SeqAttention, SimdLevel,
+    attention, attention_batch, packed_linear, quant_linear, AttnShape, KvRows, PackedQ4,
+    QuantKernel, QuantMatrix, QuantPath, SeqAttention, SimdLevel,
 };
 use mllm_ops::quant::{quantize, QuantType};
 
@@ -163,25 +163,25 @@ fn bench_kv_types(c: &mut Criterion) {
     g.finish();
 }
 
-/// Decode through a packed Q4_K matrix far larger than the caches (39 MB,
+/// Decode through a packed Q4_1 matrix far larger than the caches (42 MB,
 /// a 1B model's FFN projection four times over) on one thread, at each
 /// level this CPU has: the memory stream the weight prefetch serves.
 fn bench_streaming_decode(c: &mut Criterion) {
     let pool = pool(1);
     let mut g = c.benchmark_group("streaming_decode");
     let (out_f, in_f) = (32768, 2048);
-    let (w, x) = linear_case(DType::Q4K, out_f, in_f, 1);
-    let m = QuantMatrix::new(QuantType::Q4K, &w, out_f, in_f).expect("matrix");
-    let p = PackedQ4K::pack(&m).expect("packed");
+    let (w, x) = linear_case(DType::Q4_1, out_f, in_f, 1);
+    let m = QuantMatrix::new(QuantType::Q4_1, &w, out_f, in_f).expect("matrix");
+    let p = PackedQ4::pack(&m).expect("packed");
     let mut y = vec![0.0f32; out_f];
-    g.throughput(Throughput::Bytes((out_f / 8 * in_f / 256 * 1184) as u64));
+    g.throughput(Throughput::Bytes(p.bytes().len() as u64));
     for level in [SimdLevel::Avx512, SimdLevel::Avx2] {
         let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
             continue;
         };
         g.bench_function(
-            BenchmarkId::new("q4_k 32768x2048", format!("{level:?}")),
-            |b| pool.install(|| b.iter(|| packed_q4k_linear(k, &x, 1, &p, None, &mut y, &pool))),
+            BenchmarkId::new("q4_1 32768x2048", format!("{level:?}")),
+            |b| pool.install(|| b.iter(|| packed_linear(k, &x, 1, &p, None, &mut y, &pool))),
         );
     }
     g.finish();

@@ -1,5 +1,6 @@
 //! Q4_K weights repacked at load for the 16-bit-activation integer kernels,
-//! and the linear layer over them.
+//! the frame every K-quant layout with the same super-block header shares
+//! (Q4_K here, Q5_K in `packed_q5k`), and the linear layer over them.
 //!
 //! The nibbles take the packed Q4 layout (see `packed`): rows in groups of
 //! eight, and per block of 32 columns four 32-byte chunks where chunk `j`
@@ -11,21 +12,24 @@
 //!
 //! ```text
 //! [d: 8 × f16][dmin: 8 × f16][sc: 8 sub-blocks × 8 rows × u8]
-//! [m: 8 sub-blocks × 8 rows × u8][nibbles: 8 sub-blocks × 128 bytes]
+//! [m: 8 sub-blocks × 8 rows × u8][bits: 8 sub-blocks × BLOCK_BITS bytes]
 //! ```
 //!
 //! Sub-block `j` of row `r` then contributes `(d·sc)·d_x·Σ q·q_x +
-//! (−dmin·m)·s_x`: the packed Q4 block step with the f32 scale `d·sc` and
+//! (−dmin·m)·s_x`: the packed block step with the f32 scale `d·sc` and
 //! offset `−dmin·m`, both exact products of an f16 and a 6-bit integer,
-//! the very numbers Q4_K's dequantizer multiplies with.
+//! the very numbers the K-quant's dequantizer multiplies with. A layout
+//! differs only in its sub-blocks' bits ([`SubBlockBits`]).
+
+use std::marker::PhantomData;
 
 use half::f16;
 use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    check_packable, nibble_block_sum, pack_blocks, unpack_nibble_block, wide_packed_linear,
-    PackedData, PackedFormat, GROUP_ROWS,
+    check_packable, nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat,
+    GROUP_ROWS,
 };
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
@@ -40,76 +44,98 @@ pub(crate) const SUB_BLOCKS: usize = q4_k::BLOCK_LEN / BLOCK;
 pub(crate) const SCALES_AT: usize = 4 * GROUP_ROWS;
 /// Offset of the eight rows' 6-bit minimums, sub-block after sub-block.
 pub(crate) const MINS_AT: usize = SCALES_AT + SUB_BLOCKS * GROUP_ROWS;
-/// Offset of the sub-blocks' bits (here nibbles).
+/// Offset of the sub-blocks' bits.
 pub(crate) const BITS_AT: usize = MINS_AT + SUB_BLOCKS * GROUP_ROWS;
-/// Bytes of bits (nibbles) per group and sub-block.
-pub(crate) const BLOCK_BITS: usize = GROUP_ROWS * BLOCK / 2;
-/// Bytes of one group per super-block.
-pub(crate) const SUPER_BYTES: usize = BITS_AT + SUB_BLOCKS * BLOCK_BITS;
 
-/// A Q4_K matrix `[rows, cols]` repacked in groups of eight rows (see the
-/// module documentation).
-pub struct PackedQ4K {
-    data: PackedData,
+/// The sub-block bits of a packed layout under the header above: Q4_K's
+/// nibbles ([`Nibbles`]) or Q5_K's five-bit values (`packed_q5k`), with
+/// the kernels that read them.
+pub(crate) trait SubBlockBits: Send + Sync + 'static {
+    /// The block type that packs into this layout.
+    const QT: QuantType;
+    /// Bytes of bits per group and sub-block.
+    const BLOCK_BITS: usize;
+    /// Bytes of one group per super-block.
+    const SUPER_BYTES: usize = BITS_AT + SUB_BLOCKS * Self::BLOCK_BITS;
+
+    /// Writes the values of super-block `b` (one row's, in [`Self::QT`])
+    /// as row `r` into `bits`, the sub-blocks' bits of a packed group
+    /// super-block.
+    fn pack_bits(b: &[u8], r: usize, bits: &mut [u8]);
+    /// Row `r`'s value at column `col` (`0..32`) of one sub-block's bits.
+    #[cfg(test)]
+    fn value(bits: &[u8], r: usize, col: usize) -> u8;
+    /// Row `r`'s exact `Σ q·(256·hi + lo)` over one sub-block's bits and
+    /// the two planes of one 16-bit activation block.
+    fn block_sum(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32;
+    /// The AVX2 group product (as `PackedFormat::avx2`).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]);
+    /// The AVX-512 VNNI group product (as `PackedFormat::vnni`).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA, F16C, AVX-512F/VL/BW and AVX-512 VNNI.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]);
+    /// The two-group AVX-512 VNNI product (as `PackedFormat::vnni_pair`).
+    ///
+    /// # Safety
+    /// As [`SubBlockBits::vnni`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]);
 }
 
-impl PackedQ4K {
-    /// Repacks `w`; fails when it is not Q4_K or when its row count is not
-    /// a multiple of eight.
-    pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4K> {
+/// A K-quant matrix `[rows, cols]` repacked in groups of eight rows (see
+/// the module documentation), its sub-block bits those of `B`.
+pub(crate) struct PackedKQuant<B> {
+    data: PackedData,
+    bits: PhantomData<B>,
+}
+
+/// A Q4_K matrix repacked (see the module documentation).
+pub(crate) type PackedQ4K = PackedKQuant<Nibbles>;
+
+impl<B: SubBlockBits> PackedKQuant<B> {
+    /// Repacks `w`; fails when it is not of `B`'s block type or when its
+    /// row count is not a multiple of eight.
+    pub(crate) fn pack(w: &QuantMatrix<'_>) -> Result<PackedKQuant<B>> {
         let (rows, cols) = (w.rows(), w.cols());
-        check_packable(w, &[QuantType::Q4K], "q4_k")?;
-        let supers = cols / q4_k::BLOCK_LEN;
-        let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
-        pack_blocks(&mut data, SUPER_BYTES, supers, |g, s, out| {
+        check_packable(w, &[B::QT], &B::QT.to_string())?;
+        let (supers, block_bytes) = (cols / B::QT.block_len(), B::QT.block_bytes());
+        let mut data = vec![0u8; rows / GROUP_ROWS * supers * B::SUPER_BYTES];
+        pack_blocks(&mut data, B::SUPER_BYTES, supers, |g, s, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);
-                let b = &row[s * q4_k::BLOCK_BYTES..(s + 1) * q4_k::BLOCK_BYTES];
-                pack_row(b, r, out);
+                let b = &row[s * block_bytes..(s + 1) * block_bytes];
+                pack_header(b, r, out);
+                B::pack_bits(b, r, &mut out[BITS_AT..]);
             }
             Ok(())
         })?;
-        Ok(PackedQ4K {
-            data: PackedData::owned(data, rows, cols, SUPER_BYTES / SUB_BLOCKS),
+        Ok(PackedKQuant {
+            data: PackedData::owned(data, rows, cols, B::SUPER_BYTES / SUB_BLOCKS),
+            bits: PhantomData,
         })
     }
 
     /// Row `r`'s values from the packed bytes of its group (`d·sc·q −
-    /// dmin·m`, the values Q4_K dequantizes to).
-    pub fn unpack_row(group: &[u8], r: usize, out: &mut [f32]) {
+    /// dmin·m`, the values the block type dequantizes to).
+    #[cfg(test)]
+    pub(crate) fn unpack_row(group: &[u8], r: usize, out: &mut [f32]) {
         for (sb, out) in group
-            .chunks_exact(SUPER_BYTES)
-            .zip(out.chunks_exact_mut(q4_k::BLOCK_LEN))
+            .chunks_exact(B::SUPER_BYTES)
+            .zip(out.chunks_exact_mut(B::QT.block_len()))
         {
             for (j, out) in out.chunks_exact_mut(BLOCK).enumerate() {
-                let nibbles = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
-                unpack_nibble_block(nibbles, r, sub_block_scales(sb, r, j), out);
+                let bits = &sb[BITS_AT + B::BLOCK_BITS * j..][..B::BLOCK_BITS];
+                let (d, m) = sub_block_scales(sb, r, j);
+                for (col, o) in out.iter_mut().enumerate() {
+                    *o = d * B::value(bits, r, col) as f32 + m;
+                }
             }
-        }
-    }
-
-    /// Number of rows (output features).
-    pub fn rows(&self) -> usize {
-        self.data.rows()
-    }
-
-    /// Values per row (input features).
-    pub fn cols(&self) -> usize {
-        self.data.cols()
-    }
-}
-
-/// Writes super-block `b` (144 bytes of Q4_K) as row `r` of a packed group
-/// super-block `out`.
-fn pack_row(b: &[u8], r: usize, out: &mut [u8]) {
-    pack_header(b, r, out);
-    let qs = &b[16..q4_k::BLOCK_BYTES];
-    for j in 0..SUB_BLOCKS {
-        let (bytes, shift) = (&qs[32 * (j / 2)..32 * (j / 2) + 32], 4 * (j % 2));
-        let value = |l: usize| (bytes[l] >> shift) & 15;
-        let nibbles = &mut out[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
-        for i in 0..16 {
-            nibbles[32 * (i / 4) + 4 * r + i % 4] = value(i) | (value(16 + i) << 4);
         }
     }
 }
@@ -117,7 +143,7 @@ fn pack_row(b: &[u8], r: usize, out: &mut [u8]) {
 /// Writes the header of a Q4_K or Q5_K super-block `b` (f16 `d` and
 /// `dmin`, then 12 bytes of 6-bit scales and minimums) as row `r` of a
 /// packed group super-block `out`, the scales and minimums unpacked.
-pub(crate) fn pack_header(b: &[u8], r: usize, out: &mut [u8]) {
+fn pack_header(b: &[u8], r: usize, out: &mut [u8]) {
     out[2 * r..2 * r + 2].copy_from_slice(&b[..2]);
     out[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&b[2..4]);
     let (sc, m) = q4_k::unpack_scales(&b[4..16]);
@@ -128,8 +154,8 @@ pub(crate) fn pack_header(b: &[u8], r: usize, out: &mut [u8]) {
 }
 
 /// Row `r`'s scale `d·sc` and offset `−dmin·m` in sub-block `j` of a packed
-/// group super-block (of the Q4_K or the Q5_K layout: the same header).
-pub(crate) fn sub_block_scales(sb: &[u8], r: usize, j: usize) -> (f32, f32) {
+/// group super-block.
+fn sub_block_scales(sb: &[u8], r: usize, j: usize) -> (f32, f32) {
     let f = |at: usize| f16::from_le_bytes([sb[at], sb[at + 1]]).to_f32();
     let (d, dmin) = (f(2 * r), f(16 + 2 * r));
     let sc = sb[SCALES_AT + GROUP_ROWS * j + r] as f32;
@@ -137,19 +163,33 @@ pub(crate) fn sub_block_scales(sb: &[u8], r: usize, j: usize) -> (f32, f32) {
     (d * sc, -dmin * m)
 }
 
-/// The packed Q4_K layout (see the module documentation).
-pub(crate) struct Q4KFormat;
+/// Q4_K's sub-block bits: 128 bytes of nibbles in the packed Q4 layout.
+pub(crate) struct Nibbles;
 
-impl PackedFormat for Q4KFormat {
-    type Input<'a> = Q16Row<'a, WIDE>;
-    const BLOCK_BYTES: usize = SUPER_BYTES / SUB_BLOCKS;
+impl SubBlockBits for Nibbles {
+    const QT: QuantType = QuantType::Q4K;
+    const BLOCK_BITS: usize = GROUP_ROWS * BLOCK / 2;
 
-    fn blocks(x: &Q16Row<'_, WIDE>) -> usize {
-        x.d.len()
+    fn pack_bits(b: &[u8], r: usize, bits: &mut [u8]) {
+        let qs = &b[16..q4_k::BLOCK_BYTES];
+        for j in 0..SUB_BLOCKS {
+            let (bytes, shift) = (&qs[32 * (j / 2)..32 * (j / 2) + 32], 4 * (j % 2));
+            let value = |l: usize| (bytes[l] >> shift) & 15;
+            let nibbles = &mut bits[Self::BLOCK_BITS * j..][..Self::BLOCK_BITS];
+            for i in 0..16 {
+                nibbles[32 * (i / 4) + 4 * r + i % 4] = value(i) | (value(16 + i) << 4);
+            }
+        }
     }
 
-    fn portable(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        group_dot(group, xs, out)
+    #[cfg(test)]
+    fn value(bits: &[u8], r: usize, col: usize) -> u8 {
+        let k = col % 16;
+        (bits[32 * (k / 4) + 4 * r + k % 4] >> (4 * (col / 16))) & 15
+    }
+
+    fn block_sum(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32 {
+        nibble_block_sum(bits, r, hi, lo)
     }
 
     /// # Safety
@@ -182,23 +222,72 @@ impl PackedFormat for Q4KFormat {
     }
 }
 
+/// The packed layout of sub-block bits `B` as a [`PackedFormat`].
+pub(crate) struct KQuantFormat<B>(PhantomData<B>);
+
+impl<B: SubBlockBits> PackedFormat for KQuantFormat<B> {
+    type Input<'a> = Q16Row<'a, WIDE>;
+    const BLOCK_BYTES: usize = B::SUPER_BYTES / SUB_BLOCKS;
+
+    fn blocks(x: &Q16Row<'_, WIDE>) -> usize {
+        x.d.len()
+    }
+
+    fn portable(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        group_dot::<B>(group, xs, out)
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { B::avx2(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { B::vnni(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn vnni_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Q16Row<'_, WIDE>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { B::vnni_pair(a, b, xs, out) }
+    }
+}
+
 /// The eight outputs of one packed group for each activation row of `xs`
 /// (one to `TILE_TOKENS` rows), in portable code: per sub-block and row
 /// `(d·sc)·d_x·Σ q_w q_x + (−dmin·m)·s_x`, accumulated in f32.
-pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+fn group_dot<B: SubBlockBits>(
+    group: &[u8],
+    xs: &[Q16Row<'_, WIDE>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     for (x, out) in xs.iter().zip(out.iter_mut()) {
         *out = [0.0; GROUP_ROWS];
         let mut xb =
             x.hi.chunks_exact(BLOCK)
                 .zip(x.lo.chunks_exact(BLOCK))
                 .zip(x.d.iter().zip(x.s));
-        for sb in group.chunks_exact(SUPER_BYTES) {
+        for sb in group.chunks_exact(B::SUPER_BYTES) {
             for j in 0..SUB_BLOCKS {
                 let ((hi, lo), (&dx, &sx)) = xb.next().expect("one activation block per sub-block");
-                let nibbles = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
+                let bits = &sb[BITS_AT + B::BLOCK_BITS * j..][..B::BLOCK_BITS];
                 for (r, acc) in out.iter_mut().enumerate() {
                     let (d, m) = sub_block_scales(sb, r, j);
-                    let sum = nibble_block_sum(nibbles, r, hi, lo);
+                    let sum = B::block_sum(bits, r, hi, lo);
                     *acc += d * dx * sum as f32 + m * sx;
                 }
             }
@@ -206,23 +295,23 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
     }
 }
 
-/// Linear layer over a packed Q4_K matrix: `y[t, o] = Σ_i x[t, i] ·
+/// Linear layer over a packed K-quant matrix: `y[t, o] = Σ_i x[t, i] ·
 /// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
 /// 8-bit planes per block of 32 split at [`WIDE`]). `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked
 /// with `debug_assert!`.
-pub fn packed_q4k_linear(
+pub(crate) fn packed_kquant_linear<B: SubBlockBits>(
     k: QuantKernel,
     x: &[f32],
     rows: usize,
-    w: &PackedQ4K,
+    w: &PackedKQuant<B>,
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    wide_packed_linear::<Q4KFormat>(k, x, rows, &w.data, bias, y, pool)
+    wide_packed_linear::<KQuantFormat<B>>(k, x, rows, &w.data, bias, y, pool)
 }
 
 #[cfg(test)]
@@ -233,38 +322,40 @@ mod tests {
         BoundLinear,
     };
     use crate::cpu::kernels::packed::TILE_TOKENS;
+    use crate::cpu::kernels::packed_q5k::FiveBits;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
     use crate::cpu::kernels::qkernel::SimdLevel;
     use crate::cpu::kernels::test_util::Rng;
 
-    const QT: QuantType = QuantType::Q4K;
-
-    /// A Q4_K matrix of `rows` rows of `supers` random super-blocks.
-    fn random_matrix(rng: &mut Rng, rows: usize, supers: usize) -> Vec<u8> {
-        random_blocks(rng, QT, rows * supers)
+    /// Each row unpacked from the packed layout has exactly the values the
+    /// block type's dequantizer gives the unpacked row.
+    fn check_unpacked<B: SubBlockBits>(rng: &mut Rng) {
+        let (rows, supers) = (16, 3);
+        let cols = supers * B::QT.block_len();
+        let w = random_blocks(rng, B::QT, rows * supers);
+        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
+        let groups = |g| p.data.groups(g, 1);
+        check_unpacked_rows(
+            B::QT,
+            &w,
+            [rows, cols],
+            &groups,
+            PackedKQuant::<B>::unpack_row,
+        );
     }
 
-    /// Each row unpacked from the packed layout has exactly the values the
-    /// Q4_K dequantizer gives the unpacked row.
     #[test]
     fn unpacked_rows_equal_the_dequantized_rows() {
         let mut rng = Rng::new(51);
-        let (rows, supers) = (16, 3);
-        let cols = supers * q4_k::BLOCK_LEN;
-        let w = random_matrix(&mut rng, rows, supers);
-        let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
-        let groups = |g| p.data.groups(g, 1);
-        check_unpacked_rows(QT, &w, [rows, cols], &groups, PackedQ4K::unpack_row);
+        check_unpacked::<Nibbles>(&mut rng);
+        check_unpacked::<FiveBits>(&mut rng);
     }
 
-    /// The packed Q4_K layer matches the f64 product of the dequantized
-    /// weights at every level and thread count (see `check_packed_linear`),
-    /// for one row (decode) and row counts that do and do not fill the
-    /// token tile.
-    #[test]
-    fn packed_q4k_linear_matches_reference() {
-        let mut rng = Rng::new(52);
+    /// The layer matches the f64 product of the dequantized weights at
+    /// every level and thread count (see `check_packed_linear`), for one
+    /// row (decode) and row counts that do and do not fill the token tile.
+    fn check_linear<B: SubBlockBits>(rng: &mut Rng) {
         let cases = [
             (1, 8, 8),
             (1, 16, 72),
@@ -272,60 +363,78 @@ mod tests {
             (70, 8, 24),
             (131, 8, 8),
         ];
-        let blocks = |rng: &mut Rng, n: usize| random_blocks(rng, QT, n / SUB_BLOCKS);
-        check_packed_linear(
-            &mut rng,
-            QT,
-            &blocks,
-            &cases,
-            &|k, m, x, rows, b, y, pool| {
-                packed_q4k_linear(k, x, rows, &PackedQ4K::pack(m).unwrap(), b, y, pool)
-            },
-        );
+        let blocks = |rng: &mut Rng, n: usize| random_blocks(rng, B::QT, n / SUB_BLOCKS);
+        check_packed_linear(rng, B::QT, &blocks, &cases, &|k, m, x, rows, b, y, pool| {
+            let p = PackedKQuant::<B>::pack(m).unwrap();
+            packed_kquant_linear(k, x, rows, &p, b, y, pool)
+        });
+    }
+
+    #[test]
+    fn packed_linear_matches_reference() {
+        let mut rng = Rng::new(52);
+        check_linear::<Nibbles>(&mut rng);
+        check_linear::<FiveBits>(&mut rng);
     }
 
     /// Batch invariance (see `check_rows_alone`).
-    #[test]
-    fn each_row_equals_the_row_alone() {
-        let mut rng = Rng::new(53);
+    fn check_alone<B: SubBlockBits>(rng: &mut Rng) {
         for &(rows, supers, out_f) in &[(3, 1, 64), (6, 2, 40), (131, 1, 24)] {
-            let in_f = supers * q4_k::BLOCK_LEN;
-            let w = random_matrix(&mut rng, out_f, supers);
-            let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, out_f, in_f).unwrap()).unwrap();
+            let in_f = supers * B::QT.block_len();
+            let w = random_blocks(rng, B::QT, out_f * supers);
+            let m = QuantMatrix::new(B::QT, &w, out_f, in_f).unwrap();
+            let p = PackedKQuant::<B>::pack(&m).unwrap();
             let x = rng.vec(rows * in_f, 1.0);
             let b = rng.vec(out_f, 1.0);
             let linear: &BoundLinear<'_> =
-                &|k, x, rows, y, pool| packed_q4k_linear(k, x, rows, &p, Some(&b), y, pool);
-            check_rows_alone(linear, &x, rows, out_f, false, "q4_k");
+                &|k, x, rows, y, pool| packed_kquant_linear(k, x, rows, &p, Some(&b), y, pool);
+            check_rows_alone(linear, &x, rows, out_f, false, &B::QT.to_string());
         }
+    }
+
+    #[test]
+    fn each_row_equals_the_row_alone() {
+        let mut rng = Rng::new(53);
+        check_alone::<Nibbles>(&mut rng);
+        check_alone::<FiveBits>(&mut rng);
     }
 
     /// The AVX-512 VNNI group products equal the AVX2 ones bit for bit, for
     /// one group (256-bit) and two (512-bit) and one to four rows.
-    #[test]
-    fn vnni_group_dot_equals_avx2() {
-        let mut rng = Rng::new(54);
+    fn check_levels<B: SubBlockBits>(rng: &mut Rng) {
         let (rows, supers) = (2 * GROUP_ROWS, 2);
-        let cols = supers * q4_k::BLOCK_LEN;
-        let w = random_matrix(&mut rng, rows, supers);
-        let p = PackedQ4K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
+        let cols = supers * B::QT.block_len();
+        let w = random_blocks(rng, B::QT, rows * supers);
+        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
         let acts: Vec<Q16Act<WIDE>> = (0..TILE_TOKENS)
             .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
             .collect();
         let xs: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
         let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
-        check_group_products::<Q4KFormat>(p.data.groups(0, 2), &xs, &levels, "q4_k");
+        let what = B::QT.to_string();
+        check_group_products::<KQuantFormat<B>>(p.data.groups(0, 2), &xs, &levels, &what);
+    }
+
+    #[test]
+    fn vnni_group_dot_equals_avx2() {
+        let mut rng = Rng::new(54);
+        check_levels::<Nibbles>(&mut rng);
+        check_levels::<FiveBits>(&mut rng);
     }
 
     #[test]
     fn what_cannot_be_packed_is_an_error() {
         let w = vec![0u8; 7 * q4_k::BLOCK_BYTES];
-        let m = QuantMatrix::new(QT, &w, 7, q4_k::BLOCK_LEN).unwrap();
+        let m = QuantMatrix::new(QuantType::Q4K, &w, 7, q4_k::BLOCK_LEN).unwrap();
         let err = PackedQ4K::pack(&m).err().unwrap();
         assert!(err.to_string().contains("7 rows"), "{err}");
         let w = vec![0u8; 8 * 18];
         let m = QuantMatrix::new(QuantType::Q4_0, &w, 8, 32).unwrap();
         let err = PackedQ4K::pack(&m).err().unwrap();
-        assert!(err.to_string().contains("not q4_0"), "{err}");
+        assert!(err.to_string().contains("as q4_k, not q4_0"), "{err}");
+        let w = vec![0u8; 8 * q4_k::BLOCK_BYTES];
+        let m = QuantMatrix::new(QuantType::Q4K, &w, 8, q4_k::BLOCK_LEN).unwrap();
+        let err = PackedKQuant::<FiveBits>::pack(&m).err().unwrap();
+        assert!(err.to_string().contains("as q5_k, not q4_k"), "{err}");
     }
 }

@@ -15,21 +15,24 @@ use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 
 /// Defines `tile::<T>`, the eight outputs of one packed group for `T`
 /// activation rows in a K-quant layout with packed Q4_K's super-block
-/// header (`$layout`: a module naming `BITS_AT`, `BLOCK_BITS`,
-/// `SUB_BLOCKS` and `SUPER_BYTES`), over a module's block
+/// header and the sub-block bits `$bits` (a `packed_q4k::SubBlockBits`
+/// type), over a module's block
 /// sums `$sums` of one sub-block's bits (as `avx2_packed::block_sums`).
 /// The AVX2 and the AVX-512 VNNI kernels of packed Q4_K (Q4 nibbles) and
 /// packed Q5_K (Q5 bits) share it.
 macro_rules! q4k_tile {
-    ($features:literal, $sums:path, $layout:path) => {
+    ($features:literal, $sums:path, $bits:ty) => {
         /// The eight outputs of one packed group for `T` activation rows.
         #[target_feature(enable = $features)]
         #[inline]
         fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
-            use $crate::cpu::kernels::packed_q4k::{MINS_AT, SCALES_AT};
+            use $crate::cpu::kernels::packed_q4k::{
+                SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
+            };
             use $crate::cpu::kernels::simd::avx2_packed::{add_block, f16x8};
             use $crate::cpu::kernels::simd::avx2_packed_q4k::u8x8;
-            use $layout::{BITS_AT, BLOCK_BITS, SUB_BLOCKS, SUPER_BYTES};
+            const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
+            const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
             let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
             let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
@@ -69,7 +72,7 @@ pub(crate) use q4k_tile;
 q4k_tile!(
     "avx2,fma,f16c",
     super::avx2_packed::block_sums,
-    crate::cpu::kernels::packed_q4k
+    crate::cpu::kernels::packed_q4k::Nibbles
 );
 
 /// The eight bytes at the start of `b` as f32.

@@ -15,7 +15,7 @@ use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 super::avx2_packed_q4k::q4k_tile!(
     "avx2,fma,f16c",
     super::avx2_packed_q5::block_sums,
-    crate::cpu::kernels::packed_q5k
+    crate::cpu::kernels::packed_q5k::FiveBits
 );
 
 super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q16Row<'_, WIDE>);

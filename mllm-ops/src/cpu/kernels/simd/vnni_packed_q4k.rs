@@ -20,7 +20,7 @@ use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 super::avx2_packed_q4k::q4k_tile!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
     super::vnni_packed::block_sums,
-    crate::cpu::kernels::packed_q4k
+    crate::cpu::kernels::packed_q4k::Nibbles
 );
 
 super::avx2_packed::packed_group_dot!(
@@ -41,21 +41,24 @@ pub(crate) fn u8x16(a: &[u8], b: &[u8]) -> __m512 {
 /// Defines `pair_tile::<T>`, the outputs of two consecutive packed groups
 /// `a` and `b` for `T` activation rows at once on 512-bit vectors (lanes
 /// 0..8 of each result are `a`'s eight rows, lanes 8..16 `b`'s), for a
-/// K-quant layout with packed Q4_K's header (`$layout`, as for
-/// `q4k_tile`) and the block sums `$pair_sums` of two groups' sub-block
+/// K-quant layout with packed Q4_K's header and the sub-block bits
+/// `$bits` (as for `q4k_tile`) and the block sums `$pair_sums` of two groups' sub-block
 /// bits (as `vnni_packed::pair_block_sums`). Lane by lane the integer and
 /// float steps of `q4k_tile`, so the same bits; the packed Q4_K and Q5_K
 /// kernels share it.
 macro_rules! q4k_pair_tile {
-    ($layout:path, $pair_sums:path) => {
+    ($bits:ty, $pair_sums:path) => {
         /// The outputs of groups `a` and `b` for `T` activation rows.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
         #[inline]
         fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m512; T] {
-            use $crate::cpu::kernels::packed_q4k::{MINS_AT, SCALES_AT};
+            use $crate::cpu::kernels::packed_q4k::{
+                SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
+            };
             use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
             use $crate::cpu::kernels::simd::vnni_packed_q4k::u8x16;
-            use $layout::{BITS_AT, BLOCK_BITS, SUB_BLOCKS, SUPER_BYTES};
+            const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
+            const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
             let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
             let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
@@ -94,7 +97,7 @@ macro_rules! q4k_pair_tile {
 pub(crate) use q4k_pair_tile;
 
 q4k_pair_tile!(
-    crate::cpu::kernels::packed_q4k,
+    crate::cpu::kernels::packed_q4k::Nibbles,
     super::vnni_packed::pair_block_sums
 );
 

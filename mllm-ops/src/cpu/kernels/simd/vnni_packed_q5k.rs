@@ -18,7 +18,7 @@ use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
 super::avx2_packed_q4k::q4k_tile!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
     super::vnni_packed_q5::block_sums,
-    crate::cpu::kernels::packed_q5k
+    crate::cpu::kernels::packed_q5k::FiveBits
 );
 
 super::avx2_packed::packed_group_dot!(
@@ -27,7 +27,7 @@ super::avx2_packed::packed_group_dot!(
 );
 
 super::vnni_packed_q4k::q4k_pair_tile!(
-    crate::cpu::kernels::packed_q5k,
+    crate::cpu::kernels::packed_q5k::FiveBits,
     super::vnni_packed_q5::pair_block_sums
 );
 
