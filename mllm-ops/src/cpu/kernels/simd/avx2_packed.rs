@@ -58,7 +58,6 @@ macro_rules! scaled_block_tile {
             let mut acc = [_mm256_setzero_ps(); T];
             let blocks = group[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
             for (i, blk) in blocks.iter().enumerate() {
-                $crate::cpu::kernels::simd::prefetch::single(group, i * $block_bytes, $block_bytes);
                 let (sum_hi, sum_lo) =
                     $sums(&blk[NIBBLES_AT..], his.map(|h| &h[i]), los.map(|l| &l[i]));
                 let scales = block_scales(blk);

@@ -46,12 +46,6 @@ macro_rules! q6k_tile {
                 let d = f16x8(&sb[..16]);
                 for j in 0..BLOCKS {
                     let i = s * BLOCKS + j;
-                    let block_bytes = SUPER_BYTES / BLOCKS;
-                    $crate::cpu::kernels::simd::prefetch::single(
-                        group,
-                        i * block_bytes,
-                        block_bytes,
-                    );
                     let [first, second] = values(&sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS]);
                     let scale =
                         |h: usize| _mm256_mul_ps(d, i8x8(&sb[SCALES_AT + GROUP_ROWS * h..]));

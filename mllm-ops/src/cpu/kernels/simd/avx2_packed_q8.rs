@@ -34,7 +34,6 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
         .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
         .0;
     for (i, blk) in blocks.iter().enumerate() {
-        super::prefetch::single(group, i * Q8_PACKED_BLOCK_BYTES, Q8_PACKED_BLOCK_BYTES);
         let mut sum_hi = [_mm256_setzero_si256(); T];
         let mut sum_lo = [_mm256_setzero_si256(); T];
         for j in 0..BLOCK / 4 {

@@ -1,12 +1,17 @@
 //! Software prefetch of the weight streams of decode's kernels.
 //!
-//! Decode reads every packed weight once, from memory, and the kernels
-//! spend enough instructions per byte that out-of-order execution alone
-//! keeps too few cache misses in flight: one thread streamed a 39 MB
-//! packed Q4_K matrix at 9-13 GB/s where the machine reads 23-30 GB/s. The
-//! kernels therefore ask, block by block, for the bytes they will read
-//! [`AHEAD`] bytes later, into the L2 cache (the L1 prefetcher takes them
-//! from there); the same matrix then streamed at 17-24 GB/s.
+//! Decode reads every weight once, from memory. A kernel that reads
+//! several streams side by side (two packed groups at once, four f16
+//! rows) keeps too few cache misses in flight on its own: one thread
+//! streamed a 39 MB packed Q4_K matrix through the two-group kernel at
+//! 9-13 GB/s where the machine reads 23-30 GB/s. Such kernels ask, block
+//! by block, for the bytes each stream will read [`AHEAD`] bytes later,
+//! into the L2 cache (the L1 prefetcher takes them from there); the same
+//! matrix then streamed at 17-24 GB/s. A single stream is another matter:
+//! the hardware prefetchers follow it, and prefetching it too made the
+//! one-group quantized kernels 10-35 % slower (measured at the AVX2 level
+//! on the same machine), so only the f16/bf16 one-group kernel, which
+//! gained 10 %, uses [`single`].
 //!
 //! A prefetch never faults, so addresses past the end of the weights (from
 //! the last groups of a matrix) are harmless: the pointers are formed with
