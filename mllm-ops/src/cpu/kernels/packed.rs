@@ -22,8 +22,6 @@ use rayon::ThreadPool;
 use super::qact::{Q16Act, Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
 use super::qmatmul::{QuantMatrix, Split};
-#[cfg(target_arch = "x86_64")]
-use super::simd;
 use crate::quant::{q4_0, q4_1, QuantType};
 
 /// Rows per packed group.
@@ -168,6 +166,41 @@ pub(crate) trait PackedFormat {
     unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
 }
 
+/// Implements the instruction-set group products of a packed format (the
+/// `avx2`, `vnni` and `vnni_pair` methods of [`PackedFormat`], or the same
+/// of `packed_q4k::SubBlockBits`) for activation rows of type `$input` by
+/// forwarding to `group_dot` of the simd module `$avx2` and `group_dot` /
+/// `pair_dot` of `$vnni`.
+macro_rules! simd_group_products {
+    ($input:ty, $avx2:ident, $vnni:ident) => {
+        /// # Safety
+        /// The trait method's: the CPU has the features it names.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn avx2(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+            // SAFETY: the caller guarantees the features (trait contract).
+            unsafe { $crate::cpu::kernels::simd::$avx2::group_dot(group, xs, out) }
+        }
+
+        /// # Safety
+        /// The trait method's: the CPU has the features it names.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn vnni(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+            // SAFETY: the caller guarantees the features (trait contract).
+            unsafe { $crate::cpu::kernels::simd::$vnni::group_dot(group, xs, out) }
+        }
+
+        /// # Safety
+        /// The trait method's: the CPU has the features it names.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+            // SAFETY: the caller guarantees the features (trait contract).
+            unsafe { $crate::cpu::kernels::simd::$vnni::pair_dot(a, b, xs, out) }
+        }
+    };
+}
+
+pub(crate) use simd_group_products;
+
 /// The packed Q4_0 / Q4_1 layout (see the module documentation).
 pub(crate) struct Q4Format;
 
@@ -183,34 +216,7 @@ impl PackedFormat for Q4Format {
         group_dot(group, xs, out)
     }
 
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx2_packed::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_pair(
-        a: &[u8],
-        b: &[u8],
-        xs: &[Q16Row<'_, WIDE>],
-        out: &mut [[f32; GROUP_ROWS]],
-    ) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed::pair_dot(a, b, xs, out) }
-    }
+    simd_group_products!(Q16Row<'_, WIDE>, avx2_packed, vnni_packed);
 }
 
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows

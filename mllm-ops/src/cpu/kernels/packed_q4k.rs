@@ -34,8 +34,6 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
 use super::qmatmul::QuantMatrix;
-#[cfg(target_arch = "x86_64")]
-use super::simd;
 use crate::quant::{q4_k, QuantType};
 
 /// Sub-blocks of 32 columns per super-block.
@@ -192,34 +190,7 @@ impl SubBlockBits for Nibbles {
         nibble_block_sum(bits, r, hi, lo)
     }
 
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx2_packed_q4k::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q4k::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_pair(
-        a: &[u8],
-        b: &[u8],
-        xs: &[Q16Row<'_, WIDE>],
-        out: &mut [[f32; GROUP_ROWS]],
-    ) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q4k::pair_dot(a, b, xs, out) }
-    }
+    super::packed::simd_group_products!(Q16Row<'_, WIDE>, avx2_packed_q4k, vnni_packed_q4k);
 }
 
 /// The packed layout of sub-block bits `B` as a [`PackedFormat`].

@@ -22,8 +22,6 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
 use super::qmatmul::QuantMatrix;
-#[cfg(target_arch = "x86_64")]
-use super::simd;
 use crate::quant::{q5_0, QuantType};
 
 /// Offset of the fifth bits in a block's bits (after its nibbles).
@@ -164,34 +162,7 @@ impl PackedFormat for Q5Format {
         group_dot(group, xs, out)
     }
 
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx2_packed_q5::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q5::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_pair(
-        a: &[u8],
-        b: &[u8],
-        xs: &[Q16Row<'_, WIDE>],
-        out: &mut [[f32; GROUP_ROWS]],
-    ) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q5::pair_dot(a, b, xs, out) }
-    }
+    super::packed::simd_group_products!(Q16Row<'_, WIDE>, avx2_packed_q5, vnni_packed_q5);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`

@@ -11,8 +11,6 @@ use super::packed_q4k::{PackedKQuant, SubBlockBits, SUB_BLOCKS};
 use super::packed_q5::{five_bit_block_sum, place_values, BLOCK_BITS};
 #[cfg(target_arch = "x86_64")]
 use super::qact::{Q16Row, WIDE};
-#[cfg(target_arch = "x86_64")]
-use super::simd;
 use crate::quant::{q5_k, QuantType};
 
 /// Q5_K's sub-block bits: a packed Q5 block's nibbles and fifth bits.
@@ -43,32 +41,5 @@ impl SubBlockBits for FiveBits {
         five_bit_block_sum(bits, r, hi, lo)
     }
 
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx2_packed_q5k::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q5k::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_pair(
-        a: &[u8],
-        b: &[u8],
-        xs: &[Q16Row<'_, WIDE>],
-        out: &mut [[f32; GROUP_ROWS]],
-    ) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q5k::pair_dot(a, b, xs, out) }
-    }
+    super::packed::simd_group_products!(Q16Row<'_, WIDE>, avx2_packed_q5k, vnni_packed_q5k);
 }

@@ -36,8 +36,6 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, WIDE};
 use super::qkernel::QuantKernel;
 use super::qmatmul::QuantMatrix;
-#[cfg(target_arch = "x86_64")]
-use super::simd;
 use crate::quant::{q6_k, QuantType};
 
 /// Blocks of 32 columns per super-block.
@@ -193,29 +191,7 @@ impl PackedFormat for Q6KFormat {
         group_dot(group, xs, out)
     }
 
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx2_packed_q6k::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q6k::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q6k::pair_dot(a, b, xs, out) }
-    }
+    super::packed::simd_group_products!(Q6KInput<'_>, avx2_packed_q6k, vnni_packed_q6k);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`

@@ -26,8 +26,6 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, NARROW};
 use super::qkernel::QuantKernel;
 use super::qmatmul::QuantMatrix;
-#[cfg(target_arch = "x86_64")]
-use super::simd;
 use crate::quant::{q8_0, QuantType};
 
 /// Bytes of one packed block: eight f16 scales and 8 × 32 quants.
@@ -134,29 +132,7 @@ impl PackedFormat for Q8Format {
         group_dot(group, xs, out)
     }
 
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx2_packed_q8::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q8::group_dot(group, xs, out) }
-    }
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::vnni_packed_q8::pair_dot(a, b, xs, out) }
-    }
+    super::packed::simd_group_products!(Q8Input<'_>, avx2_packed_q8, vnni_packed_q8);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
