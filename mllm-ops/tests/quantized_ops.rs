@@ -42,11 +42,13 @@ impl Drop for TempFile {
 const OUT: usize = 40;
 
 /// The quantized linear weights: (name, dtype, in_features).
-const LINEAR: [(&str, DType, usize); 5] = [
+const LINEAR: [(&str, DType, usize); 7] = [
     ("w.q8_0", DType::Q8_0, 96),
     ("w.q4_0", DType::Q4_0, 64),
     ("w.q4_1", DType::Q4_1, 160),
+    ("w.q5_0", DType::Q5_0, 96),
     ("w.q4_k", DType::Q4K, 512),
+    ("w.q5_k", DType::Q5K, 256),
     ("w.q6_k", DType::Q6K, 256),
 ];
 
