@@ -3,6 +3,7 @@ streaming, batches, tokenizing, threads and Ctrl-C."""
 
 import _thread
 import pathlib
+import signal
 import threading
 import time
 
@@ -103,6 +104,10 @@ def test_python_threads_run_while_the_model_computes(smollm2):
 
 @pytest.mark.parametrize("how", ["generate", "stream"])
 def test_ctrl_c_interrupts_a_long_generation(smollm2, how):
+    # Python's own Ctrl-C handler, whatever the suite was started with: a
+    # shell that starts it in the background passes SIGINT on as ignored,
+    # and `interrupt_main` then does nothing.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, _thread.interrupt_main)
     started = time.monotonic()
     timer.start()
@@ -115,6 +120,7 @@ def test_ctrl_c_interrupts_a_long_generation(smollm2, how):
                     pass
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < 10
     # The model is usable right after.
     assert "Paris" in smollm2.chat(QUESTION, max_tokens=32)
