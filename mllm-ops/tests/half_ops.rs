@@ -5,8 +5,9 @@
 //! read in place; both must match the f64 product, and every row of a
 //! batch must equal the same row computed alone.
 
+mod common;
+
 use std::borrow::Cow;
-use std::path::PathBuf;
 
 use half::{bf16, f16};
 use mllm_core::file::{MllmFile, MllmWriter, TensorSpec};
@@ -16,28 +17,7 @@ use mllm_core::tensor::TensorRef;
 use mllm_core::{Backend, DType, Error, Shape};
 use mllm_ops::cpu::CpuBackend;
 
-/// Deterministic values in `[-1, 1)` (xorshift64*).
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            let r = s.wrapping_mul(0x2545_F491_4F6C_DD1D);
-            (r >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
-
-/// A `.mllm` file in the temp directory, removed on drop.
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use common::{values, TempFile};
 
 /// `x` stored as `dtype` (f32, f16 or bf16): the bytes and the values the
 /// stored elements hold.

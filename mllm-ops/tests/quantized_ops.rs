@@ -2,8 +2,9 @@
 //! holding block-quantized tensors, opened (memory-mapped) as the weight
 //! source of the CPU linear and embedding ops, against dequantize + f64.
 
+mod common;
+
 use std::borrow::Cow;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use mllm_core::file::{MllmFile, MllmWriter, TensorSpec};
@@ -14,30 +15,9 @@ use mllm_core::{Backend, DType, Error, Shape};
 use mllm_ops::cpu::kernels::QuantPath;
 use mllm_ops::cpu::ops::LinearOp;
 use mllm_ops::cpu::CpuBackend;
+
+use common::{values, TempFile};
 use mllm_ops::quant::{dequantize, quantize};
-
-/// Deterministic values in `[-1, 1)` (xorshift64*).
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            let r = s.wrapping_mul(0x2545_F491_4F6C_DD1D);
-            (r >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-        })
-        .collect()
-}
-
-/// A `.mllm` file in the temp directory, removed on drop.
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 const OUT: usize = 40;
 

@@ -423,9 +423,9 @@ fn rows_pass<const R: usize, T>(
 /// to its end, so that the weights stream through memory in order (one
 /// [`K_CHUNK`] of every row in turn made as many streams as rows, which
 /// the hardware prefetchers do not follow), prefetched ahead on x86-64.
-/// Every product still covers
-/// one chunk and adds into `dst` chunk after chunk, so the sums are those
-/// of the chunked passes over a converted panel, bit for bit.
+/// Every product still covers one chunk and adds into `dst` chunk after
+/// chunk, so the sums are those of the chunked passes over a converted
+/// panel, bit for bit.
 fn half_rows_in_place(
     kernel: &HalfRows,
     xb: &[f32],
