@@ -7,6 +7,7 @@ use mllm_core::file::MllmFile;
 use mllm_core::weights::TrackedWeights;
 use mllm_core::Error;
 use mllm_core::{Device, Executor, Graph, KvDtype, Placement, Result, StepInput, Tensor};
+use mllm_ops::cpu::kernels::QuantPath;
 use mllm_ops::cpu::CpuBackend;
 use mllm_ops::cuda::CudaBackend;
 use serde_json::Value;
@@ -36,6 +37,9 @@ pub struct LoadOptions {
     /// How the KV cache stores keys and values (default f32; the others
     /// are CPU-only).
     pub kv_dtype: KvDtype,
+    /// How CPU linear layers treat the activations of quantized weights
+    /// (default: 16-bit rows, `QuantPath::Int16Activations`).
+    pub quant_path: Option<QuantPath>,
 }
 
 /// A loaded model, ready to run steps.
@@ -89,7 +93,10 @@ impl Model {
             max_context = max_context.min(cap);
         }
         let graph = Graph::trace(model.as_ref())?;
-        let cpu = CpuBackend::new(opts.threads)?.with_kv_dtype(opts.kv_dtype);
+        let mut cpu = CpuBackend::new(opts.threads)?.with_kv_dtype(opts.kv_dtype);
+        if let Some(path) = opts.quant_path {
+            cpu = cpu.with_quant_path(path);
+        }
         let weights = TrackedWeights::new(&file);
         let executor = match opts.placement.device {
             Device::Cpu => Executor::new(graph, &cpu, &weights, max_context)?,

@@ -11,12 +11,14 @@ use mllm_core::op::{Op, OpDesc};
 use mllm_core::{Backend, Error, KvDtype, Result};
 use rayon::ThreadPool;
 
+use kernels::QuantPath;
 use ops::*;
 
 /// Creates CPU ops that share one worker pool.
 pub struct CpuBackend {
     pool: Arc<ThreadPool>,
     kv_dtype: KvDtype,
+    quant_path: Option<QuantPath>,
 }
 
 impl CpuBackend {
@@ -30,7 +32,16 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: Arc::new(pool),
             kv_dtype: KvDtype::F32,
+            quant_path: None,
         })
+    }
+
+    /// The same backend with linear layers treating quantized weights'
+    /// activations as `path` (default: the linear op's own,
+    /// [`QuantPath::Int16Activations`]).
+    pub fn with_quant_path(mut self, path: QuantPath) -> Self {
+        self.quant_path = Some(path);
+        self
     }
 
     /// The same backend with KV caches stored as `kind` (default f32).
@@ -55,7 +66,13 @@ impl Backend for CpuBackend {
         Ok(match desc {
             OpDesc::Embedding(p) => Box::new(EmbeddingOp::new(p.clone())),
             OpDesc::PositionEmbedding(p) => Box::new(PositionEmbeddingOp::new(p.clone())),
-            OpDesc::Linear(p) => Box::new(LinearOp::new(p.clone(), pool())),
+            OpDesc::Linear(p) => {
+                let op = LinearOp::new(p.clone(), pool());
+                Box::new(match self.quant_path {
+                    Some(path) => op.with_quant_path(path),
+                    None => op,
+                })
+            }
             OpDesc::RmsNorm(p) => Box::new(RmsNormOp::new(p.clone())),
             OpDesc::LayerNorm(p) => Box::new(LayerNormOp::new(p.clone())),
             OpDesc::Rope(p) => Box::new(RopeOp::new(p.clone())?),

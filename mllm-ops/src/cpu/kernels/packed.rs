@@ -168,15 +168,15 @@ pub(crate) trait PackedFormat {
 
 /// Implements the instruction-set group products of a packed format (the
 /// `avx2`, `vnni` and `vnni_pair` methods of [`PackedFormat`], or the same
-/// of `packed_q4k::SubBlockBits`) for activation rows of type `$input` by
-/// forwarding to `group_dot` of the simd module `$avx2` and `group_dot` /
-/// `pair_dot` of `$vnni`.
+/// of `packed_q4k::SubBlockBits`, generic over `$generics`) for
+/// activation rows of type `$input` by forwarding to `group_dot` of the
+/// simd module `$avx2` and `group_dot` / `pair_dot` of `$vnni`.
 macro_rules! simd_group_products {
-    ($input:ty, $avx2:ident, $vnni:ident) => {
+    ([$($generics:tt)*], $input:ty, $avx2:ident, $vnni:ident) => {
         /// # Safety
         /// The trait method's: the CPU has the features it names.
         #[cfg(target_arch = "x86_64")]
-        unsafe fn avx2(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+        unsafe fn avx2<$($generics)*>(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
             // SAFETY: the caller guarantees the features (trait contract).
             unsafe { $crate::cpu::kernels::simd::$avx2::group_dot(group, xs, out) }
         }
@@ -184,7 +184,7 @@ macro_rules! simd_group_products {
         /// # Safety
         /// The trait method's: the CPU has the features it names.
         #[cfg(target_arch = "x86_64")]
-        unsafe fn vnni(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+        unsafe fn vnni<$($generics)*>(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
             // SAFETY: the caller guarantees the features (trait contract).
             unsafe { $crate::cpu::kernels::simd::$vnni::group_dot(group, xs, out) }
         }
@@ -192,7 +192,12 @@ macro_rules! simd_group_products {
         /// # Safety
         /// The trait method's: the CPU has the features it names.
         #[cfg(target_arch = "x86_64")]
-        unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+        unsafe fn vnni_pair<$($generics)*>(
+            a: &[u8],
+            b: &[u8],
+            xs: &[$input],
+            out: &mut [[f32; GROUP_ROWS]],
+        ) {
             // SAFETY: the caller guarantees the features (trait contract).
             unsafe { $crate::cpu::kernels::simd::$vnni::pair_dot(a, b, xs, out) }
         }
@@ -216,7 +221,7 @@ impl PackedFormat for Q4Format {
         group_dot(group, xs, out)
     }
 
-    simd_group_products!(Q16Row<'_, WIDE>, avx2_packed, vnni_packed);
+    simd_group_products!([], Q16Row<'_, WIDE>, avx2_packed, vnni_packed);
 }
 
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows
@@ -345,7 +350,7 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
             for (r, acc) in out.iter_mut().enumerate() {
                 let f = |at: usize| f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
                 let (d, m) = (f(2 * r), f(16 + 2 * r));
-                let sum = nibble_block_sum(&blk[NIBBLES_AT..], r, hi, lo);
+                let sum = nibble_block_sum::<WIDE>(&blk[NIBBLES_AT..], r, hi, lo);
                 *acc += d * dx * sum as f32 + m * sx;
             }
         }
@@ -364,16 +369,22 @@ pub(crate) fn unpack_nibble_block(nibbles: &[u8], r: usize, (d, m): (f32, f32), 
     }
 }
 
-/// Row `r`'s exact sum `Σ q_w · (256·hi + lo)` over one block of 32
-/// columns, from the block's 128 bytes of nibbles in the packed chunk
-/// layout and the block's two activation planes.
-pub(crate) fn nibble_block_sum(nibbles: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32 {
+/// Row `r`'s exact sum `Σ q_w · q_x` over one block of 32 columns, from
+/// the block's 128 bytes of nibbles in the packed chunk layout and the
+/// block's two activation planes split at `SHIFT` (`q_x = 2^SHIFT·hi +
+/// lo`).
+pub(crate) fn nibble_block_sum<const SHIFT: u32>(
+    nibbles: &[u8],
+    r: usize,
+    hi: &[i8],
+    lo: &[i8],
+) -> i32 {
     let mut sum = 0i32;
     for j in 0..4 {
         for c in 0..4 {
             let byte = nibbles[32 * j + 4 * r + c];
             let (k_lo, k_hi) = (4 * j + c, 16 + 4 * j + c);
-            let q = |k: usize| 256 * hi[k] as i32 + lo[k] as i32;
+            let q = |k: usize| ((hi[k] as i32) << SHIFT) + lo[k] as i32;
             sum += (byte & 15) as i32 * q(k_lo) + (byte >> 4) as i32 * q(k_hi);
         }
     }
@@ -396,13 +407,13 @@ pub fn packed_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    wide_packed_linear::<Q4Format>(k, x, rows, &w.data, bias, y, pool)
+    wide_packed_linear::<Q4Format, WIDE>(k, x, rows, &w.data, bias, y, pool)
 }
 
 /// [`packed_linear`] over the packed matrix `w` of any format `F` whose
-/// kernels take the wide 16-bit activation rows as they are (Q4, Q5,
-/// Q4_K).
-pub(crate) fn wide_packed_linear<F>(
+/// kernels take the activation rows split at `SHIFT` as they are (Q4 and
+/// Q5 at [`WIDE`], Q4_K and Q5_K at [`WIDE`] or `BYTE`).
+pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
     k: QuantKernel,
     x: &[f32],
     rows: usize,
@@ -411,14 +422,14 @@ pub(crate) fn wide_packed_linear<F>(
     y: &mut [f32],
     pool: &ThreadPool,
 ) where
-    F: for<'a> PackedFormat<Input<'a> = Q16Row<'a, WIDE>>,
+    F: for<'a> PackedFormat<Input<'a> = Q16Row<'a, SHIFT>>,
 {
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<WIDE>(k, xb, in_f, split);
+        let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
         let act = act.row();
-        let xs: Vec<Q16Row<'_, WIDE>> =
+        let xs: Vec<Q16Row<'_, SHIFT>> =
             (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
         group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
             k.packed_dot::<F>(g, xs, out)
@@ -612,6 +623,7 @@ fn add_bias(row: &mut [f32], bias: Option<&[f32]>) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::cpu::kernels::qact::Q8Act;
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
     use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
@@ -713,11 +725,14 @@ pub(crate) mod tests {
         &ThreadPool,
     );
 
-    /// Checks `linear` at every level and thread count against the f64
-    /// product of the dequantized weights (`qt` blocks made by `blocks`)
-    /// with the f32 activations, within `1e-4 · (Σ|x·w| + |b|)`, for each
-    /// `(rows, blocks per row, out_f)` case, with a bias on odd row counts.
+    /// Checks `linear` on `path` at every level and thread count against
+    /// the f64 product of the dequantized weights (`qt` blocks made by
+    /// `blocks`) with the activations as the path sees them (the f32
+    /// values, or their 8-bit round trip on [`QuantPath::Int8KQuants`]),
+    /// within `1e-4 · (Σ|x·w| + |b|)`, for each `(rows, blocks per row,
+    /// out_f)` case, with a bias on odd row counts.
     pub(crate) fn check_packed_linear(
+        path: QuantPath,
         rng: &mut Rng,
         qt: QuantType,
         blocks: &dyn Fn(&mut Rng, usize) -> Vec<u8>,
@@ -725,7 +740,7 @@ pub(crate) mod tests {
         linear: &PackedLinear,
     ) {
         for level in SimdLevel::FASTEST_FIRST {
-            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+            let Some(k) = kernel_or_skip(path, level) else {
                 continue;
             };
             for pool in [pool1(), pool2()] {
@@ -740,12 +755,26 @@ pub(crate) mod tests {
                     let bias = (rows % 2 == 1).then_some(&b[..]);
                     let mut y = vec![f32::NAN; rows * out_f];
                     linear(k, &m, &x, rows, bias, &mut y, &pool);
-                    let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
-                    let what = format!("{level:?} {qt} rows={rows} out={out_f}");
+                    let seen = match path {
+                        QuantPath::Int8KQuants => eight_bit_round_trip(&x),
+                        _ => x,
+                    };
+                    let (want, mag) = linear_reference(&seen, rows, in_f, &wf, out_f, bias);
+                    let what = format!("{path:?} {level:?} {qt} rows={rows} out={out_f}");
                     assert_within(&y, &want, &mag, 1e-4, &what);
                 }
             }
         }
+    }
+
+    /// `x` quantized to 8 bits per block of 32 and back.
+    fn eight_bit_round_trip(x: &[f32]) -> Vec<f32> {
+        let q = Q8Act::quantize(x);
+        let r = q.row();
+        r.q.iter()
+            .enumerate()
+            .map(|(i, &q)| q as f32 * r.d[i / BLOCK])
+            .collect()
     }
 
     /// The packed linear layer matches the reference (see
@@ -766,6 +795,7 @@ pub(crate) mod tests {
         for qt in [QuantType::Q4_0, QuantType::Q4_1] {
             let blocks = |rng: &mut Rng, n| random_blocks(rng, qt, n);
             check_packed_linear(
+                QuantPath::Int16Activations,
                 &mut rng,
                 qt,
                 &blocks,
@@ -782,13 +812,14 @@ pub(crate) mod tests {
     pub(crate) type BoundLinear<'a> =
         dyn Fn(QuantKernel, &[f32], usize, &mut [f32], &ThreadPool) + 'a;
 
-    /// Batch invariance at every level this CPU runs: each of the `rows`
-    /// rows of `x` gets from the whole batch on two threads exactly the
-    /// `out_f` outputs it gets alone on one, whatever shares its token tile
-    /// or row block and however the groups are split over threads. With
-    /// `portable_bits`, every level's batch also equals the portable
-    /// kernel's bit for bit.
+    /// Batch invariance on `path` at every level this CPU runs: each of
+    /// the `rows` rows of `x` gets from the whole batch on two threads
+    /// exactly the `out_f` outputs it gets alone on one, whatever shares
+    /// its token tile or row block and however the groups are split over
+    /// threads. With `portable_bits`, every level's batch also equals the
+    /// portable kernel's bit for bit.
     pub(crate) fn check_rows_alone(
+        path: QuantPath,
         linear: &BoundLinear<'_>,
         x: &[f32],
         rows: usize,
@@ -797,11 +828,11 @@ pub(crate) mod tests {
         what: &str,
     ) {
         let in_f = x.len() / rows;
-        let scalar = kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Scalar).unwrap();
+        let scalar = kernel_or_skip(path, SimdLevel::Scalar).unwrap();
         let mut portable = vec![f32::NAN; rows * out_f];
         linear(scalar, x, rows, &mut portable, &pool1());
         for level in SimdLevel::FASTEST_FIRST {
-            let Some(k) = kernel_or_skip(QuantPath::Int16Activations, level) else {
+            let Some(k) = kernel_or_skip(path, level) else {
                 continue;
             };
             let mut all = vec![f32::NAN; rows * out_f];
@@ -833,7 +864,15 @@ pub(crate) mod tests {
                 let b = rng.vec(out_f, 1.0);
                 let linear: &BoundLinear<'_> =
                     &|k, x, rows, y, pool| packed_linear(k, x, rows, &p, Some(&b), y, pool);
-                check_rows_alone(linear, &x, rows, out_f, false, &qt.to_string());
+                check_rows_alone(
+                    QuantPath::Int16Activations,
+                    linear,
+                    &x,
+                    rows,
+                    out_f,
+                    false,
+                    &qt.to_string(),
+                );
             }
         }
     }

@@ -333,7 +333,15 @@ mod tests {
                 let b = rng.vec(out_f, 1.0);
                 let linear: &BoundLinear<'_> =
                     &|k, x, rows, y, pool| packed_half_linear(k, x, rows, &p, Some(&b), y, pool);
-                check_rows_alone(linear, &x, rows, out_f, true, &format!("{kind:?}"));
+                check_rows_alone(
+                    QuantPath::Int16Activations,
+                    linear,
+                    &x,
+                    rows,
+                    out_f,
+                    true,
+                    &format!("{kind:?}"),
+                );
             }
         }
     }

@@ -1,6 +1,7 @@
-//! Q4_K weights repacked at load for the 16-bit-activation integer kernels,
-//! the frame every K-quant layout with the same super-block header shares
-//! (Q4_K here, Q5_K in `packed_q5k`), and the linear layer over them.
+//! Q4_K weights repacked at load for the integer kernels (16-bit
+//! activations, or 8-bit ones on `QuantPath::Int8KQuants`), the frame
+//! every K-quant layout with the same super-block header shares (Q4_K
+//! here, Q5_K in `packed_q5k`), and the linear layer over them.
 //!
 //! The nibbles take the packed Q4 layout (see `packed`): rows in groups of
 //! eight, and per block of 32 columns four 32-byte chunks where chunk `j`
@@ -31,8 +32,8 @@ use super::packed::{
     check_packable, nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat,
     GROUP_ROWS,
 };
-use super::qact::{Q16Row, BLOCK, WIDE};
-use super::qkernel::QuantKernel;
+use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
+use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 use crate::quant::{q4_k, QuantType};
 
@@ -63,27 +64,40 @@ pub(crate) trait SubBlockBits: Send + Sync + 'static {
     /// Row `r`'s value at column `col` (`0..32`) of one sub-block's bits.
     #[cfg(test)]
     fn value(bits: &[u8], r: usize, col: usize) -> u8;
-    /// Row `r`'s exact `Σ q·(256·hi + lo)` over one sub-block's bits and
-    /// the two planes of one 16-bit activation block.
-    fn block_sum(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32;
+    /// Row `r`'s exact `Σ q·(2^SHIFT·hi + lo)` over one sub-block's bits
+    /// and the two planes of one activation block split at `SHIFT`.
+    fn block_sum<const SHIFT: u32>(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32;
     /// The AVX2 group product (as `PackedFormat::avx2`).
     ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]);
+    unsafe fn avx2<const SHIFT: u32>(
+        group: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    );
     /// The AVX-512 VNNI group product (as `PackedFormat::vnni`).
     ///
     /// # Safety
     /// The CPU has AVX2, FMA, F16C, AVX-512F/VL/BW and AVX-512 VNNI.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]);
+    unsafe fn vnni<const SHIFT: u32>(
+        group: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    );
     /// The two-group AVX-512 VNNI product (as `PackedFormat::vnni_pair`).
     ///
     /// # Safety
     /// As [`SubBlockBits::vnni`].
     #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]);
+    unsafe fn vnni_pair<const SHIFT: u32>(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    );
 }
 
 /// A K-quant matrix `[rows, cols]` repacked in groups of eight rows (see
@@ -186,32 +200,38 @@ impl SubBlockBits for Nibbles {
         (bits[32 * (k / 4) + 4 * r + k % 4] >> (4 * (col / 16))) & 15
     }
 
-    fn block_sum(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32 {
-        nibble_block_sum(bits, r, hi, lo)
+    fn block_sum<const SHIFT: u32>(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32 {
+        nibble_block_sum::<SHIFT>(bits, r, hi, lo)
     }
 
-    super::packed::simd_group_products!(Q16Row<'_, WIDE>, avx2_packed_q4k, vnni_packed_q4k);
+    super::packed::simd_group_products!(
+        [const SHIFT: u32],
+        Q16Row<'_, SHIFT>,
+        avx2_packed_q4k,
+        vnni_packed_q4k
+    );
 }
 
-/// The packed layout of sub-block bits `B` as a [`PackedFormat`].
-pub(crate) struct KQuantFormat<B>(PhantomData<B>);
+/// The packed layout of sub-block bits `B` as a [`PackedFormat`] for
+/// activation rows split at `SHIFT` ([`WIDE`] or [`BYTE`]).
+pub(crate) struct KQuantFormat<B, const SHIFT: u32>(PhantomData<B>);
 
-impl<B: SubBlockBits> PackedFormat for KQuantFormat<B> {
-    type Input<'a> = Q16Row<'a, WIDE>;
+impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> {
+    type Input<'a> = Q16Row<'a, SHIFT>;
     const BLOCK_BYTES: usize = B::SUPER_BYTES / SUB_BLOCKS;
 
-    fn blocks(x: &Q16Row<'_, WIDE>) -> usize {
+    fn blocks(x: &Q16Row<'_, SHIFT>) -> usize {
         x.d.len()
     }
 
-    fn portable(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
-        group_dot::<B>(group, xs, out)
+    fn portable(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
+        group_dot::<B, SHIFT>(group, xs, out)
     }
 
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
         // SAFETY: the caller guarantees the features (trait contract).
         unsafe { B::avx2(group, xs, out) }
     }
@@ -219,7 +239,7 @@ impl<B: SubBlockBits> PackedFormat for KQuantFormat<B> {
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
         // SAFETY: the caller guarantees the features (trait contract).
         unsafe { B::vnni(group, xs, out) }
     }
@@ -230,7 +250,7 @@ impl<B: SubBlockBits> PackedFormat for KQuantFormat<B> {
     unsafe fn vnni_pair(
         a: &[u8],
         b: &[u8],
-        xs: &[Q16Row<'_, WIDE>],
+        xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     ) {
         // SAFETY: the caller guarantees the features (trait contract).
@@ -241,9 +261,9 @@ impl<B: SubBlockBits> PackedFormat for KQuantFormat<B> {
 /// The eight outputs of one packed group for each activation row of `xs`
 /// (one to `TILE_TOKENS` rows), in portable code: per sub-block and row
 /// `(d·sc)·d_x·Σ q_w q_x + (−dmin·m)·s_x`, accumulated in f32.
-fn group_dot<B: SubBlockBits>(
+fn group_dot<B: SubBlockBits, const SHIFT: u32>(
     group: &[u8],
-    xs: &[Q16Row<'_, WIDE>],
+    xs: &[Q16Row<'_, SHIFT>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
     for (x, out) in xs.iter().zip(out.iter_mut()) {
@@ -258,7 +278,7 @@ fn group_dot<B: SubBlockBits>(
                 let bits = &sb[BITS_AT + B::BLOCK_BITS * j..][..B::BLOCK_BITS];
                 for (r, acc) in out.iter_mut().enumerate() {
                     let (d, m) = sub_block_scales(sb, r, j);
-                    let sum = B::block_sum(bits, r, hi, lo);
+                    let sum = B::block_sum::<SHIFT>(bits, r, hi, lo);
                     *acc += d * dx * sum as f32 + m * sx;
                 }
             }
@@ -268,7 +288,8 @@ fn group_dot<B: SubBlockBits>(
 
 /// Linear layer over a packed K-quant matrix: `y[t, o] = Σ_i x[t, i] ·
 /// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
-/// 8-bit planes per block of 32 split at [`WIDE`]). `x` is
+/// 8-bit planes per block of 32 split at [`WIDE`]), or to 8 bits
+/// ([`BYTE`]) on [`QuantPath::Int8KQuants`]. `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked
@@ -282,7 +303,11 @@ pub(crate) fn packed_kquant_linear<B: SubBlockBits>(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    wide_packed_linear::<KQuantFormat<B>>(k, x, rows, &w.data, bias, y, pool)
+    if k.path() == QuantPath::Int8KQuants {
+        wide_packed_linear::<KQuantFormat<B, BYTE>, BYTE>(k, x, rows, &w.data, bias, y, pool)
+    } else {
+        wide_packed_linear::<KQuantFormat<B, WIDE>, WIDE>(k, x, rows, &w.data, bias, y, pool)
+    }
 }
 
 #[cfg(test)]
@@ -298,6 +323,9 @@ mod tests {
     use crate::cpu::kernels::qkernel::tests::random_blocks;
     use crate::cpu::kernels::qkernel::SimdLevel;
     use crate::cpu::kernels::test_util::Rng;
+
+    /// The paths whose K-quant kernels differ: 16-bit and 8-bit rows.
+    const PATHS: [QuantPath; 2] = [QuantPath::Int16Activations, QuantPath::Int8KQuants];
 
     /// Each row unpacked from the packed layout has exactly the values the
     /// block type's dequantizer gives the unpacked row.
@@ -324,8 +352,9 @@ mod tests {
     }
 
     /// The layer matches the f64 product of the dequantized weights at
-    /// every level and thread count (see `check_packed_linear`), for one
-    /// row (decode) and row counts that do and do not fill the token tile.
+    /// every level and thread count on both paths (see
+    /// `check_packed_linear`), for one row (decode) and row counts that do
+    /// and do not fill the token tile.
     fn check_linear<B: SubBlockBits>(rng: &mut Rng) {
         let cases = [
             (1, 8, 8),
@@ -335,10 +364,19 @@ mod tests {
             (131, 8, 8),
         ];
         let blocks = |rng: &mut Rng, n: usize| random_blocks(rng, B::QT, n / SUB_BLOCKS);
-        check_packed_linear(rng, B::QT, &blocks, &cases, &|k, m, x, rows, b, y, pool| {
-            let p = PackedKQuant::<B>::pack(m).unwrap();
-            packed_kquant_linear(k, x, rows, &p, b, y, pool)
-        });
+        for path in PATHS {
+            check_packed_linear(
+                path,
+                rng,
+                B::QT,
+                &blocks,
+                &cases,
+                &|k, m, x, rows, b, y, pool| {
+                    let p = PackedKQuant::<B>::pack(m).unwrap();
+                    packed_kquant_linear(k, x, rows, &p, b, y, pool)
+                },
+            );
+        }
     }
 
     #[test]
@@ -348,9 +386,13 @@ mod tests {
         check_linear::<FiveBits>(&mut rng);
     }
 
-    /// Batch invariance (see `check_rows_alone`).
+    /// Batch invariance on both paths (see `check_rows_alone`).
     fn check_alone<B: SubBlockBits>(rng: &mut Rng) {
-        for &(rows, supers, out_f) in &[(3, 1, 64), (6, 2, 40), (131, 1, 24)] {
+        let cases = [(3, 1, 64), (6, 2, 40), (131, 1, 24)];
+        for (path, &(rows, supers, out_f)) in PATHS
+            .iter()
+            .flat_map(|p| cases.iter().map(move |c| (*p, c)))
+        {
             let in_f = supers * B::QT.block_len();
             let w = random_blocks(rng, B::QT, out_f * supers);
             let m = QuantMatrix::new(B::QT, &w, out_f, in_f).unwrap();
@@ -359,7 +401,7 @@ mod tests {
             let b = rng.vec(out_f, 1.0);
             let linear: &BoundLinear<'_> =
                 &|k, x, rows, y, pool| packed_kquant_linear(k, x, rows, &p, Some(&b), y, pool);
-            check_rows_alone(linear, &x, rows, out_f, false, &B::QT.to_string());
+            check_rows_alone(path, linear, &x, rows, out_f, false, &B::QT.to_string());
         }
     }
 
@@ -370,27 +412,31 @@ mod tests {
         check_alone::<FiveBits>(&mut rng);
     }
 
-    /// The AVX-512 VNNI group products equal the AVX2 ones bit for bit, for
-    /// one group (256-bit) and two (512-bit) and one to four rows.
-    fn check_levels<B: SubBlockBits>(rng: &mut Rng) {
+    /// The AVX-512 VNNI group products of rows split at `SHIFT` equal the
+    /// AVX2 ones bit for bit, for one group (256-bit) and two (512-bit) and
+    /// one to four rows.
+    fn check_levels<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
         let (rows, supers) = (2 * GROUP_ROWS, 2);
         let cols = supers * B::QT.block_len();
         let w = random_blocks(rng, B::QT, rows * supers);
         let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
-        let acts: Vec<Q16Act<WIDE>> = (0..TILE_TOKENS)
+        let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
             .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
             .collect();
-        let xs: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
+        let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
         let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
-        let what = B::QT.to_string();
-        check_group_products::<KQuantFormat<B>>(p.data.groups(0, 2), &xs, &levels, &what);
+        let what = format!("{} split at {SHIFT}", B::QT);
+        let groups = p.data.groups(0, 2);
+        check_group_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &levels, &what);
     }
 
     #[test]
     fn vnni_group_dot_equals_avx2() {
         let mut rng = Rng::new(54);
-        check_levels::<Nibbles>(&mut rng);
-        check_levels::<FiveBits>(&mut rng);
+        check_levels::<Nibbles, WIDE>(&mut rng);
+        check_levels::<FiveBits, WIDE>(&mut rng);
+        check_levels::<Nibbles, BYTE>(&mut rng);
+        check_levels::<FiveBits, BYTE>(&mut rng);
     }
 
     #[test]

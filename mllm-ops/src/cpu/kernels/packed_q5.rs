@@ -133,11 +133,16 @@ pub(crate) fn value(bits: &[u8], r: usize, col: usize) -> u8 {
     ((bits[nib] >> nib_shift) & 15) | (((bits[top] >> top_shift) & 1) << 4)
 }
 
-/// Row `r`'s integer sum `Σ q·(256·hi + lo)` over a block's bits and one
-/// 16-bit activation block (planes `hi`, `lo`).
-pub(crate) fn five_bit_block_sum(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32 {
+/// Row `r`'s integer sum `Σ q·(2^SHIFT·hi + lo)` over a block's bits and
+/// one activation block (planes `hi`, `lo` split at `SHIFT`).
+pub(crate) fn five_bit_block_sum<const SHIFT: u32>(
+    bits: &[u8],
+    r: usize,
+    hi: &[i8],
+    lo: &[i8],
+) -> i32 {
     (0..BLOCK)
-        .map(|k| value(bits, r, k) as i32 * (256 * hi[k] as i32 + lo[k] as i32))
+        .map(|k| value(bits, r, k) as i32 * (((hi[k] as i32) << SHIFT) + lo[k] as i32))
         .sum()
 }
 
@@ -162,7 +167,7 @@ impl PackedFormat for Q5Format {
         group_dot(group, xs, out)
     }
 
-    super::packed::simd_group_products!(Q16Row<'_, WIDE>, avx2_packed_q5, vnni_packed_q5);
+    super::packed::simd_group_products!([], Q16Row<'_, WIDE>, avx2_packed_q5, vnni_packed_q5);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
@@ -176,7 +181,7 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
         for ((blk, (hi, lo)), (&dx, &sx)) in blocks.zip(xb).zip(x.d.iter().zip(x.s)) {
             for (r, acc) in out.iter_mut().enumerate() {
                 let (d, m) = scales(blk, r);
-                let sum = five_bit_block_sum(&blk[NIBBLES_AT..], r, hi, lo);
+                let sum = five_bit_block_sum::<WIDE>(&blk[NIBBLES_AT..], r, hi, lo);
                 *acc += d * dx * sum as f32 + m * sx;
             }
         }
@@ -198,7 +203,7 @@ pub fn packed_q5_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    wide_packed_linear::<Q5Format>(k, x, rows, &w.data, bias, y, pool)
+    wide_packed_linear::<Q5Format, WIDE>(k, x, rows, &w.data, bias, y, pool)
 }
 
 #[cfg(test)]
@@ -211,7 +216,7 @@ mod tests {
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
-    use crate::cpu::kernels::qkernel::SimdLevel;
+    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
     use crate::cpu::kernels::test_util::Rng;
 
     const TYPES: [QuantType; 2] = [QuantType::Q5_0, QuantType::Q5_1];
@@ -245,6 +250,7 @@ mod tests {
         for qt in TYPES {
             let blocks = |rng: &mut Rng, n| random_blocks(rng, qt, n);
             check_packed_linear(
+                QuantPath::Int16Activations,
                 &mut rng,
                 qt,
                 &blocks,
@@ -268,7 +274,15 @@ mod tests {
                 let x = rng.vec(rows * in_f, 1.0);
                 let linear: &BoundLinear<'_> =
                     &|k, x, rows, y, pool| packed_q5_linear(k, x, rows, &p, None, y, pool);
-                check_rows_alone(linear, &x, rows, out_f, false, &qt.to_string());
+                check_rows_alone(
+                    QuantPath::Int16Activations,
+                    linear,
+                    &x,
+                    rows,
+                    out_f,
+                    false,
+                    &qt.to_string(),
+                );
             }
         }
     }

@@ -10,7 +10,7 @@ use super::packed::GROUP_ROWS;
 use super::packed_q4k::{PackedKQuant, SubBlockBits, SUB_BLOCKS};
 use super::packed_q5::{five_bit_block_sum, place_values, BLOCK_BITS};
 #[cfg(target_arch = "x86_64")]
-use super::qact::{Q16Row, WIDE};
+use super::qact::Q16Row;
 use crate::quant::{q5_k, QuantType};
 
 /// Q5_K's sub-block bits: a packed Q5 block's nibbles and fifth bits.
@@ -37,9 +37,14 @@ impl SubBlockBits for FiveBits {
         super::packed_q5::value(bits, r, col)
     }
 
-    fn block_sum(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32 {
-        five_bit_block_sum(bits, r, hi, lo)
+    fn block_sum<const SHIFT: u32>(bits: &[u8], r: usize, hi: &[i8], lo: &[i8]) -> i32 {
+        five_bit_block_sum::<SHIFT>(bits, r, hi, lo)
     }
 
-    super::packed::simd_group_products!(Q16Row<'_, WIDE>, avx2_packed_q5k, vnni_packed_q5k);
+    super::packed::simd_group_products!(
+        [const SHIFT: u32],
+        Q16Row<'_, SHIFT>,
+        avx2_packed_q5k,
+        vnni_packed_q5k
+    );
 }

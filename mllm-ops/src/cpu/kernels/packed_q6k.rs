@@ -1,5 +1,6 @@
-//! Q6_K weights repacked at load for the 16-bit-activation integer kernels,
-//! and the linear layer over them.
+//! Q6_K weights repacked at load for the integer kernels (16-bit
+//! activations, or 8-bit ones on `QuantPath::Int8KQuants`), and the linear
+//! layer over them.
 //!
 //! Rows come in groups of eight. Per group and super-block of 256 columns
 //! (1680 bytes, the size of eight Q6_K super-blocks):
@@ -33,8 +34,8 @@ use super::packed::{
     by_row_blocks, check_packable, group_outputs, pack_blocks, quantize_rows, PackedData,
     PackedFormat, GROUP_ROWS,
 };
-use super::qact::{Q16Row, BLOCK, WIDE};
-use super::qkernel::QuantKernel;
+use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
+use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 use crate::quant::{q6_k, QuantType};
 
@@ -153,51 +154,57 @@ fn half_scale(sb: &[u8], r: usize, j: usize) -> f32 {
     d * (sb[SCALES_AT + GROUP_ROWS * j + r] as i8) as f32
 }
 
-/// One activation row as the packed Q6_K kernels take it: its 16-bit
-/// planes and the exact sum `Σ q_x` of each half block (16 values).
+/// One activation row as the packed Q6_K kernels take it: its planes
+/// (split at `SHIFT`, [`WIDE`] or [`BYTE`]) and the exact sum `Σ q_x` of
+/// each half block (16 values).
 #[derive(Clone, Copy)]
-pub(crate) struct Q6KInput<'a> {
+pub(crate) struct Q6KInput<'a, const SHIFT: u32> {
     /// The quantized row.
-    pub x: Q16Row<'a, WIDE>,
+    pub x: Q16Row<'a, SHIFT>,
     /// `Σ q_x` over each 16 values.
     pub half_sums: &'a [i32],
 }
 
 /// `Σ q_x` of each 16 values of `x`.
-fn half_sums(x: Q16Row<'_, WIDE>) -> Vec<i32> {
+fn half_sums<const SHIFT: u32>(x: Q16Row<'_, SHIFT>) -> Vec<i32> {
     x.hi.chunks_exact(16)
         .zip(x.lo.chunks_exact(16))
         .map(|(h, l)| {
             h.iter()
                 .zip(l)
-                .map(|(&h, &l)| 256 * h as i32 + l as i32)
+                .map(|(&h, &l)| ((h as i32) << SHIFT) + l as i32)
                 .sum()
         })
         .collect()
 }
 
-/// The packed Q6_K layout (see the module documentation).
-pub(crate) struct Q6KFormat;
+/// The packed Q6_K layout (see the module documentation) for activation
+/// rows split at `SHIFT`.
+pub(crate) struct Q6KFormat<const SHIFT: u32>;
 
-impl PackedFormat for Q6KFormat {
-    type Input<'a> = Q6KInput<'a>;
+impl<const SHIFT: u32> PackedFormat for Q6KFormat<SHIFT> {
+    type Input<'a> = Q6KInput<'a, SHIFT>;
     const BLOCK_BYTES: usize = SUPER_BYTES / BLOCKS;
 
-    fn blocks(x: &Q6KInput<'_>) -> usize {
+    fn blocks(x: &Q6KInput<'_, SHIFT>) -> usize {
         x.x.d.len()
     }
 
-    fn portable(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    fn portable(group: &[u8], xs: &[Q6KInput<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
         group_dot(group, xs, out)
     }
 
-    super::packed::simd_group_products!(Q6KInput<'_>, avx2_packed_q6k, vnni_packed_q6k);
+    super::packed::simd_group_products!([], Q6KInput<'_, SHIFT>, avx2_packed_q6k, vnni_packed_q6k);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
 /// (one to `TILE_TOKENS` rows), in portable code: per half block and row
 /// `acc = fma(Σ (q − 32)·q_x, (d·sc)·d_x, acc)` in f32.
-pub(crate) fn group_dot(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+pub(crate) fn group_dot<const SHIFT: u32>(
+    group: &[u8],
+    xs: &[Q6KInput<'_, SHIFT>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     for (input, out) in xs.iter().zip(out.iter_mut()) {
         let x = input.x;
         *out = [0.0; GROUP_ROWS];
@@ -207,7 +214,7 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROU
                     let at = s * q6_k::BLOCK_LEN + 16 * half;
                     let mut sum = 0i32;
                     for k in 0..16 {
-                        let qx = 256 * x.hi[at + k] as i32 + x.lo[at + k] as i32;
+                        let qx = ((x.hi[at + k] as i32) << SHIFT) + x.lo[at + k] as i32;
                         sum += value(sb, r, 16 * half + k) as i32 * qx;
                     }
                     let p = sum - 32 * input.half_sums[at / 16];
@@ -221,7 +228,8 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q6KInput<'_>], out: &mut [[f32; GROU
 
 /// Linear layer over a packed Q6_K matrix: `y[t, o] = Σ_i x[t, i] ·
 /// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
-/// 8-bit planes per block of 32 split at [`WIDE`]). `x` is
+/// 8-bit planes per block of 32 split at [`WIDE`]), or to 8 bits
+/// ([`BYTE`]) on [`QuantPath::Int8KQuants`]. `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked
@@ -235,20 +243,37 @@ pub fn packed_q6k_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
+    if k.path() == QuantPath::Int8KQuants {
+        q6k_linear::<BYTE>(k, x, rows, w, bias, y, pool)
+    } else {
+        q6k_linear::<WIDE>(k, x, rows, w, bias, y, pool)
+    }
+}
+
+/// [`packed_q6k_linear`] with the activation rows split at `SHIFT`.
+fn q6k_linear<const SHIFT: u32>(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedQ6K,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<WIDE>(k, xb, in_f, split);
+        let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
         let act = act.row();
         let sums = half_sums(act);
-        let xs: Vec<Q6KInput<'_>> = (0..xb.len() / in_f)
+        let xs: Vec<Q6KInput<'_, SHIFT>> = (0..xb.len() / in_f)
             .map(|t| Q6KInput {
                 x: act.sub_row(t, in_f),
                 half_sums: &sums[t * in_f / 16..(t + 1) * in_f / 16],
             })
             .collect();
         group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
-            k.packed_dot::<Q6KFormat>(g, xs, out)
+            k.packed_dot::<Q6KFormat<SHIFT>>(g, xs, out)
         });
     });
 }
@@ -266,6 +291,9 @@ mod tests {
     use crate::cpu::kernels::qkernel::SimdLevel;
     use crate::cpu::kernels::test_util::Rng;
 
+    /// The paths whose Q6_K kernels differ: 16-bit and 8-bit rows.
+    const PATHS: [QuantPath; 2] = [QuantPath::Int16Activations, QuantPath::Int8KQuants];
+
     const QT: QuantType = QuantType::Q6K;
 
     /// Each row unpacked from the packed layout has exactly the values the
@@ -282,9 +310,9 @@ mod tests {
     }
 
     /// The packed Q6_K layer matches the f64 product of the dequantized
-    /// weights at every level and thread count (see `check_packed_linear`),
-    /// for one row (decode) and row counts that do and do not fill the
-    /// token tile.
+    /// weights at every level and thread count on both paths (see
+    /// `check_packed_linear`), for one row (decode) and row counts that do
+    /// and do not fill the token tile.
     #[test]
     fn packed_q6k_linear_matches_reference() {
         let mut rng = Rng::new(62);
@@ -296,24 +324,31 @@ mod tests {
             (131, 8, 8),
         ];
         let blocks = |rng: &mut Rng, n: usize| random_blocks(rng, QT, n / BLOCKS);
-        check_packed_linear(
-            &mut rng,
-            QT,
-            &blocks,
-            &cases,
-            &|k, m, x, rows, b, y, pool| {
-                packed_q6k_linear(k, x, rows, &PackedQ6K::pack(m).unwrap(), b, y, pool)
-            },
-        );
+        for path in PATHS {
+            check_packed_linear(
+                path,
+                &mut rng,
+                QT,
+                &blocks,
+                &cases,
+                &|k, m, x, rows, b, y, pool| {
+                    packed_q6k_linear(k, x, rows, &PackedQ6K::pack(m).unwrap(), b, y, pool)
+                },
+            );
+        }
     }
 
-    /// Every level gives the portable kernel's bits, for each row alone
-    /// and in any batch, however the groups are split over threads (batch
-    /// invariance; see `check_rows_alone`).
+    /// Every level gives the portable kernel's bits on both paths, for
+    /// each row alone and in any batch, however the groups are split over
+    /// threads (batch invariance; see `check_rows_alone`).
     #[test]
     fn every_level_and_every_row_alone_give_the_same_bits() {
         let mut rng = Rng::new(63);
-        for &(rows, supers, out_f) in &[(3, 1, 64), (6, 2, 40), (131, 1, 24)] {
+        let cases = [(3, 1, 64), (6, 2, 40), (131, 1, 24)];
+        for (path, &(rows, supers, out_f)) in PATHS
+            .iter()
+            .flat_map(|p| cases.iter().map(move |c| (*p, c)))
+        {
             let in_f = supers * q6_k::BLOCK_LEN;
             let w = random_blocks(&mut rng, QT, out_f * supers);
             let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, out_f, in_f).unwrap()).unwrap();
@@ -321,24 +356,23 @@ mod tests {
             let b = rng.vec(out_f, 1.0);
             let linear: &BoundLinear<'_> =
                 &|k, x, rows, y, pool| packed_q6k_linear(k, x, rows, &p, Some(&b), y, pool);
-            check_rows_alone(linear, &x, rows, out_f, true, "q6_k");
+            check_rows_alone(path, linear, &x, rows, out_f, true, "q6_k");
         }
     }
 
     /// The group products of one and of two groups (the 512-bit pair) for
-    /// one to four rows equal the portable kernel's bits at every level.
-    #[test]
-    fn group_products_equal_the_portable_one() {
-        let mut rng = Rng::new(64);
+    /// one to four rows split at `SHIFT` equal the portable kernel's bits
+    /// at every level.
+    fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
         let (rows, supers) = (2 * GROUP_ROWS, 2);
         let cols = supers * q6_k::BLOCK_LEN;
-        let w = random_blocks(&mut rng, QT, rows * supers);
+        let w = random_blocks(rng, QT, rows * supers);
         let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
-        let acts: Vec<Q16Act<WIDE>> = (0..TILE_TOKENS)
+        let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
             .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
             .collect();
         let sums: Vec<Vec<i32>> = acts.iter().map(|a| half_sums(a.row())).collect();
-        let xs: Vec<Q6KInput<'_>> = acts
+        let xs: Vec<Q6KInput<'_, SHIFT>> = acts
             .iter()
             .zip(&sums)
             .map(|(a, s)| Q6KInput {
@@ -347,7 +381,15 @@ mod tests {
             })
             .collect();
         let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
-        check_group_products::<Q6KFormat>(p.groups(0, 2), &xs, &levels, "q6_k");
+        let what = format!("q6_k split at {SHIFT}");
+        check_group_products::<Q6KFormat<SHIFT>>(p.groups(0, 2), &xs, &levels, &what);
+    }
+
+    #[test]
+    fn group_products_equal_the_portable_one() {
+        let mut rng = Rng::new(64);
+        check_levels::<WIDE>(&mut rng);
+        check_levels::<BYTE>(&mut rng);
     }
 
     #[test]

@@ -132,7 +132,7 @@ impl PackedFormat for Q8Format {
         group_dot(group, xs, out)
     }
 
-    super::packed::simd_group_products!(Q8Input<'_>, avx2_packed_q8, vnni_packed_q8);
+    super::packed::simd_group_products!([], Q8Input<'_>, avx2_packed_q8, vnni_packed_q8);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
@@ -211,6 +211,7 @@ mod tests {
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
+    use crate::cpu::kernels::qkernel::QuantPath;
     use crate::cpu::kernels::test_util::Rng;
 
     /// Q8_0 blocks whose quants include the extremes −128 and 127.
@@ -299,6 +300,7 @@ mod tests {
     fn packed_q8_linear_matches_reference() {
         let cases = [(1, 3, 8), (1, 18, 200), (5, 7, 64), (130, 2, 16)];
         check_packed_linear(
+            QuantPath::Int16Activations,
             &mut Rng::new(52),
             QuantType::Q8_0,
             &blocks_with_extremes,
@@ -324,6 +326,14 @@ mod tests {
         let x = rng.vec(rows * in_f, 4.0);
         let linear: &BoundLinear<'_> =
             &|k, x, rows, y, pool| packed_q8_linear(k, x, rows, &p, None, y, pool);
-        check_rows_alone(linear, &x, rows, out_f, true, "q8_0");
+        check_rows_alone(
+            QuantPath::Int16Activations,
+            linear,
+            &x,
+            rows,
+            out_f,
+            true,
+            "q8_0",
+        );
     }
 }

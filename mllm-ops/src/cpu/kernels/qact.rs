@@ -159,14 +159,20 @@ pub(crate) const NARROW: u32 = 7;
 /// `−128..=127`, twice the resolution of [`NARROW`].
 pub(crate) const WIDE: u32 = 8;
 
+/// No split: 8-bit values in `−127..=127`, `hi = q` and `lo = 0` (the
+/// packed K-quant kernels then skip the low plane's products; see
+/// `QuantPath::Int8KQuants`). 1/256 of [`WIDE`]'s resolution.
+pub(crate) const BYTE: u32 = 0;
+
 /// An activation row quantized to 16 bits per block of 32 and stored as two
 /// 8-bit planes for the byte dot-product instructions: `d = amax / max`,
 /// `q = round(x / d)` (half to even) in `−max..=max`, split as
 /// `q = 2^SHIFT·hi + lo`, and `s = d · Σq`. With [`NARROW`], `max` is
 /// [`Q16_MAX`], `hi = q >> 7` in `−127..=127` and `lo = q & 127`; with
 /// [`WIDE`], `max` is [`Q16_WIDE_MAX`], `hi = (q + 128) >> 8` and
-/// `lo = q − 256·hi` in `−128..=127`. Its rounding error is 1/128
-/// ([`NARROW`]) or 1/256 ([`WIDE`]) of [`Q8Act`]'s.
+/// `lo = q − 256·hi` in `−128..=127`; with [`BYTE`], `max` is 127,
+/// `hi = q` and `lo = 0`. Its rounding error is 1/128 ([`NARROW`]) or
+/// 1/256 ([`WIDE`]) of [`Q8Act`]'s, and [`Q8Act`]'s with [`BYTE`].
 pub(crate) struct Q16Act<const SHIFT: u32 = NARROW> {
     hi: Vec<i8>,
     lo: Vec<i8>,
@@ -189,20 +195,17 @@ pub(crate) struct Q16Row<'a, const SHIFT: u32 = NARROW> {
 
 /// Largest `|q|` for a plane split.
 pub(crate) const fn q16_max(shift: u32) -> f32 {
-    if shift == WIDE {
-        Q16_WIDE_MAX
-    } else {
-        Q16_MAX
+    match shift {
+        WIDE => Q16_WIDE_MAX,
+        BYTE => 127.0,
+        _ => Q16_MAX,
     }
 }
 
 /// Splits a 16-bit value into its planes `(hi, lo)`.
 fn split<const SHIFT: u32>(q: i32) -> (i8, i8) {
-    let hi = if SHIFT == WIDE {
-        (q + 128) >> 8
-    } else {
-        q >> 7
-    };
+    let round = if SHIFT == WIDE { 128 } else { 0 };
+    let hi = (q + round) >> SHIFT;
     (hi as i8, (q - (hi << SHIFT)) as i8)
 }
 
@@ -417,6 +420,22 @@ mod tests {
             assert_eq!(r.s[b], r.d[b] * sum as f32);
         }
         assert!(r.lo.iter().any(|&l| l < 0), "the low plane is signed");
+    }
+
+    /// The single-plane split is the 8-bit row of [`Q8Act`]: the same
+    /// values in `hi`, scales and sums, and a zero low plane.
+    #[test]
+    fn byte_activations_are_the_8_bit_row() {
+        let mut rng = Rng::new(9);
+        let mut x = rng.vec(32 * 6, 2.0);
+        x[70] = -9.0;
+        x[100..132].fill(0.0);
+        let (byte, q8) = (Q16Act::<BYTE>::quantize(&x), Q8Act::quantize(&x));
+        let (r, e) = (byte.row(), q8.row());
+        assert_eq!(r.hi, e.q);
+        assert!(r.lo.iter().all(|&l| l == 0));
+        assert_eq!((r.d, r.s), (e.d, e.s));
+        assert_eq!((r.value(70), r.value(101)), (-127, 0));
     }
 
     /// The integer dot equals the f64 dot of the dequantized weights with

@@ -221,13 +221,15 @@ pub fn quant_linear(
     let split = Split::new(pool, rows.saturating_mul(in_f).saturating_mul(out_f));
     let qt = w.quant_type();
     let int = match kernel.path() {
-        QuantPath::Int8Activations | QuantPath::Int16Activations => Int8Type::from_quant(qt),
+        QuantPath::Int8Activations | QuantPath::Int16Activations | QuantPath::Int8KQuants => {
+            Int8Type::from_quant(qt)
+        }
         QuantPath::F32Activations => None,
     };
     // The path depends only on the weight type and the kernel, never on the
     // number of rows, so a row's result is the same whatever shares the call.
     match int {
-        Some(it) if kernel.path() == QuantPath::Int16Activations => {
+        Some(it) if kernel.path().is_16_bit() => {
             let acts: Vec<_> = x
                 .chunks_exact(in_f)
                 .map(|r| kernel.quantize_act16::<NARROW>(r))

@@ -1,5 +1,6 @@
 //! AVX2 product of a packed Q4 row group (see `packed`) with one to four
-//! 16-bit activation rows.
+//! 16-bit activation rows (or 8-bit ones, `qact::BYTE`: the low plane's
+//! products are then skipped).
 //!
 //! Per block, each 32-byte chunk splits into two registers of nibbles (four
 //! consecutive columns of each of the eight rows); `maddubs` with a
@@ -14,9 +15,8 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
-use super::avx2_i8::load32;
 use crate::cpu::kernels::packed::{GROUP_ROWS, PACKED_BLOCK_BYTES, TILE_TOKENS};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE, WIDE};
 
 /// Eight f16 values at the start of `b` as f32.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -36,30 +36,32 @@ pub(crate) fn word(x: &[i8; BLOCK], at: usize) -> __m256i {
     _mm256_set1_epi32(i32::from_le_bytes(w))
 }
 
-/// Defines `tile::<T>`, the eight outputs of one packed group for `T`
-/// 16-bit activation rows, for a layout of `$block_bytes` per block of 32
-/// columns that starts with the eight rows' f16 scales `d` and offsets `m`
-/// (see [`block_scales`]) followed by the block's bits:
-/// `$sums(bits, his, los)` gives the block's 32-bit plane sums (as
-/// [`block_sums`] does) and [`add_block`] the float step. The packed Q4
-/// and Q5 kernels of every instruction set share it.
+/// Defines `tile::<T, SHIFT>`, the eight outputs of one packed group for
+/// `T` activation rows split at `SHIFT` ([`WIDE`] or [`BYTE`]), for a
+/// layout of `$block_bytes` per block of 32 columns that starts with the
+/// eight rows' f16 scales `d` and offsets `m` (see [`block_scales`])
+/// followed by the block's bits: `$sums(bits, planes)` gives the block's
+/// 32-bit plane sums (as [`block_sums`] does) and [`add_block`] the float
+/// step. The packed Q4 and Q5
+/// kernels of every instruction set share it.
 macro_rules! scaled_block_tile {
     ($features:literal, $block_bytes:expr, $sums:path) => {
         /// The eight outputs of one packed group for `T` activation rows.
         #[target_feature(enable = $features)]
         #[inline]
-        fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
+        fn tile<const T: usize, const SHIFT: u32>(
+            group: &[u8],
+            xs: &[Q16Row<'_, SHIFT>],
+        ) -> [__m256; T] {
             use $crate::cpu::kernels::packed::NIBBLES_AT;
-            use $crate::cpu::kernels::simd::avx2_packed::{add_block, block_scales};
-            let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+            use $crate::cpu::kernels::simd::avx2_packed::{add_block, block_scales, RowPlanes};
+            let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
-            let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-            let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let planes = RowPlanes::new(xs, nb);
             let mut acc = [_mm256_setzero_ps(); T];
             let blocks = group[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
             for (i, blk) in blocks.iter().enumerate() {
-                let (sum_hi, sum_lo) =
-                    $sums(&blk[NIBBLES_AT..], his.map(|h| &h[i]), los.map(|l| &l[i]));
+                let (sum_hi, sum_lo) = $sums(&blk[NIBBLES_AT..], planes.block(i));
                 let scales = block_scales(blk);
                 for t in 0..T {
                     acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
@@ -74,43 +76,105 @@ pub(crate) use scaled_block_tile;
 
 scaled_block_tile!("avx2,fma,f16c", PACKED_BLOCK_BYTES, block_sums);
 
-/// The eight rows' 32-bit sums of one block of 32 columns over the high
-/// and the low activation planes of `T` rows (`his[t]`, `los[t]`), from
-/// the block's 128 bytes of nibbles in the packed chunk layout.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(crate) fn block_sums<const T: usize>(
-    nibbles: &[u8],
-    his: [&[i8; BLOCK]; T],
-    los: [&[i8; BLOCK]; T],
-) -> ([__m256i; T], [__m256i; T]) {
-    let nibble = _mm256_set1_epi8(0x0F);
-    let ones = _mm256_set1_epi16(1);
-    let mut sum_hi = [_mm256_setzero_si256(); T];
-    let mut sum_lo = [_mm256_setzero_si256(); T];
-    for j in 0..4 {
-        let v = load32(&nibbles[32 * j..]);
-        let w_lo = _mm256_and_si256(v, nibble);
-        let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
-        for t in 0..T {
-            let (h, l) = (his[t], los[t]);
-            let ph = _mm256_add_epi16(
-                _mm256_maddubs_epi16(w_lo, word(h, 4 * j)),
-                _mm256_maddubs_epi16(w_hi, word(h, 16 + 4 * j)),
-            );
-            let pl = _mm256_add_epi16(
-                _mm256_maddubs_epi16(w_lo, word(l, 4 * j)),
-                _mm256_maddubs_epi16(w_hi, word(l, 16 + 4 * j)),
-            );
-            sum_hi[t] = _mm256_add_epi16(sum_hi[t], ph);
-            sum_lo[t] = _mm256_add_epi16(sum_lo[t], pl);
+/// The activation planes of `T` rows split at `SHIFT`, block by block.
+pub(crate) struct RowPlanes<'a, const T: usize, const SHIFT: u32> {
+    his: [&'a [[i8; BLOCK]]; T],
+    los: [&'a [[i8; BLOCK]]; T],
+}
+
+impl<'a, const T: usize, const SHIFT: u32> RowPlanes<'a, T, SHIFT> {
+    /// The first `nb` blocks of the rows `xs`.
+    pub(crate) fn new(xs: [Q16Row<'a, SHIFT>; T], nb: usize) -> Self {
+        RowPlanes {
+            his: xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]),
+            los: xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]),
         }
     }
-    (
-        sum_hi.map(|s| _mm256_madd_epi16(s, ones)),
-        sum_lo.map(|s| _mm256_madd_epi16(s, ones)),
-    )
+
+    /// Block `i` of every row.
+    #[inline]
+    pub(crate) fn block(&self, i: usize) -> BlockPlanes<'a, T, SHIFT> {
+        BlockPlanes {
+            his: self.his.map(|h| &h[i]),
+            los: self.los.map(|l| &l[i]),
+        }
+    }
 }
+
+/// One block of 32 values of `T` activation rows split at `SHIFT`. Its type
+/// gives each block-sum function one instance per split (each then
+/// inlined into its one tile).
+#[derive(Clone, Copy)]
+pub(crate) struct BlockPlanes<'a, const T: usize, const SHIFT: u32> {
+    /// The high planes.
+    pub his: [&'a [i8; BLOCK]; T],
+    /// The low planes (all zero for [`BYTE`] rows).
+    pub los: [&'a [i8; BLOCK]; T],
+}
+
+impl<'a, const T: usize, const SHIFT: u32> BlockPlanes<'a, T, SHIFT> {
+    /// Whether the low planes count: not for [`BYTE`] rows, whose block
+    /// sums skip them.
+    pub(crate) const HAS_LO: bool = SHIFT != BYTE;
+
+    /// Row `t`'s low plane, if it counts.
+    #[inline]
+    pub(crate) fn lo(&self, t: usize) -> Option<&'a [i8; BLOCK]> {
+        Self::HAS_LO.then_some(self.los[t])
+    }
+}
+
+/// The eight rows' 32-bit sums of one block of 32 columns over the high
+/// and the low activation planes of `T` rows (the low sums stay zero for
+/// [`BYTE`] rows), from the block's 128 bytes of nibbles in the packed
+/// chunk layout.
+///
+/// `nibble_block_sums!()` defines it in the calling module: each packed
+/// format's kernels get their own copy, so that each instance has one
+/// caller, its tile, and is inlined into it.
+macro_rules! nibble_block_sums {
+    () => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[inline]
+        fn block_sums<const T: usize, const SHIFT: u32>(
+            nibbles: &[u8],
+            x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+        ) -> ([__m256i; T], [__m256i; T]) {
+            use $crate::cpu::kernels::qact::BLOCK;
+            use $crate::cpu::kernels::simd::avx2_i8::load32;
+            use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
+            let nibble = _mm256_set1_epi8(0x0F);
+            let ones = _mm256_set1_epi16(1);
+            let mut sum_hi = [_mm256_setzero_si256(); T];
+            let mut sum_lo = [_mm256_setzero_si256(); T];
+            for j in 0..4 {
+                let v = load32(&nibbles[32 * j..]);
+                let w_lo = _mm256_and_si256(v, nibble);
+                let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+                let plane = |x: &[i8; BLOCK]| {
+                    _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w_lo, word(x, 4 * j)),
+                        _mm256_maddubs_epi16(w_hi, word(x, 16 + 4 * j)),
+                    )
+                };
+                for t in 0..T {
+                    sum_hi[t] = _mm256_add_epi16(sum_hi[t], plane(x.his[t]));
+                    if BlockPlanes::<T, SHIFT>::HAS_LO {
+                        sum_lo[t] = _mm256_add_epi16(sum_lo[t], plane(x.los[t]));
+                    }
+                }
+            }
+            (
+                sum_hi.map(|s| _mm256_madd_epi16(s, ones)),
+                sum_lo.map(|s| _mm256_madd_epi16(s, ones)),
+            )
+        }
+    };
+}
+
+pub(crate) use nibble_block_sums;
+
+nibble_block_sums!();
 
 /// The eight rows' f16 scales `d` and offsets `m` (zero for Q4_0) at the
 /// start of a packed Q4 or Q5 block, as f32.
@@ -122,44 +186,63 @@ pub(crate) fn block_scales(blk: &[u8]) -> (__m256, __m256) {
 
 /// `acc` plus block `i`'s contribution to the eight rows, from its 32-bit
 /// sums over the high and low activation planes: `(256·hi + lo) · d·dx +
-/// m·sx` with the block's scales `(d, m)` and the activation block's
-/// scale `dx` and sum term `sx`.
+/// m·sx` (`hi · d·dx + m·sx` for [`BYTE`] rows) with the block's scales
+/// `(d, m)` and the activation block's scale `dx` and sum term `sx`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn add_block(
+pub(crate) fn add_block<const SHIFT: u32>(
     acc: __m256,
     (d, m): (__m256, __m256),
     hi: __m256i,
     lo: __m256i,
-    x: Q16Row<'_, WIDE>,
+    x: Q16Row<'_, SHIFT>,
     i: usize,
 ) -> __m256 {
-    let s = _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo);
+    let s = combine::<SHIFT>(hi, lo);
     let scale = _mm256_mul_ps(d, _mm256_set1_ps(x.d[i]));
     let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc);
     _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[i]), acc)
 }
 
+/// The 32-bit block sums `256·hi + lo` of rows split at `SHIFT`
+/// ([`WIDE`]), or `hi` alone for [`BYTE`] rows.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn combine<const SHIFT: u32>(hi: __m256i, lo: __m256i) -> __m256i {
+    debug_assert!(SHIFT == WIDE || SHIFT == BYTE);
+    if SHIFT == BYTE {
+        hi
+    } else {
+        _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo)
+    }
+}
+
 /// Defines `group_dot` (the product of one packed group with one to
-/// [`TILE_TOKENS`] activation rows of type `$input`) over a module's
-/// `tile::<T>`; the packed Q4 and Q8_0 kernels share it.
+/// [`TILE_TOKENS`] activation rows of type `$input`, generic over
+/// `$generics`) over a module's `tile::<T, ..>`; the packed Q4, Q6_K and
+/// Q8_0 kernels share it.
 macro_rules! packed_group_dot {
-    ($features:literal, $input:ty) => {
+    ($features:literal, [$($generics:tt)*], $input:ty) => {
         /// The packed group product for one to `TILE_TOKENS` activation rows.
         #[target_feature(enable = $features)]
-        pub(crate) fn group_dot(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+        pub(crate) fn group_dot<$($generics)*>(
+            group: &[u8],
+            xs: &[$input],
+            out: &mut [[f32; GROUP_ROWS]],
+        ) {
             debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
             let mut store_all = |acc: &[__m256]| {
                 for (o, a) in out.iter_mut().zip(acc) {
                     store(o, *a);
                 }
             };
+            // The tile size is the annotated array length.
             match xs.len() {
                 0 => {}
-                1 => store_all(&tile::<1>(group, xs)),
-                2 => store_all(&tile::<2>(group, xs)),
-                3 => store_all(&tile::<3>(group, xs)),
-                _ => store_all(&tile::<4>(group, xs)),
+                1 => store_all(&{ let acc: [__m256; 1] = tile(group, xs); acc }),
+                2 => store_all(&{ let acc: [__m256; 2] = tile(group, xs); acc }),
+                3 => store_all(&{ let acc: [__m256; 3] = tile(group, xs); acc }),
+                _ => store_all(&{ let acc: [__m256; 4] = tile(group, xs); acc }),
             }
         }
     };
@@ -167,4 +250,4 @@ macro_rules! packed_group_dot {
 
 pub(crate) use packed_group_dot;
 
-packed_group_dot!("avx2,fma,f16c", Q16Row<'_, WIDE>);
+packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q16Row<'_, SHIFT>);

@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::Q16Row;
 
 /// Defines `tile::<T>`, the eight outputs of one packed group for `T`
 /// activation rows in a K-quant layout with packed Q4_K's super-block
@@ -25,18 +25,20 @@ macro_rules! q4k_tile {
         /// The eight outputs of one packed group for `T` activation rows.
         #[target_feature(enable = $features)]
         #[inline]
-        fn tile<const T: usize>(group: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m256; T] {
+        fn tile<const T: usize, const SHIFT: u32>(
+            group: &[u8],
+            xs: &[Q16Row<'_, SHIFT>],
+        ) -> [__m256; T] {
             use $crate::cpu::kernels::packed_q4k::{
                 SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
             };
-            use $crate::cpu::kernels::simd::avx2_packed::{add_block, f16x8};
+            use $crate::cpu::kernels::simd::avx2_packed::{add_block, f16x8, RowPlanes};
             use $crate::cpu::kernels::simd::avx2_packed_q4k::u8x8;
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
-            let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+            let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
-            let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-            let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let planes = RowPlanes::new(xs, nb);
             let mut acc = [_mm256_setzero_ps(); T];
             let supers = group[..nb / SUB_BLOCKS * SUPER_BYTES]
                 .as_chunks::<SUPER_BYTES>()
@@ -47,7 +49,7 @@ macro_rules! q4k_tile {
                 for j in 0..SUB_BLOCKS {
                     let i = s * SUB_BLOCKS + j;
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..];
-                    let (sum_hi, sum_lo) = $sums(bits, his.map(|h| &h[i]), los.map(|l| &l[i]));
+                    let (sum_hi, sum_lo) = $sums(bits, planes.block(i));
                     let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);
                     let m = u8x8(&sb[MINS_AT + GROUP_ROWS * j..]);
                     let scales = (_mm256_mul_ps(d, sc), _mm256_mul_ps(neg_dmin, m));
@@ -63,9 +65,11 @@ macro_rules! q4k_tile {
 
 pub(crate) use q4k_tile;
 
+super::avx2_packed::nibble_block_sums!();
+
 q4k_tile!(
     "avx2,fma,f16c",
-    super::avx2_packed::block_sums,
+    block_sums,
     crate::cpu::kernels::packed_q4k::Nibbles
 );
 
@@ -78,4 +82,4 @@ pub(crate) fn u8x8(b: &[u8]) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
 }
 
-super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q16Row<'_, WIDE>);
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q16Row<'_, SHIFT>);

@@ -11,10 +11,9 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::word;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q5::{Q5_PACKED_BLOCK_BYTES, TOP_IN_BITS};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::Q16Row;
 
 /// The four chunks' five-bit values of a packed block from its bits (the
 /// nibbles, then the fifth bits): `[low, high]` halves (columns
@@ -44,34 +43,52 @@ pub(crate) fn values(bits: &[u8]) -> [[__m256i; 2]; 4] {
 
 /// The eight rows' 32-bit sums of one packed block (from its bits) over
 /// the high and the low activation planes of `T` rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(crate) fn block_sums<const T: usize>(
-    bits: &[u8],
-    his: [&[i8; BLOCK]; T],
-    los: [&[i8; BLOCK]; T],
-) -> ([__m256i; T], [__m256i; T]) {
-    let ones = _mm256_set1_epi16(1);
-    let w = values(bits);
-    let mut sum_hi = [_mm256_setzero_si256(); T];
-    let mut sum_lo = [_mm256_setzero_si256(); T];
-    for t in 0..T {
-        let plane = |x: &[i8; BLOCK], c: usize| {
-            _mm256_add_epi16(
-                _mm256_maddubs_epi16(w[c][0], word(x, 4 * c)),
-                _mm256_maddubs_epi16(w[c][1], word(x, 16 + 4 * c)),
-            )
-        };
-        for pair in [0, 2] {
-            let h = _mm256_add_epi16(plane(his[t], pair), plane(his[t], pair + 1));
-            let l = _mm256_add_epi16(plane(los[t], pair), plane(los[t], pair + 1));
-            sum_hi[t] = _mm256_add_epi32(sum_hi[t], _mm256_madd_epi16(h, ones));
-            sum_lo[t] = _mm256_add_epi32(sum_lo[t], _mm256_madd_epi16(l, ones));
+///
+/// `five_bit_block_sums!()` defines it in the calling module: each packed
+/// format's kernels get their own copy, so that each instance has one
+/// caller, its tile, and is inlined into it.
+macro_rules! five_bit_block_sums {
+    () => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[inline]
+        fn block_sums<const T: usize, const SHIFT: u32>(
+            bits: &[u8],
+            x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+        ) -> ([__m256i; T], [__m256i; T]) {
+            use $crate::cpu::kernels::qact::BLOCK;
+            use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
+            use $crate::cpu::kernels::simd::avx2_packed_q5::values;
+            let ones = _mm256_set1_epi16(1);
+            let w = values(bits);
+            let mut sum_hi = [_mm256_setzero_si256(); T];
+            let mut sum_lo = [_mm256_setzero_si256(); T];
+            for t in 0..T {
+                let plane = |x: &[i8; BLOCK], c: usize| {
+                    _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w[c][0], word(x, 4 * c)),
+                        _mm256_maddubs_epi16(w[c][1], word(x, 16 + 4 * c)),
+                    )
+                };
+                let pairs = |x: &[i8; BLOCK], sum: __m256i| {
+                    [0, 2].into_iter().fold(sum, |sum, c| {
+                        let p = _mm256_add_epi16(plane(x, c), plane(x, c + 1));
+                        _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones))
+                    })
+                };
+                sum_hi[t] = pairs(x.his[t], sum_hi[t]);
+                if BlockPlanes::<T, SHIFT>::HAS_LO {
+                    sum_lo[t] = pairs(x.los[t], sum_lo[t]);
+                }
+            }
+            (sum_hi, sum_lo)
         }
-    }
-    (sum_hi, sum_lo)
+    };
 }
+
+pub(crate) use five_bit_block_sums;
+
+five_bit_block_sums!();
 
 super::avx2_packed::scaled_block_tile!("avx2,fma,f16c", Q5_PACKED_BLOCK_BYTES, block_sums);
 
-super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q16Row<'_, WIDE>);
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q16Row<'_, SHIFT>);

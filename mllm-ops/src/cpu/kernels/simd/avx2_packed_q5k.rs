@@ -10,12 +10,14 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::Q16Row;
+
+super::avx2_packed_q5::five_bit_block_sums!();
 
 super::avx2_packed_q4k::q4k_tile!(
     "avx2,fma,f16c",
-    super::avx2_packed_q5::block_sums,
+    block_sums,
     crate::cpu::kernels::packed_q5k::FiveBits
 );
 
-super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q16Row<'_, WIDE>);
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q16Row<'_, SHIFT>);

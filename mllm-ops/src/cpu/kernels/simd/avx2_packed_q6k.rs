@@ -28,16 +28,18 @@ macro_rules! q6k_tile {
         /// The eight outputs of one packed group for `T` activation rows.
         #[target_feature(enable = $features)]
         #[inline]
-        fn tile<const T: usize>(group: &[u8], xs: &[Q6KInput<'_>]) -> [__m256; T] {
+        fn tile<const T: usize, const SHIFT: u32>(
+            group: &[u8],
+            xs: &[Q6KInput<'_, SHIFT>],
+        ) -> [__m256; T] {
             use $crate::cpu::kernels::packed_q6k::{
                 BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES,
             };
-            use $crate::cpu::kernels::simd::avx2_packed::f16x8;
+            use $crate::cpu::kernels::simd::avx2_packed::{f16x8, RowPlanes};
             use $crate::cpu::kernels::simd::avx2_packed_q6k::{add_half, i8x8, values};
-            let xs: [Q6KInput<'_>; T] = std::array::from_fn(|t| xs[t]);
+            let xs: [Q6KInput<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].x.d.len();
-            let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
-            let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let planes = RowPlanes::new(xs.map(|x| x.x), nb);
             let mut acc = [_mm256_setzero_ps(); T];
             let supers = group[..nb / BLOCKS * SUPER_BYTES]
                 .as_chunks::<SUPER_BYTES>()
@@ -46,12 +48,13 @@ macro_rules! q6k_tile {
                 let d = f16x8(&sb[..16]);
                 for j in 0..BLOCKS {
                     let i = s * BLOCKS + j;
+                    let block = planes.block(i);
                     let [first, second] = values(&sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS]);
                     let scale =
                         |h: usize| _mm256_mul_ps(d, i8x8(&sb[SCALES_AT + GROUP_ROWS * h..]));
                     let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
                     for t in 0..T {
-                        let (h, l) = (&his[t][i], &los[t][i]);
+                        let (h, l) = (block.his[t], block.lo(t));
                         let sum0 = $plane_sums(&first, h, l, 0);
                         let sum1 = $plane_sums(&second, h, l, 16);
                         let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
@@ -98,10 +101,15 @@ pub(crate) fn values(bits: &[u8]) -> [[__m256i; 4]; 2] {
 }
 
 /// `256·Σ w·hi + Σ w·lo` over 16 columns starting at `base` of an
-/// activation block, per row lane.
+/// activation block, per row lane (`Σ w·hi` without a low plane).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn plane_sums(w: &[__m256i; 4], hi: &[i8; BLOCK], lo: &[i8; BLOCK], base: usize) -> __m256i {
+fn plane_sums(
+    w: &[__m256i; 4],
+    hi: &[i8; BLOCK],
+    lo: Option<&[i8; BLOCK]>,
+    base: usize,
+) -> __m256i {
     let ones = _mm256_set1_epi16(1);
     let plane = |x: &[i8; BLOCK]| {
         let pair = |c: usize| {
@@ -115,7 +123,10 @@ fn plane_sums(w: &[__m256i; 4], hi: &[i8; BLOCK], lo: &[i8; BLOCK], base: usize)
             _mm256_madd_epi16(pair(2), ones),
         )
     };
-    _mm256_add_epi32(_mm256_slli_epi32::<8>(plane(hi)), plane(lo))
+    match lo {
+        Some(lo) => _mm256_add_epi32(_mm256_slli_epi32::<8>(plane(hi)), plane(lo)),
+        None => plane(hi),
+    }
 }
 
 /// `fma(Σ w·q_x − 32·Σ q_x, scale·dx, acc)`: one half block's
@@ -137,4 +148,4 @@ pub(crate) fn i8x8(b: &[u8]) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v))
 }
 
-super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q6KInput<'_>);
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q6KInput<'_, SHIFT>);

@@ -74,4 +74,4 @@ pub(crate) fn add_block(acc: __m256, d: __m256, hi: __m256i, lo: __m256i, dx: f3
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc)
 }
 
-super::avx2_packed::packed_group_dot!("avx2,fma,f16c", Q8Input<'_>);
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [], Q8Input<'_>);

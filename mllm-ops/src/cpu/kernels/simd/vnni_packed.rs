@@ -17,10 +17,8 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
-use super::avx2_i8::load32;
-use super::avx2_packed::word;
 use crate::cpu::kernels::packed::{GROUP_ROWS, PACKED_BLOCK_BYTES, TILE_TOKENS};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE, WIDE};
 
 super::avx2_packed::scaled_block_tile!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
@@ -29,34 +27,52 @@ super::avx2_packed::scaled_block_tile!(
 );
 
 /// `avx2_packed::block_sums` with `dpbusd`: the same 32-bit sums.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-pub(crate) fn block_sums<const T: usize>(
-    nibbles: &[u8],
-    his: [&[i8; BLOCK]; T],
-    los: [&[i8; BLOCK]; T],
-) -> ([__m256i; T], [__m256i; T]) {
-    let nibble = _mm256_set1_epi8(0x0F);
-    let mut sum_hi = [_mm256_setzero_si256(); T];
-    let mut sum_lo = [_mm256_setzero_si256(); T];
-    for j in 0..4 {
-        let v = load32(&nibbles[32 * j..]);
-        let w_lo = _mm256_and_si256(v, nibble);
-        let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
-        for t in 0..T {
-            let (h, l) = (his[t], los[t]);
-            sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], w_lo, word(h, 4 * j));
-            sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], w_hi, word(h, 16 + 4 * j));
-            sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], w_lo, word(l, 4 * j));
-            sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], w_hi, word(l, 16 + 4 * j));
+///
+/// `nibble_block_sums!()` defines it in the calling module: each packed
+/// format's kernels get their own copy, so that each instance has one
+/// caller, its tile, and is inlined into it.
+macro_rules! nibble_block_sums {
+    () => {
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        #[inline]
+        fn block_sums<const T: usize, const SHIFT: u32>(
+            nibbles: &[u8],
+            x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+        ) -> ([__m256i; T], [__m256i; T]) {
+            use $crate::cpu::kernels::qact::BLOCK;
+            use $crate::cpu::kernels::simd::avx2_i8::load32;
+            use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
+            let nibble = _mm256_set1_epi8(0x0F);
+            let mut sum_hi = [_mm256_setzero_si256(); T];
+            let mut sum_lo = [_mm256_setzero_si256(); T];
+            for j in 0..4 {
+                let v = load32(&nibbles[32 * j..]);
+                let w_lo = _mm256_and_si256(v, nibble);
+                let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+                let plane = |sum: __m256i, x: &[i8; BLOCK]| {
+                    let sum = _mm256_dpbusd_epi32(sum, w_lo, word(x, 4 * j));
+                    _mm256_dpbusd_epi32(sum, w_hi, word(x, 16 + 4 * j))
+                };
+                for t in 0..T {
+                    sum_hi[t] = plane(sum_hi[t], x.his[t]);
+                    if BlockPlanes::<T, SHIFT>::HAS_LO {
+                        sum_lo[t] = plane(sum_lo[t], x.los[t]);
+                    }
+                }
+            }
+            (sum_hi, sum_lo)
         }
-    }
-    (sum_hi, sum_lo)
+    };
 }
+
+pub(crate) use nibble_block_sums;
+
+nibble_block_sums!();
 
 super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    Q16Row<'_, WIDE>
+    [const SHIFT: u32],
+    Q16Row<'_, SHIFT>
 );
 
 /// Two 256-bit halves as one 512-bit vector, `lo` in the low half.
@@ -105,24 +121,24 @@ macro_rules! scaled_block_pair_tile {
         /// The outputs of groups `a` and `b` for `T` activation rows.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
         #[inline]
-        fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m512; T] {
+        fn pair_tile<const T: usize, const SHIFT: u32>(
+            a: &[u8],
+            b: &[u8],
+            xs: &[Q16Row<'_, SHIFT>],
+        ) -> [__m512; T] {
             use $crate::cpu::kernels::packed::NIBBLES_AT;
+            use $crate::cpu::kernels::simd::avx2_packed::RowPlanes;
             use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
-            let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+            let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
-            let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-            let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let planes = RowPlanes::new(xs, nb);
             let mut acc = [_mm512_setzero_ps(); T];
             let blocks_a = a[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
             let blocks_b = b[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
             for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
                 $crate::cpu::kernels::simd::prefetch::pair(a, i * $block_bytes, $block_bytes);
-                let (sum_hi, sum_lo) = $pair_sums(
-                    &ka[NIBBLES_AT..],
-                    &kb[NIBBLES_AT..],
-                    his.map(|h| &h[i]),
-                    los.map(|l| &l[i]),
-                );
+                let (sum_hi, sum_lo) =
+                    $pair_sums(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..], planes.block(i));
                 let d = f16x16(&ka[..16], &kb[..16]);
                 let m = f16x16(&ka[16..32], &kb[16..32]);
                 for t in 0..T {
@@ -140,47 +156,76 @@ scaled_block_pair_tile!(PACKED_BLOCK_BYTES, pair_block_sums);
 
 /// `block_sums` of two groups' blocks at once (`a`'s nibbles in the low
 /// halves, `b`'s in the high ones).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-pub(crate) fn pair_block_sums<const T: usize>(
-    a: &[u8],
-    b: &[u8],
-    his: [&[i8; BLOCK]; T],
-    los: [&[i8; BLOCK]; T],
-) -> ([__m512i; T], [__m512i; T]) {
-    let nibble = _mm512_set1_epi8(0x0F);
-    let mut sum_hi = [_mm512_setzero_si512(); T];
-    let mut sum_lo = [_mm512_setzero_si512(); T];
-    for j in 0..4 {
-        let v = join(load32(&a[32 * j..]), load32(&b[32 * j..]));
-        let w_lo = _mm512_and_si512(v, nibble);
-        let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
-        for t in 0..T {
-            let (h, l) = (his[t], los[t]);
-            sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_lo, word16(h, 4 * j));
-            sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_hi, word16(h, 16 + 4 * j));
-            sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_lo, word16(l, 4 * j));
-            sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_hi, word16(l, 16 + 4 * j));
+///
+/// `nibble_pair_block_sums!()` defines it in the calling module: each packed
+/// format's kernels get their own copy, so that each instance has one
+/// caller, its tile, and is inlined into it.
+macro_rules! nibble_pair_block_sums {
+    () => {
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        #[inline]
+        fn pair_block_sums<const T: usize, const SHIFT: u32>(
+            a: &[u8],
+            b: &[u8],
+            x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+        ) -> ([__m512i; T], [__m512i; T]) {
+            use $crate::cpu::kernels::simd::avx2_i8::load32;
+            use $crate::cpu::kernels::simd::avx2_packed::BlockPlanes;
+            use $crate::cpu::kernels::simd::vnni_packed::{join, word16};
+            let nibble = _mm512_set1_epi8(0x0F);
+            let mut sum_hi = [_mm512_setzero_si512(); T];
+            let mut sum_lo = [_mm512_setzero_si512(); T];
+            for j in 0..4 {
+                let v = join(load32(&a[32 * j..]), load32(&b[32 * j..]));
+                let w_lo = _mm512_and_si512(v, nibble);
+                let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
+                for t in 0..T {
+                    let h = x.his[t];
+                    sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_lo, word16(h, 4 * j));
+                    sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_hi, word16(h, 16 + 4 * j));
+                    if BlockPlanes::<T, SHIFT>::HAS_LO {
+                        let l = x.los[t];
+                        sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_lo, word16(l, 4 * j));
+                        sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], w_hi, word16(l, 16 + 4 * j));
+                    }
+                }
+            }
+            (sum_hi, sum_lo)
         }
-    }
-    (sum_hi, sum_lo)
+    };
 }
+
+pub(crate) use nibble_pair_block_sums;
+
+nibble_pair_block_sums!();
 
 /// `avx2_packed::add_block` for sixteen rows (two groups) at once.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-pub(crate) fn pair_add_block(
+pub(crate) fn pair_add_block<const SHIFT: u32>(
     acc: __m512,
     (d, m): (__m512, __m512),
     hi: __m512i,
     lo: __m512i,
-    x: Q16Row<'_, WIDE>,
+    x: Q16Row<'_, SHIFT>,
     i: usize,
 ) -> __m512 {
-    let s = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo);
+    let s = pair_combine::<SHIFT>(hi, lo);
     let scale = _mm512_mul_ps(d, _mm512_set1_ps(x.d[i]));
     let sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc);
     _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[i]), sum)
+}
+
+/// `avx2_packed::combine` on 512-bit vectors.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn pair_combine<const SHIFT: u32>(hi: __m512i, lo: __m512i) -> __m512i {
+    debug_assert!(SHIFT == WIDE || SHIFT == BYTE);
+    if SHIFT == BYTE {
+        hi
+    } else {
+        _mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo)
+    }
 }
 
 /// Stores the two groups' halves of `acc` (see `pair_tile`): `out[t]` for
@@ -202,17 +247,23 @@ pub(crate) fn store_pair(acc: &[__m512], out: &mut [[f32; GROUP_ROWS]]) {
 /// `out[t]` for `a`, `out[xs.len() + t]` for `b`) over a module's
 /// `pair_tile::<T>`; the packed Q4 and Q8_0 kernels share it.
 macro_rules! packed_pair_dot {
-    ($input:ty) => {
+    ([$($generics:tt)*], $input:ty) => {
         /// The two-group product for one to `TILE_TOKENS` activation rows.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-        pub(crate) fn pair_dot(a: &[u8], b: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+        pub(crate) fn pair_dot<$($generics)*>(
+            a: &[u8],
+            b: &[u8],
+            xs: &[$input],
+            out: &mut [[f32; GROUP_ROWS]],
+        ) {
             debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
+            // The tile size is the annotated array length.
             match xs.len() {
                 0 => {}
-                1 => store_pair(&pair_tile::<1>(a, b, xs), out),
-                2 => store_pair(&pair_tile::<2>(a, b, xs), out),
-                3 => store_pair(&pair_tile::<3>(a, b, xs), out),
-                _ => store_pair(&pair_tile::<4>(a, b, xs), out),
+                1 => store_pair(&{ let acc: [__m512; 1] = pair_tile(a, b, xs); acc }, out),
+                2 => store_pair(&{ let acc: [__m512; 2] = pair_tile(a, b, xs); acc }, out),
+                3 => store_pair(&{ let acc: [__m512; 3] = pair_tile(a, b, xs); acc }, out),
+                _ => store_pair(&{ let acc: [__m512; 4] = pair_tile(a, b, xs); acc }, out),
             }
         }
     };
@@ -220,4 +271,4 @@ macro_rules! packed_pair_dot {
 
 pub(crate) use packed_pair_dot;
 
-packed_pair_dot!(Q16Row<'_, WIDE>);
+packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>);

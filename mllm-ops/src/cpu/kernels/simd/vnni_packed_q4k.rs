@@ -15,17 +15,20 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::vnni_packed::store_pair;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::Q16Row;
+
+super::vnni_packed::nibble_block_sums!();
 
 super::avx2_packed_q4k::q4k_tile!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    super::vnni_packed::block_sums,
+    block_sums,
     crate::cpu::kernels::packed_q4k::Nibbles
 );
 
 super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    Q16Row<'_, WIDE>
+    [const SHIFT: u32],
+    Q16Row<'_, SHIFT>
 );
 
 /// The eight bytes at the start of `a` and those at the start of `b` as
@@ -51,18 +54,22 @@ macro_rules! q4k_pair_tile {
         /// The outputs of groups `a` and `b` for `T` activation rows.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
         #[inline]
-        fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q16Row<'_, WIDE>]) -> [__m512; T] {
+        fn pair_tile<const T: usize, const SHIFT: u32>(
+            a: &[u8],
+            b: &[u8],
+            xs: &[Q16Row<'_, SHIFT>],
+        ) -> [__m512; T] {
             use $crate::cpu::kernels::packed_q4k::{
                 SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
             };
+            use $crate::cpu::kernels::simd::avx2_packed::RowPlanes;
             use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
             use $crate::cpu::kernels::simd::vnni_packed_q4k::u8x16;
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
-            let xs: [Q16Row<'_, WIDE>; T] = std::array::from_fn(|t| xs[t]);
+            let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
-            let his = xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]);
-            let los = xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let planes = RowPlanes::new(xs, nb);
             let mut acc = [_mm512_setzero_ps(); T];
             let len = nb / SUB_BLOCKS * SUPER_BYTES;
             let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
@@ -78,8 +85,7 @@ macro_rules! q4k_pair_tile {
                     let block_bytes = SUPER_BYTES / SUB_BLOCKS;
                     $crate::cpu::kernels::simd::prefetch::pair(a, i * block_bytes, block_bytes);
                     let at = BITS_AT + BLOCK_BITS * j;
-                    let (sum_hi, sum_lo) =
-                        $pair_sums(&sa[at..], &sb[at..], his.map(|h| &h[i]), los.map(|l| &l[i]));
+                    let (sum_hi, sum_lo) = $pair_sums(&sa[at..], &sb[at..], planes.block(i));
                     let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);
                     let sc = u8x16(&sa[sc_at..], &sb[sc_at..]);
                     let m = u8x16(&sa[m_at..], &sb[m_at..]);
@@ -96,9 +102,8 @@ macro_rules! q4k_pair_tile {
 
 pub(crate) use q4k_pair_tile;
 
-q4k_pair_tile!(
-    crate::cpu::kernels::packed_q4k::Nibbles,
-    super::vnni_packed::pair_block_sums
-);
+super::vnni_packed::nibble_pair_block_sums!();
 
-super::vnni_packed::packed_pair_dot!(Q16Row<'_, WIDE>);
+q4k_pair_tile!(crate::cpu::kernels::packed_q4k::Nibbles, pair_block_sums);
+
+super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>);

@@ -13,35 +13,50 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::word;
-use super::avx2_packed_q5::values;
-use super::vnni_packed::{join, store_pair, word16};
+use super::vnni_packed::{join, store_pair};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q5::{Q5_PACKED_BLOCK_BYTES, TOP_IN_BITS};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::Q16Row;
 
 /// `avx2_packed_q5`'s block sums with `dpbusd`: the same 32-bit sums.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-pub(crate) fn block_sums<const T: usize>(
-    bits: &[u8],
-    his: [&[i8; BLOCK]; T],
-    los: [&[i8; BLOCK]; T],
-) -> ([__m256i; T], [__m256i; T]) {
-    let w = values(bits);
-    let mut sum_hi = [_mm256_setzero_si256(); T];
-    let mut sum_lo = [_mm256_setzero_si256(); T];
-    for t in 0..T {
-        for (c, [w_lo, w_hi]) in w.iter().enumerate() {
-            let (h, l) = (his[t], los[t]);
-            sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], *w_lo, word(h, 4 * c));
-            sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], *w_hi, word(h, 16 + 4 * c));
-            sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], *w_lo, word(l, 4 * c));
-            sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], *w_hi, word(l, 16 + 4 * c));
+///
+/// `five_bit_block_sums!()` defines it in the calling module: each packed
+/// format's kernels get their own copy, so that each instance has one
+/// caller, its tile, and is inlined into it.
+macro_rules! five_bit_block_sums {
+    () => {
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        #[inline]
+        fn block_sums<const T: usize, const SHIFT: u32>(
+            bits: &[u8],
+            x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+        ) -> ([__m256i; T], [__m256i; T]) {
+            use $crate::cpu::kernels::qact::BLOCK;
+            use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
+            use $crate::cpu::kernels::simd::avx2_packed_q5::values;
+            let w = values(bits);
+            let mut sum_hi = [_mm256_setzero_si256(); T];
+            let mut sum_lo = [_mm256_setzero_si256(); T];
+            let plane = |x: &[i8; BLOCK], sum: __m256i| {
+                w.iter().enumerate().fold(sum, |sum, (c, [w_lo, w_hi])| {
+                    let sum = _mm256_dpbusd_epi32(sum, *w_lo, word(x, 4 * c));
+                    _mm256_dpbusd_epi32(sum, *w_hi, word(x, 16 + 4 * c))
+                })
+            };
+            for t in 0..T {
+                sum_hi[t] = plane(x.his[t], sum_hi[t]);
+                if BlockPlanes::<T, SHIFT>::HAS_LO {
+                    sum_lo[t] = plane(x.los[t], sum_lo[t]);
+                }
+            }
+            (sum_hi, sum_lo)
         }
-    }
-    (sum_hi, sum_lo)
+    };
 }
+
+pub(crate) use five_bit_block_sums;
+
+five_bit_block_sums!();
 
 super::avx2_packed::scaled_block_tile!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
@@ -51,14 +66,14 @@ super::avx2_packed::scaled_block_tile!(
 
 super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    Q16Row<'_, WIDE>
+    [const SHIFT: u32], Q16Row<'_, SHIFT>
 );
 
 /// `values` of two groups' blocks at once (`a`'s bits in the low halves,
 /// `b`'s in the high ones).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-fn pair_values(a: &[u8], b: &[u8]) -> [[__m512i; 2]; 4] {
+pub(crate) fn pair_values(a: &[u8], b: &[u8]) -> [[__m512i; 2]; 4] {
     let low4 = _mm512_set1_epi8(0x0F);
     let bit4 = _mm512_set1_epi8(0x10);
     let mut top = join(load32(&a[TOP_IN_BITS..]), load32(&b[TOP_IN_BITS..]));
@@ -81,29 +96,47 @@ fn pair_values(a: &[u8], b: &[u8]) -> [[__m512i; 2]; 4] {
 
 /// `block_sums` of two groups' blocks at once (`a`'s bits in the low
 /// halves, `b`'s in the high ones): the same 32-bit sums lane by lane.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-pub(crate) fn pair_block_sums<const T: usize>(
-    a: &[u8],
-    b: &[u8],
-    his: [&[i8; BLOCK]; T],
-    los: [&[i8; BLOCK]; T],
-) -> ([__m512i; T], [__m512i; T]) {
-    let w = pair_values(a, b);
-    let mut sum_hi = [_mm512_setzero_si512(); T];
-    let mut sum_lo = [_mm512_setzero_si512(); T];
-    for t in 0..T {
-        for (c, [w_lo, w_hi]) in w.iter().enumerate() {
-            let (h, l) = (his[t], los[t]);
-            sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], *w_lo, word16(h, 4 * c));
-            sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], *w_hi, word16(h, 16 + 4 * c));
-            sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], *w_lo, word16(l, 4 * c));
-            sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], *w_hi, word16(l, 16 + 4 * c));
+///
+/// `five_bit_pair_block_sums!()` defines it in the calling module: each packed
+/// format's kernels get their own copy, so that each instance has one
+/// caller, its tile, and is inlined into it.
+macro_rules! five_bit_pair_block_sums {
+    () => {
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        #[inline]
+        fn pair_block_sums<const T: usize, const SHIFT: u32>(
+            a: &[u8],
+            b: &[u8],
+            x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+        ) -> ([__m512i; T], [__m512i; T]) {
+            use $crate::cpu::kernels::qact::BLOCK;
+            use $crate::cpu::kernels::simd::avx2_packed::BlockPlanes;
+            use $crate::cpu::kernels::simd::vnni_packed::word16;
+            use $crate::cpu::kernels::simd::vnni_packed_q5::pair_values;
+            let w = pair_values(a, b);
+            let mut sum_hi = [_mm512_setzero_si512(); T];
+            let mut sum_lo = [_mm512_setzero_si512(); T];
+            let plane = |x: &[i8; BLOCK], sum: __m512i| {
+                w.iter().enumerate().fold(sum, |sum, (c, [w_lo, w_hi])| {
+                    let sum = _mm512_dpbusd_epi32(sum, *w_lo, word16(x, 4 * c));
+                    _mm512_dpbusd_epi32(sum, *w_hi, word16(x, 16 + 4 * c))
+                })
+            };
+            for t in 0..T {
+                sum_hi[t] = plane(x.his[t], sum_hi[t]);
+                if BlockPlanes::<T, SHIFT>::HAS_LO {
+                    sum_lo[t] = plane(x.los[t], sum_lo[t]);
+                }
+            }
+            (sum_hi, sum_lo)
         }
-    }
-    (sum_hi, sum_lo)
+    };
 }
+
+pub(crate) use five_bit_pair_block_sums;
+
+five_bit_pair_block_sums!();
 
 super::vnni_packed::scaled_block_pair_tile!(Q5_PACKED_BLOCK_BYTES, pair_block_sums);
 
-super::vnni_packed::packed_pair_dot!(Q16Row<'_, WIDE>);
+super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>);

@@ -13,22 +13,23 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::vnni_packed::store_pair;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::Q16Row;
+
+super::vnni_packed_q5::five_bit_block_sums!();
 
 super::avx2_packed_q4k::q4k_tile!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    super::vnni_packed_q5::block_sums,
+    block_sums,
     crate::cpu::kernels::packed_q5k::FiveBits
 );
 
 super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    Q16Row<'_, WIDE>
+    [const SHIFT: u32], Q16Row<'_, SHIFT>
 );
 
-super::vnni_packed_q4k::q4k_pair_tile!(
-    crate::cpu::kernels::packed_q5k::FiveBits,
-    super::vnni_packed_q5::pair_block_sums
-);
+super::vnni_packed_q5::five_bit_pair_block_sums!();
 
-super::vnni_packed::packed_pair_dot!(Q16Row<'_, WIDE>);
+super::vnni_packed_q4k::q4k_pair_tile!(crate::cpu::kernels::packed_q5k::FiveBits, pair_block_sums);
+
+super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>);

@@ -16,8 +16,8 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::word;
-use super::vnni_packed::{f16x16, join, store_pair, word16};
+use super::avx2_packed::{word, RowPlanes};
+use super::vnni_packed::{f16x16, join, pair_combine, store_pair, word16};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
     Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
@@ -28,16 +28,26 @@ use crate::cpu::kernels::qact::BLOCK;
 const A_OR_B_AND_C: i32 = 0xF8;
 
 /// `avx2_packed_q6k::plane_sums` with `dpbusd`: `256·Σ w·hi + Σ w·lo`
-/// over 16 columns starting at `base`, the same 32-bit sums.
+/// (or `Σ w·hi`) over 16 columns starting at `base`, the same 32-bit sums.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-fn plane_sums(w: &[__m256i; 4], hi: &[i8; BLOCK], lo: &[i8; BLOCK], base: usize) -> __m256i {
-    let (mut sum_hi, mut sum_lo) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-    for (c, &w) in w.iter().enumerate() {
-        sum_hi = _mm256_dpbusd_epi32(sum_hi, w, word(hi, base + 4 * c));
-        sum_lo = _mm256_dpbusd_epi32(sum_lo, w, word(lo, base + 4 * c));
+fn plane_sums(
+    w: &[__m256i; 4],
+    hi: &[i8; BLOCK],
+    lo: Option<&[i8; BLOCK]>,
+    base: usize,
+) -> __m256i {
+    let plane = |x: &[i8; BLOCK]| {
+        w.iter()
+            .enumerate()
+            .fold(_mm256_setzero_si256(), |sum, (c, &w)| {
+                _mm256_dpbusd_epi32(sum, w, word(x, base + 4 * c))
+            })
+    };
+    match lo {
+        Some(lo) => _mm256_add_epi32(_mm256_slli_epi32::<8>(plane(hi)), plane(lo)),
+        None => plane(hi),
     }
-    _mm256_add_epi32(_mm256_slli_epi32::<8>(sum_hi), sum_lo)
 }
 
 super::avx2_packed_q6k::q6k_tile!(
@@ -47,7 +57,7 @@ super::avx2_packed_q6k::q6k_tile!(
 
 super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    Q6KInput<'_>
+    [const SHIFT: u32], Q6KInput<'_, SHIFT>
 );
 
 /// The eight signed bytes at the start of `a` and those at the start of
@@ -66,11 +76,14 @@ fn i8x16(a: &[u8], b: &[u8]) -> __m512 {
 /// and float steps as `tile`, so the same bits.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q6KInput<'_>]) -> [__m512; T] {
-    let xs: [Q6KInput<'_>; T] = std::array::from_fn(|t| xs[t]);
+fn pair_tile<const T: usize, const SHIFT: u32>(
+    a: &[u8],
+    b: &[u8],
+    xs: &[Q6KInput<'_, SHIFT>],
+) -> [__m512; T] {
+    let xs: [Q6KInput<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
-    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let planes = RowPlanes::new(xs.map(|x| x.x), nb);
     let mut acc = [_mm512_setzero_ps(); T];
     let len = nb / BLOCKS * SUPER_BYTES;
     let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
@@ -80,6 +93,7 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q6KInput<'_>]) -> [__m512
         let d = f16x16(&sa[..16], &sb[..16]);
         for j in 0..BLOCKS {
             let i = s * BLOCKS + j;
+            let block = planes.block(i);
             let block_bytes = SUPER_BYTES / BLOCKS;
             super::prefetch::pair(a, i * block_bytes, block_bytes);
             let at = BITS_AT + BLOCK_BITS * j;
@@ -111,18 +125,20 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q6KInput<'_>]) -> [__m512
             };
             let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
             for t in 0..T {
-                let (h, l) = (&his[t][i], &los[t][i]);
+                let (h, l) = (block.his[t], block.lo(t));
                 let mut sums = [[_mm512_setzero_si512(); 2]; 2];
                 for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
                     for (c, &w) in w.iter().enumerate() {
                         let at = 16 * half + 4 * c;
                         sum[0] = _mm512_dpbusd_epi32(sum[0], w, word16(h, at));
-                        sum[1] = _mm512_dpbusd_epi32(sum[1], w, word16(l, at));
+                        if let Some(l) = l {
+                            sum[1] = _mm512_dpbusd_epi32(sum[1], w, word16(l, at));
+                        }
                     }
                 }
                 let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
                 for (half, [hi, lo]) in sums.into_iter().enumerate() {
-                    let sum = _mm512_add_epi32(_mm512_slli_epi32::<8>(hi), lo);
+                    let sum = pair_combine::<SHIFT>(hi, lo);
                     let p = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * hs[2 * i + half]));
                     let scale = if half == 0 { scale0 } else { scale1 };
                     let scale = _mm512_mul_ps(scale, _mm512_set1_ps(dx));
@@ -134,4 +150,4 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q6KInput<'_>]) -> [__m512
     acc
 }
 
-super::vnni_packed::packed_pair_dot!(Q6KInput<'_>);
+super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q6KInput<'_, SHIFT>);

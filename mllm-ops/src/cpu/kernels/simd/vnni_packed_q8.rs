@@ -61,6 +61,7 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
 
 super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    [],
     Q8Input<'_>
 );
 
@@ -108,4 +109,4 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q8Input<'_>]) -> [__m512;
     acc
 }
 
-super::vnni_packed::packed_pair_dot!(Q8Input<'_>);
+super::vnni_packed::packed_pair_dot!([], Q8Input<'_>);
