@@ -84,6 +84,7 @@ mod tests {
             "2",
             "--kv-dtype",
             "q8_0",
+            "--int8-kquants",
         ])
         .unwrap();
         assert_eq!(args.files.config, Some(PathBuf::from("c.json")));
@@ -92,5 +93,12 @@ mod tests {
         assert_eq!(args.backend.gpu_layers, Some(2));
         assert_eq!(args.backend.device, None);
         assert_eq!(args.backend.kv_dtype, mllm::core::KvDtype::Q8_0);
+        let mut opts = mllm::models::LoadOptions::default();
+        args.backend.apply(&mut opts).unwrap();
+        assert_eq!(
+            opts.quant_path,
+            Some(mllm::ops::cpu::kernels::QuantPath::Int8KQuants)
+        );
+        assert_eq!(opts.kv_dtype, mllm::core::KvDtype::Q8_0);
     }
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use mllm::convert::{convert, ConvertOptions};
 use mllm::core::{DType, LogitsMode, StepInput};
 use mllm::models::{LoadOptions, Model};
+pub use mllm::ops::cpu::kernels::QuantPath;
 
 /// `tests/fixtures/<name>`.
 pub fn fixture(name: &str) -> PathBuf {
@@ -74,10 +75,17 @@ pub fn load_fixture(name: &str) -> (Converted, Model) {
 
 /// Loads a .mllm file with 2 threads.
 pub fn load(path: &Path) -> Model {
+    load_with(path, None)
+}
+
+/// Loads a .mllm file with 2 threads and the CPU linear layers' activation
+/// path `quant_path` (`None`: the default).
+pub fn load_with(path: &Path, quant_path: Option<QuantPath>) -> Model {
     Model::load(
         path,
         &LoadOptions {
             threads: 2,
+            quant_path,
             ..Default::default()
         },
     )
