@@ -64,7 +64,8 @@ macro_rules! scaled_block_tile {
                 let (sum_hi, sum_lo) = $sums(&blk[NIBBLES_AT..], planes.block(i));
                 let scales = block_scales(blk);
                 for t in 0..T {
-                    acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+                    let x = (xs[t].d[i], xs[t].s[i]);
+                    acc[t] = add_block::<SHIFT>(acc[t], scales, sum_hi[t], sum_lo[t], x);
                 }
             }
             acc
@@ -184,7 +185,7 @@ pub(crate) fn block_scales(blk: &[u8]) -> (__m256, __m256) {
     (f16x8(&blk[..16]), f16x8(&blk[16..32]))
 }
 
-/// `acc` plus block `i`'s contribution to the eight rows, from its 32-bit
+/// `acc` plus a block's contribution to the eight rows, from its 32-bit
 /// sums over the high and low activation planes: `(256·hi + lo) · d·dx +
 /// m·sx` (`hi · d·dx + m·sx` for [`BYTE`] rows) with the block's scales
 /// `(d, m)` and the activation block's scale `dx` and sum term `sx`.
@@ -195,13 +196,12 @@ pub(crate) fn add_block<const SHIFT: u32>(
     (d, m): (__m256, __m256),
     hi: __m256i,
     lo: __m256i,
-    x: Q16Row<'_, SHIFT>,
-    i: usize,
+    (dx, sx): (f32, f32),
 ) -> __m256 {
     let s = combine::<SHIFT>(hi, lo);
-    let scale = _mm256_mul_ps(d, _mm256_set1_ps(x.d[i]));
+    let scale = _mm256_mul_ps(d, _mm256_set1_ps(dx));
     let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc);
-    _mm256_fmadd_ps(m, _mm256_set1_ps(x.s[i]), acc)
+    _mm256_fmadd_ps(m, _mm256_set1_ps(sx), acc)
 }
 
 /// The 32-bit block sums `256·hi + lo` of rows split at `SHIFT`

@@ -43,7 +43,10 @@ macro_rules! q4k_tile {
             let supers = group[..nb / SUB_BLOCKS * SUPER_BYTES]
                 .as_chunks::<SUPER_BYTES>()
                 .0;
+            let d_supers = xs.map(|x| x.d.as_chunks::<SUB_BLOCKS>().0);
+            let s_supers = xs.map(|x| x.s.as_chunks::<SUB_BLOCKS>().0);
             for (s, sb) in supers.iter().enumerate() {
+                let (dxs, sxs) = (d_supers.map(|d| &d[s]), s_supers.map(|v| &v[s]));
                 let d = f16x8(&sb[..16]);
                 let neg_dmin = _mm256_xor_ps(f16x8(&sb[16..32]), _mm256_set1_ps(-0.0));
                 for j in 0..SUB_BLOCKS {
@@ -54,7 +57,8 @@ macro_rules! q4k_tile {
                     let m = u8x8(&sb[MINS_AT + GROUP_ROWS * j..]);
                     let scales = (_mm256_mul_ps(d, sc), _mm256_mul_ps(neg_dmin, m));
                     for t in 0..T {
-                        acc[t] = add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+                        let x = (dxs[t][j], sxs[t][j]);
+                        acc[t] = add_block::<SHIFT>(acc[t], scales, sum_hi[t], sum_lo[t], x);
                     }
                 }
             }

@@ -44,7 +44,10 @@ macro_rules! q6k_tile {
             let supers = group[..nb / BLOCKS * SUPER_BYTES]
                 .as_chunks::<SUPER_BYTES>()
                 .0;
+            let d_supers = xs.map(|x| x.x.d.as_chunks::<BLOCKS>().0);
+            let h_supers = xs.map(|x| x.half_sums.as_chunks::<{ 2 * BLOCKS }>().0);
             for (s, sb) in supers.iter().enumerate() {
+                let (dxs, hss) = (d_supers.map(|d| &d[s]), h_supers.map(|h| &h[s]));
                 let d = f16x8(&sb[..16]);
                 for j in 0..BLOCKS {
                     let i = s * BLOCKS + j;
@@ -57,9 +60,9 @@ macro_rules! q6k_tile {
                         let (h, l) = (block.his[t], block.lo(t));
                         let sum0 = $plane_sums(&first, h, l, 0);
                         let sum1 = $plane_sums(&second, h, l, 16);
-                        let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
-                        acc[t] = add_half(acc[t], sum0, hs[2 * i], scale0, dx);
-                        acc[t] = add_half(acc[t], sum1, hs[2 * i + 1], scale1, dx);
+                        let (dx, hs) = (dxs[t][j], hss[t]);
+                        acc[t] = add_half(acc[t], sum0, hs[2 * j], scale0, dx);
+                        acc[t] = add_half(acc[t], sum1, hs[2 * j + 1], scale1, dx);
                     }
                 }
             }

@@ -142,7 +142,8 @@ macro_rules! scaled_block_pair_tile {
                 let d = f16x16(&ka[..16], &kb[..16]);
                 let m = f16x16(&ka[16..32], &kb[16..32]);
                 for t in 0..T {
-                    acc[t] = pair_add_block(acc[t], (d, m), sum_hi[t], sum_lo[t], xs[t], i);
+                    let x = (xs[t].d[i], xs[t].s[i]);
+                    acc[t] = pair_add_block::<SHIFT>(acc[t], (d, m), sum_hi[t], sum_lo[t], x);
                 }
             }
             acc
@@ -207,13 +208,12 @@ pub(crate) fn pair_add_block<const SHIFT: u32>(
     (d, m): (__m512, __m512),
     hi: __m512i,
     lo: __m512i,
-    x: Q16Row<'_, SHIFT>,
-    i: usize,
+    (dx, sx): (f32, f32),
 ) -> __m512 {
     let s = pair_combine::<SHIFT>(hi, lo);
-    let scale = _mm512_mul_ps(d, _mm512_set1_ps(x.d[i]));
+    let scale = _mm512_mul_ps(d, _mm512_set1_ps(dx));
     let sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc);
-    _mm512_fmadd_ps(m, _mm512_set1_ps(x.s[i]), sum)
+    _mm512_fmadd_ps(m, _mm512_set1_ps(sx), sum)
 }
 
 /// `avx2_packed::combine` on 512-bit vectors.

@@ -74,7 +74,10 @@ macro_rules! q4k_pair_tile {
             let len = nb / SUB_BLOCKS * SUPER_BYTES;
             let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
             let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
+            let d_supers = xs.map(|x| x.d.as_chunks::<SUB_BLOCKS>().0);
+            let s_supers = xs.map(|x| x.s.as_chunks::<SUB_BLOCKS>().0);
             for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
+                let (dxs, sxs) = (d_supers.map(|d| &d[s]), s_supers.map(|v| &v[s]));
                 let d = f16x16(&sa[..16], &sb[..16]);
                 let neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(
                     _mm512_castps_si512(f16x16(&sa[16..32], &sb[16..32])),
@@ -91,7 +94,8 @@ macro_rules! q4k_pair_tile {
                     let m = u8x16(&sa[m_at..], &sb[m_at..]);
                     let scales = (_mm512_mul_ps(d, sc), _mm512_mul_ps(neg_dmin, m));
                     for t in 0..T {
-                        acc[t] = pair_add_block(acc[t], scales, sum_hi[t], sum_lo[t], xs[t], i);
+                        let x = (dxs[t][j], sxs[t][j]);
+                        acc[t] = pair_add_block::<SHIFT>(acc[t], scales, sum_hi[t], sum_lo[t], x);
                     }
                 }
             }

@@ -89,7 +89,10 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
     let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
     let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let d_supers = xs.map(|x| x.x.d.as_chunks::<BLOCKS>().0);
+    let h_supers = xs.map(|x| x.half_sums.as_chunks::<{ 2 * BLOCKS }>().0);
     for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
+        let (dxs, hss) = (d_supers.map(|d| &d[s]), h_supers.map(|h| &h[s]));
         let d = f16x16(&sa[..16], &sb[..16]);
         for j in 0..BLOCKS {
             let i = s * BLOCKS + j;
@@ -136,10 +139,10 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
                         }
                     }
                 }
-                let (dx, hs) = (xs[t].x.d[i], xs[t].half_sums);
+                let (dx, hs) = (dxs[t][j], hss[t]);
                 for (half, [hi, lo]) in sums.into_iter().enumerate() {
                     let sum = pair_combine::<SHIFT>(hi, lo);
-                    let p = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * hs[2 * i + half]));
+                    let p = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * hs[2 * j + half]));
                     let scale = if half == 0 { scale0 } else { scale1 };
                     let scale = _mm512_mul_ps(scale, _mm512_set1_ps(dx));
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[t]);
