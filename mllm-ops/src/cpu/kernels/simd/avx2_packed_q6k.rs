@@ -126,9 +126,17 @@ fn plane_sums(
             _mm256_madd_epi16(pair(2), ones),
         )
     };
+    join_planes(plane(hi), lo.map(plane))
+}
+
+/// The 32-bit sums `256·hi + lo` of a `qact::WIDE` row's two plane sums,
+/// or `hi` alone for a `qact::BYTE` row (no low plane).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(crate) fn join_planes(hi: __m256i, lo: Option<__m256i>) -> __m256i {
     match lo {
-        Some(lo) => _mm256_add_epi32(_mm256_slli_epi32::<8>(plane(hi)), plane(lo)),
-        None => plane(hi),
+        Some(lo) => _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo),
+        None => hi,
     }
 }
 

@@ -17,6 +17,7 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::avx2_i8::load32;
 use super::avx2_packed::{word, RowPlanes};
+use super::avx2_packed_q6k::join_planes;
 use super::vnni_packed::{f16x16, join, pair_combine, store_pair, word16};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
@@ -44,10 +45,7 @@ fn plane_sums(
                 _mm256_dpbusd_epi32(sum, w, word(x, base + 4 * c))
             })
     };
-    match lo {
-        Some(lo) => _mm256_add_epi32(_mm256_slli_epi32::<8>(plane(hi)), plane(lo)),
-        None => plane(hi),
-    }
+    join_planes(plane(hi), lo.map(plane))
 }
 
 super::avx2_packed_q6k::q6k_tile!(
