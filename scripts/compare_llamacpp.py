@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
-        [--gguf OTHER.gguf] [--int8-kquants]
+        [--gguf OTHER.gguf] [--int8-activations]
 
 What it does:
 1. Fetches the default model (SmolLM2-135M-Instruct Q4_1 GGUF) and its .mllm
@@ -101,16 +101,16 @@ def main():
     ap.add_argument("--gguf", type=pathlib.Path,
                     help="another GGUF to compare on (converted to .mllm next to it); "
                          "default: the cached SmolLM2 Q4_1")
-    ap.add_argument("--int8-kquants", action="store_true",
-                    help="run mllm-rs with --int8-kquants (8-bit activations for K-quant "
-                         "weights, as llama.cpp)")
+    ap.add_argument("--int8-activations", action="store_true",
+                    help="run mllm-rs with --int8-activations (8-bit activations for "
+                         "Q4/Q5/K-quant weights, as llama.cpp)")
     args = ap.parse_args()
 
     subprocess.run(["cargo", "build", "--release", "--example", "bench", "-p", "mllm",
                     "--bin", "mllm-convert", "-p", "mllm-convert"], check=True, cwd=ROOT)
     bench = ROOT / "target" / "release" / "examples" / "bench"
     common = ["-p", args.n_prompt, "-n", args.n_gen, "-t", str(args.threads), "-r", "1"]
-    flags = ["--int8-kquants"] if args.int8_kquants else []
+    flags = ["--int8-activations"] if args.int8_activations else []
     if args.gguf:
         gguf = args.gguf
         model = gguf.with_suffix(".mllm")

@@ -58,7 +58,7 @@ pub fn exit_code(result: Result<()>) -> ExitCode {
 }
 
 /// Backend flags (`--device`, `--gpu-layers`, `--kv-dtype`,
-/// `--int8-kquants`), flattened into a program's arguments.
+/// `--int8-activations`), flattened into a program's arguments.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct BackendArgs {
     /// Run on this device: cpu, cuda or cuda:N (default: cpu, or cuda with --gpu-layers).
@@ -70,10 +70,10 @@ pub struct BackendArgs {
     /// How the KV cache stores keys and values: f32, f16, q8_0 or q4 (CPU only).
     #[arg(long, default_value_t = KvDtype::F32)]
     pub kv_dtype: KvDtype,
-    /// Multiply Q4_K/Q5_K/Q6_K weights with 8-bit activations, as llama.cpp does: faster
-    /// prefill on K-quant files, slightly less precise than the default 16-bit (CPU only).
+    /// Multiply Q4/Q5/K-quant weights with 8-bit activations, as llama.cpp does: faster
+    /// prefill, slightly less precise than the default 16-bit (Q8_0 stays 16-bit; CPU only).
     #[arg(long)]
-    pub int8_kquants: bool,
+    pub int8_activations: bool,
 }
 
 impl BackendArgs {
@@ -87,7 +87,7 @@ impl BackendArgs {
     pub fn apply(&self, opts: &mut LoadOptions) -> Result<()> {
         opts.placement = self.placement()?;
         opts.kv_dtype = self.kv_dtype;
-        opts.quant_path = self.int8_kquants.then_some(QuantPath::Int8KQuants);
+        opts.quant_path = self.int8_activations.then_some(QuantPath::Int8Packed);
         Ok(())
     }
 }

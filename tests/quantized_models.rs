@@ -40,9 +40,9 @@ const Q8_0_BOUND: f32 = 0.45;
 /// (iq4_nl, worst of all).
 const Q4_BOUND: f32 = 6.0;
 
-/// Largest logit change `--int8-kquants` may make to a K-quant GPT-2 (see
-/// `int8_kquant_activations_stay_close_to_16_bit`).
-const INT8_KQUANTS_TOL: f32 = 0.08;
+/// Largest logit change `--int8-activations` may make (see
+/// `int8_activations_stay_close_to_16_bit`).
+const INT8_TOL: f32 = 0.45;
 
 /// Converts a fixture with `policy`, into a temporary directory.
 fn convert_policy(name: &str, policy: DTypePolicy) -> Converted {
@@ -234,22 +234,33 @@ fn k_quants_run_on_gpt2() {
     }
 }
 
-/// 8-bit activations for the K-quant kernels (`--int8-kquants`): GPT-2
-/// with K-quant MLP projections stays within the bounds above of the f32
-/// reference, and within [`INT8_KQUANTS_TOL`] of the default 16-bit path;
-/// where the packed kernels run (AVX2 and up) the two paths do differ.
-/// Measured against the 16-bit path:
-/// 0.0634 (q4_k), 0.0615 (q5_k), 0.0635 (q6_k).
+/// 8-bit activations for the packed kernels (`--int8-activations`): each
+/// model stays within its bound above of the f32 reference, and within
+/// [`INT8_TOL`] of the default 16-bit path; where the packed kernels run
+/// (AVX2 and up) the two paths differ, except for Q8_0, which keeps 16-bit
+/// rows. Measured against the 16-bit path: GPT-2 0.156 (q4_k), 0.199
+/// (q5_k; its other matrices are 32-value formats, which move too), 0.0635
+/// (q6_k); tiny-llama 0.296 (q4_0), 0.343 (q4_1), 0.365 (q5_1), 0 (q8_0):
+/// 6-8 % of the 4- and 5-bit weights' own error against the reference.
 #[test]
-fn int8_kquant_activations_stay_close_to_16_bit() {
-    for (dtype, bound) in [(DType::Q4K, 2.8), (DType::Q5K, 1.6), (DType::Q6K, 0.25)] {
-        let c = convert_to(&fixture("tiny-gpt2"), dtype);
-        let reference = Reference::load("tiny-gpt2");
+fn int8_activations_stay_close_to_16_bit() {
+    let cases = [
+        ("tiny-gpt2", DType::Q4K, 2.8),
+        ("tiny-gpt2", DType::Q5K, 1.6),
+        ("tiny-gpt2", DType::Q6K, 0.25),
+        ("tiny-llama", DType::Q4_0, Q4_BOUND),
+        ("tiny-llama", DType::Q4_1, Q4_BOUND),
+        ("tiny-llama", DType::Q5_1, Q5_BOUND),
+        ("tiny-llama", DType::Q8_0, Q8_0_BOUND),
+    ];
+    for (name, dtype, bound) in cases {
+        let c = convert_to(&fixture(name), dtype);
+        let reference = Reference::load(name);
         let mut sixteen = load(&c.path);
-        let mut eight = load_with(&c.path, Some(QuantPath::Int8KQuants));
+        let mut eight = load_with(&c.path, Some(QuantPath::Int8Packed));
         let mut moved = 0.0f32;
         for input in ["short", "long"] {
-            let label = format!("{dtype} {input}");
+            let label = format!("{name} {dtype} {input}");
             let ids = reference.ids(&format!("/inputs/{input}"));
             let got = prompt_logits(&mut eight, &ids);
             let want = reference.array(&format!("logits_{input}"));
@@ -257,10 +268,11 @@ fn int8_kquant_activations_stay_close_to_16_bit() {
             let base = prompt_logits(&mut sixteen, &ids);
             moved = moved.max(max_abs_diff(got.data(), base.data()));
         }
-        assert!(moved <= INT8_KQUANTS_TOL, "{dtype}: moved {moved}");
+        assert!(moved <= INT8_TOL, "{name} {dtype}: moved {moved}");
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx2") {
-            assert!(moved > 0.0, "{dtype}: --int8-kquants changed nothing");
+            let keeps_16_bit = dtype == DType::Q8_0;
+            assert_eq!(moved == 0.0, keeps_16_bit, "{name} {dtype}: moved {moved}");
         }
     }
 }

@@ -84,7 +84,7 @@ mod tests {
             "2",
             "--kv-dtype",
             "q8_0",
-            "--int8-kquants",
+            "--int8-activations",
         ])
         .unwrap();
         assert_eq!(args.files.config, Some(PathBuf::from("c.json")));
@@ -97,7 +97,7 @@ mod tests {
         args.backend.apply(&mut opts).unwrap();
         assert_eq!(
             opts.quant_path,
-            Some(mllm::ops::cpu::kernels::QuantPath::Int8KQuants)
+            Some(mllm::ops::cpu::kernels::QuantPath::Int8Packed)
         );
         assert_eq!(opts.kv_dtype, mllm::core::KvDtype::Q8_0);
     }

@@ -19,8 +19,8 @@ use mllm_core::{DType, Error, Result};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
-use super::qact::{Q16Act, Q16Row, BLOCK, WIDE};
-use super::qkernel::QuantKernel;
+use super::qact::{Q16Act, Q16Row, BLOCK, BYTE, WIDE};
+use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::{QuantMatrix, Split};
 use crate::quant::{q4_0, q4_1, QuantType};
 
@@ -206,22 +206,23 @@ macro_rules! simd_group_products {
 
 pub(crate) use simd_group_products;
 
-/// The packed Q4_0 / Q4_1 layout (see the module documentation).
-pub(crate) struct Q4Format;
+/// The packed Q4_0 / Q4_1 layout (see the module documentation) for
+/// activation rows split at `SHIFT` ([`WIDE`] or `BYTE`).
+pub(crate) struct Q4Format<const SHIFT: u32>;
 
-impl PackedFormat for Q4Format {
-    type Input<'a> = Q16Row<'a, WIDE>;
+impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
+    type Input<'a> = Q16Row<'a, SHIFT>;
     const BLOCK_BYTES: usize = PACKED_BLOCK_BYTES;
 
-    fn blocks(x: &Q16Row<'_, WIDE>) -> usize {
+    fn blocks(x: &Q16Row<'_, SHIFT>) -> usize {
         x.d.len()
     }
 
-    fn portable(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+    fn portable(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
         group_dot(group, xs, out)
     }
 
-    simd_group_products!([], Q16Row<'_, WIDE>, avx2_packed, vnni_packed);
+    simd_group_products!([], Q16Row<'_, SHIFT>, avx2_packed, vnni_packed);
 }
 
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows
@@ -341,7 +342,11 @@ fn block_parts(qt: QuantType, row: &[u8], i: usize) -> Result<([u8; 2], [u8; 2],
 /// The eight outputs of one packed group for each activation row of `xs`
 /// (one to [`TILE_TOKENS`] rows), in portable code: per block and row
 /// `d·d_x·Σ q_w q_x + m·s_x`, accumulated in f32.
-pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+pub(crate) fn group_dot<const SHIFT: u32>(
+    group: &[u8],
+    xs: &[Q16Row<'_, SHIFT>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     for (x, out) in xs.iter().zip(out.iter_mut()) {
         *out = [0.0; GROUP_ROWS];
         let blocks = group.chunks_exact(PACKED_BLOCK_BYTES);
@@ -350,7 +355,7 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
             for (r, acc) in out.iter_mut().enumerate() {
                 let f = |at: usize| f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32();
                 let (d, m) = (f(2 * r), f(16 + 2 * r));
-                let sum = nibble_block_sum::<WIDE>(&blk[NIBBLES_AT..], r, hi, lo);
+                let sum = nibble_block_sum::<SHIFT>(&blk[NIBBLES_AT..], r, hi, lo);
                 *acc += d * dx * sum as f32 + m * sx;
             }
         }
@@ -407,7 +412,11 @@ pub fn packed_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    wide_packed_linear::<Q4Format, WIDE>(k, x, rows, &w.data, bias, y, pool)
+    if k.path() == QuantPath::Int8Packed {
+        wide_packed_linear::<Q4Format<BYTE>, BYTE>(k, x, rows, &w.data, bias, y, pool)
+    } else {
+        wide_packed_linear::<Q4Format<WIDE>, WIDE>(k, x, rows, &w.data, bias, y, pool)
+    }
 }
 
 /// [`packed_linear`] over the packed matrix `w` of any format `F` whose
@@ -628,6 +637,10 @@ pub(crate) mod tests {
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
     use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
 
+    /// The integer paths whose packed 4-, 5- and 6-bit kernels differ:
+    /// 16-bit and 8-bit activation rows.
+    pub(crate) const PATHS: [QuantPath; 2] = [QuantPath::Int16Activations, QuantPath::Int8Packed];
+
     /// Checks that each of the `rows` rows of `cols` values that `unpack`
     /// reads from its packed group (`groups(g)`) equals, bit for bit, what
     /// `qt`'s dequantizer gives the raw blocks `w`.
@@ -728,7 +741,7 @@ pub(crate) mod tests {
     /// Checks `linear` on `path` at every level and thread count against
     /// the f64 product of the dequantized weights (`qt` blocks made by
     /// `blocks`) with the activations as the path sees them (the f32
-    /// values, or their 8-bit round trip on [`QuantPath::Int8KQuants`]),
+    /// values, or their 8-bit round trip on [`QuantPath::Int8Packed`]),
     /// within `1e-4 · (Σ|x·w| + |b|)`, for each `(rows, blocks per row,
     /// out_f)` case, with a bias on odd row counts.
     pub(crate) fn check_packed_linear(
@@ -756,7 +769,7 @@ pub(crate) mod tests {
                     let mut y = vec![f32::NAN; rows * out_f];
                     linear(k, &m, &x, rows, bias, &mut y, &pool);
                     let seen = match path {
-                        QuantPath::Int8KQuants => eight_bit_round_trip(&x),
+                        QuantPath::Int8Packed => eight_bit_round_trip(&x),
                         _ => x,
                     };
                     let (want, mag) = linear_reference(&seen, rows, in_f, &wf, out_f, bias);
@@ -792,10 +805,13 @@ pub(crate) mod tests {
             (300, 2, 16),
             (130, 32, 16),
         ];
-        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+        for (qt, path) in [QuantType::Q4_0, QuantType::Q4_1]
+            .into_iter()
+            .flat_map(|qt| PATHS.map(|p| (qt, p)))
+        {
             let blocks = |rng: &mut Rng, n| random_blocks(rng, qt, n);
             check_packed_linear(
-                QuantPath::Int16Activations,
+                path,
                 &mut rng,
                 qt,
                 &blocks,
@@ -851,11 +867,15 @@ pub(crate) mod tests {
         }
     }
 
-    /// Batch invariance (see [`check_rows_alone`]) of the packed Q4 layer.
+    /// Batch invariance on both paths (see [`check_rows_alone`]) of the
+    /// packed Q4 layer.
     #[test]
     fn each_row_equals_the_row_alone() {
         let mut rng = Rng::new(43);
-        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+        for (qt, path) in [QuantType::Q4_0, QuantType::Q4_1]
+            .into_iter()
+            .flat_map(|qt| PATHS.map(|p| (qt, p)))
+        {
             for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24)] {
                 let in_f = nb * BLOCK;
                 let w = random_blocks(&mut rng, qt, out_f * nb);
@@ -864,15 +884,7 @@ pub(crate) mod tests {
                 let b = rng.vec(out_f, 1.0);
                 let linear: &BoundLinear<'_> =
                     &|k, x, rows, y, pool| packed_linear(k, x, rows, &p, Some(&b), y, pool);
-                check_rows_alone(
-                    QuantPath::Int16Activations,
-                    linear,
-                    &x,
-                    rows,
-                    out_f,
-                    false,
-                    &qt.to_string(),
-                );
+                check_rows_alone(path, linear, &x, rows, out_f, false, &qt.to_string());
             }
         }
     }
@@ -908,23 +920,30 @@ pub(crate) mod tests {
         }
     }
 
-    /// The AVX-512 VNNI group product equals the AVX2 one bit for bit (the
-    /// same integer block sums, the same float steps), for one group
-    /// (256-bit) and two (512-bit) and one to four activation rows.
+    /// The AVX-512 VNNI group product of rows split at `SHIFT` equals the
+    /// AVX2 one bit for bit (the same integer block sums, the same float
+    /// steps), for one group (256-bit) and two (512-bit) and one to four
+    /// activation rows.
+    fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
+        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+            let nb = 9;
+            let w = random_blocks(rng, qt, 2 * GROUP_ROWS * nb);
+            let m = QuantMatrix::new(qt, &w, 2 * GROUP_ROWS, nb * BLOCK).unwrap();
+            let p = PackedQ4::pack(&m).unwrap();
+            let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
+                .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
+                .collect();
+            let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
+            let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
+            let what = format!("{qt} split at {SHIFT}");
+            check_group_products::<Q4Format<SHIFT>>(p.groups(0, 2), &rows, &levels, &what);
+        }
+    }
+
     #[test]
     fn vnni_group_dot_equals_avx2() {
         let mut rng = Rng::new(44);
-        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
-            let nb = 9;
-            let w = random_blocks(&mut rng, qt, 2 * GROUP_ROWS * nb);
-            let m = QuantMatrix::new(qt, &w, 2 * GROUP_ROWS, nb * BLOCK).unwrap();
-            let p = PackedQ4::pack(&m).unwrap();
-            let acts: Vec<Q16Act<WIDE>> = (0..TILE_TOKENS)
-                .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
-                .collect();
-            let rows: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
-            let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
-            check_group_products::<Q4Format>(p.groups(0, 2), &rows, &levels, &qt.to_string());
-        }
+        check_levels::<WIDE>(&mut rng);
+        check_levels::<BYTE>(&mut rng);
     }
 }

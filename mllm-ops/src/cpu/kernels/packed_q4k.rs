@@ -1,5 +1,5 @@
 //! Q4_K weights repacked at load for the integer kernels (16-bit
-//! activations, or 8-bit ones on `QuantPath::Int8KQuants`), the frame
+//! activations, or 8-bit ones on `QuantPath::Int8Packed`), the frame
 //! every K-quant layout with the same super-block header shares (Q4_K
 //! here, Q5_K in `packed_q5k`), and the linear layer over them.
 //!
@@ -289,7 +289,7 @@ fn group_dot<B: SubBlockBits, const SHIFT: u32>(
 /// Linear layer over a packed K-quant matrix: `y[t, o] = Σ_i x[t, i] ·
 /// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
 /// 8-bit planes per block of 32 split at [`WIDE`]), or to 8 bits
-/// ([`BYTE`]) on [`QuantPath::Int8KQuants`]. `x` is
+/// ([`BYTE`]) on [`QuantPath::Int8Packed`]. `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked
@@ -303,7 +303,7 @@ pub(crate) fn packed_kquant_linear<B: SubBlockBits>(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    if k.path() == QuantPath::Int8KQuants {
+    if k.path() == QuantPath::Int8Packed {
         wide_packed_linear::<KQuantFormat<B, BYTE>, BYTE>(k, x, rows, &w.data, bias, y, pool)
     } else {
         wide_packed_linear::<KQuantFormat<B, WIDE>, WIDE>(k, x, rows, &w.data, bias, y, pool)
@@ -315,7 +315,7 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
         check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
-        BoundLinear,
+        BoundLinear, PATHS,
     };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::packed_q5k::FiveBits;
@@ -323,9 +323,6 @@ mod tests {
     use crate::cpu::kernels::qkernel::tests::random_blocks;
     use crate::cpu::kernels::qkernel::SimdLevel;
     use crate::cpu::kernels::test_util::Rng;
-
-    /// The paths whose K-quant kernels differ: 16-bit and 8-bit rows.
-    const PATHS: [QuantPath; 2] = [QuantPath::Int16Activations, QuantPath::Int8KQuants];
 
     /// Each row unpacked from the packed layout has exactly the values the
     /// block type's dequantizer gives the unpacked row.

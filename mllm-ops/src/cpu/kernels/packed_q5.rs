@@ -19,8 +19,8 @@ use super::packed::{
     check_packable, pack_blocks, wide_packed_linear, PackedData, PackedFormat, GROUP_ROWS,
     NIBBLES_AT,
 };
-use super::qact::{Q16Row, BLOCK, WIDE};
-use super::qkernel::QuantKernel;
+use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
+use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 use crate::quant::{q5_0, QuantType};
 
@@ -152,28 +152,33 @@ fn scales(blk: &[u8], r: usize) -> (f32, f32) {
     (f(2 * r), f(16 + 2 * r))
 }
 
-/// The packed Q5 layout (see the module documentation).
-pub(crate) struct Q5Format;
+/// The packed Q5 layout (see the module documentation) for activation
+/// rows split at `SHIFT` ([`WIDE`] or `BYTE`).
+pub(crate) struct Q5Format<const SHIFT: u32>;
 
-impl PackedFormat for Q5Format {
-    type Input<'a> = Q16Row<'a, WIDE>;
+impl<const SHIFT: u32> PackedFormat for Q5Format<SHIFT> {
+    type Input<'a> = Q16Row<'a, SHIFT>;
     const BLOCK_BYTES: usize = Q5_PACKED_BLOCK_BYTES;
 
-    fn blocks(x: &Q16Row<'_, WIDE>) -> usize {
+    fn blocks(x: &Q16Row<'_, SHIFT>) -> usize {
         x.d.len()
     }
 
-    fn portable(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+    fn portable(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
         group_dot(group, xs, out)
     }
 
-    super::packed::simd_group_products!([], Q16Row<'_, WIDE>, avx2_packed_q5, vnni_packed_q5);
+    super::packed::simd_group_products!([], Q16Row<'_, SHIFT>, avx2_packed_q5, vnni_packed_q5);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
 /// (one to `TILE_TOKENS` rows), in portable code: per block and row
 /// `d·d_x·Σ q_w q_x + m·s_x`, accumulated in f32.
-pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; GROUP_ROWS]]) {
+pub(crate) fn group_dot<const SHIFT: u32>(
+    group: &[u8],
+    xs: &[Q16Row<'_, SHIFT>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     for (x, out) in xs.iter().zip(out.iter_mut()) {
         *out = [0.0; GROUP_ROWS];
         let blocks = group.chunks_exact(Q5_PACKED_BLOCK_BYTES);
@@ -181,7 +186,7 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q16Row<'_, WIDE>], out: &mut [[f32; 
         for ((blk, (hi, lo)), (&dx, &sx)) in blocks.zip(xb).zip(x.d.iter().zip(x.s)) {
             for (r, acc) in out.iter_mut().enumerate() {
                 let (d, m) = scales(blk, r);
-                let sum = five_bit_block_sum::<WIDE>(&blk[NIBBLES_AT..], r, hi, lo);
+                let sum = five_bit_block_sum::<SHIFT>(&blk[NIBBLES_AT..], r, hi, lo);
                 *acc += d * dx * sum as f32 + m * sx;
             }
         }
@@ -203,7 +208,11 @@ pub fn packed_q5_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    wide_packed_linear::<Q5Format, WIDE>(k, x, rows, &w.data, bias, y, pool)
+    if k.path() == QuantPath::Int8Packed {
+        wide_packed_linear::<Q5Format<BYTE>, BYTE>(k, x, rows, &w.data, bias, y, pool)
+    } else {
+        wide_packed_linear::<Q5Format<WIDE>, WIDE>(k, x, rows, &w.data, bias, y, pool)
+    }
 }
 
 #[cfg(test)]
@@ -211,12 +220,12 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
         check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
-        BoundLinear,
+        BoundLinear, PATHS,
     };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
-    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
+    use crate::cpu::kernels::qkernel::SimdLevel;
     use crate::cpu::kernels::test_util::Rng;
 
     const TYPES: [QuantType; 2] = [QuantType::Q5_0, QuantType::Q5_1];
@@ -236,7 +245,8 @@ mod tests {
     }
 
     /// The packed Q5 layer matches the f64 product of the dequantized
-    /// weights at every level and thread count (see `check_packed_linear`).
+    /// weights at every level and thread count on both paths (see
+    /// `check_packed_linear`).
     #[test]
     fn packed_q5_linear_matches_reference() {
         let mut rng = Rng::new(72);
@@ -247,10 +257,10 @@ mod tests {
             (70, 9, 136),
             (131, 4, 16),
         ];
-        for qt in TYPES {
+        for (qt, path) in TYPES.into_iter().flat_map(|qt| PATHS.map(|p| (qt, p))) {
             let blocks = |rng: &mut Rng, n| random_blocks(rng, qt, n);
             check_packed_linear(
-                QuantPath::Int16Activations,
+                path,
                 &mut rng,
                 qt,
                 &blocks,
@@ -262,11 +272,11 @@ mod tests {
         }
     }
 
-    /// Batch invariance (see `check_rows_alone`).
+    /// Batch invariance on both paths (see `check_rows_alone`).
     #[test]
     fn each_row_equals_the_row_alone() {
         let mut rng = Rng::new(73);
-        for qt in TYPES {
+        for (qt, path) in TYPES.into_iter().flat_map(|qt| PATHS.map(|p| (qt, p))) {
             for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24)] {
                 let in_f = nb * BLOCK;
                 let w = random_blocks(&mut rng, qt, out_f * nb);
@@ -274,36 +284,34 @@ mod tests {
                 let x = rng.vec(rows * in_f, 1.0);
                 let linear: &BoundLinear<'_> =
                     &|k, x, rows, y, pool| packed_q5_linear(k, x, rows, &p, None, y, pool);
-                check_rows_alone(
-                    QuantPath::Int16Activations,
-                    linear,
-                    &x,
-                    rows,
-                    out_f,
-                    false,
-                    &qt.to_string(),
-                );
+                check_rows_alone(path, linear, &x, rows, out_f, false, &qt.to_string());
             }
         }
     }
 
-    /// The AVX-512 VNNI group products (one group, two groups) equal the
-    /// AVX2 ones bit for bit.
+    /// The AVX-512 VNNI group products (one group, two groups) of rows
+    /// split at `SHIFT` equal the AVX2 ones bit for bit.
+    fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
+        for qt in TYPES {
+            let nb = 9;
+            let w = random_blocks(rng, qt, 2 * GROUP_ROWS * nb);
+            let m = QuantMatrix::new(qt, &w, 2 * GROUP_ROWS, nb * BLOCK).unwrap();
+            let p = PackedQ5::pack(&m).unwrap();
+            let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
+                .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
+                .collect();
+            let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
+            let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
+            let what = format!("{qt} split at {SHIFT}");
+            check_group_products::<Q5Format<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
+        }
+    }
+
     #[test]
     fn vnni_group_dot_equals_avx2() {
         let mut rng = Rng::new(74);
-        for qt in TYPES {
-            let nb = 9;
-            let w = random_blocks(&mut rng, qt, 2 * GROUP_ROWS * nb);
-            let m = QuantMatrix::new(qt, &w, 2 * GROUP_ROWS, nb * BLOCK).unwrap();
-            let p = PackedQ5::pack(&m).unwrap();
-            let acts: Vec<Q16Act<WIDE>> = (0..TILE_TOKENS)
-                .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
-                .collect();
-            let xs: Vec<Q16Row<'_, WIDE>> = acts.iter().map(|a| a.row()).collect();
-            let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
-            check_group_products::<Q5Format>(p.data.groups(0, 2), &xs, &levels, &qt.to_string());
-        }
+        check_levels::<WIDE>(&mut rng);
+        check_levels::<BYTE>(&mut rng);
     }
 
     #[test]

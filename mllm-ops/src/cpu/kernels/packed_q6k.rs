@@ -1,5 +1,5 @@
 //! Q6_K weights repacked at load for the integer kernels (16-bit
-//! activations, or 8-bit ones on `QuantPath::Int8KQuants`), and the linear
+//! activations, or 8-bit ones on `QuantPath::Int8Packed`), and the linear
 //! layer over them.
 //!
 //! Rows come in groups of eight. Per group and super-block of 256 columns
@@ -229,7 +229,7 @@ pub(crate) fn group_dot<const SHIFT: u32>(
 /// Linear layer over a packed Q6_K matrix: `y[t, o] = Σ_i x[t, i] ·
 /// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
 /// 8-bit planes per block of 32 split at [`WIDE`]), or to 8 bits
-/// ([`BYTE`]) on [`QuantPath::Int8KQuants`]. `x` is
+/// ([`BYTE`]) on [`QuantPath::Int8Packed`]. `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked
@@ -243,7 +243,7 @@ pub fn packed_q6k_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    if k.path() == QuantPath::Int8KQuants {
+    if k.path() == QuantPath::Int8Packed {
         q6k_linear::<BYTE>(k, x, rows, w, bias, y, pool)
     } else {
         q6k_linear::<WIDE>(k, x, rows, w, bias, y, pool)
@@ -283,16 +283,13 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
         check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
-        BoundLinear,
+        BoundLinear, PATHS,
     };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
     use crate::cpu::kernels::qkernel::SimdLevel;
     use crate::cpu::kernels::test_util::Rng;
-
-    /// The paths whose Q6_K kernels differ: 16-bit and 8-bit rows.
-    const PATHS: [QuantPath; 2] = [QuantPath::Int16Activations, QuantPath::Int8KQuants];
 
     const QT: QuantType = QuantType::Q6K;
 

@@ -160,8 +160,8 @@ pub(crate) const NARROW: u32 = 7;
 pub(crate) const WIDE: u32 = 8;
 
 /// No split: 8-bit values in `−127..=127`, `hi = q` and `lo = 0` (the
-/// packed K-quant kernels then skip the low plane's products; see
-/// `QuantPath::Int8KQuants`). 1/256 of [`WIDE`]'s resolution.
+/// packed 4-, 5- and 6-bit kernels then skip the low plane's products; see
+/// `QuantPath::Int8Packed`). 1/256 of [`WIDE`]'s resolution.
 pub(crate) const BYTE: u32 = 0;
 
 /// An activation row quantized to 16 bits per block of 32 and stored as two

@@ -221,7 +221,7 @@ pub fn quant_linear(
     let split = Split::new(pool, rows.saturating_mul(in_f).saturating_mul(out_f));
     let qt = w.quant_type();
     let int = match kernel.path() {
-        QuantPath::Int8Activations | QuantPath::Int16Activations | QuantPath::Int8KQuants => {
+        QuantPath::Int8Activations | QuantPath::Int16Activations | QuantPath::Int8Packed => {
             Int8Type::from_quant(qt)
         }
         QuantPath::F32Activations => None,
