@@ -32,7 +32,7 @@ pub enum QuantPath {
     /// and 6-bit weights (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) take
     /// their activation rows at 8 bits per block of 32, as llama.cpp's
     /// kernels do: one byte product per weight instead of two, so prefill
-    /// through them runs 1.2-1.6x faster, with the 8-bit path's rounding
+    /// through them runs 1.2-1.8x faster, with the 8-bit path's rounding
     /// error on those layers (Q8_0 keeps 16-bit rows). Each row's result
     /// still does not depend on the batch.
     Int8Packed,
