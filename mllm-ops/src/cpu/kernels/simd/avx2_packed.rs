@@ -42,8 +42,7 @@ pub(crate) fn word(x: &[i8; BLOCK], at: usize) -> __m256i {
 /// eight rows' f16 scales `d` and offsets `m` (see [`block_scales`])
 /// followed by the block's bits: `$sums(bits, planes)` gives the block's
 /// 32-bit plane sums (as [`block_sums`] does) and [`add_block`] the float
-/// step. The packed Q4 and Q5
-/// kernels of every instruction set share it.
+/// step. The packed Q4 and Q5 kernels of every instruction set share it.
 macro_rules! scaled_block_tile {
     ($features:literal, $block_bytes:expr, $sums:path) => {
         /// The eight outputs of one packed group for `T` activation rows.
@@ -117,12 +116,6 @@ impl<'a, const T: usize, const SHIFT: u32> BlockPlanes<'a, T, SHIFT> {
     /// Whether the low planes count: not for [`BYTE`] rows, whose block
     /// sums skip them.
     pub(crate) const HAS_LO: bool = SHIFT != BYTE;
-
-    /// Row `t`'s low plane, if it counts.
-    #[inline]
-    pub(crate) fn lo(&self, t: usize) -> Option<&'a [i8; BLOCK]> {
-        Self::HAS_LO.then_some(self.los[t])
-    }
 }
 
 /// The eight rows' 32-bit sums of one block of 32 columns over the high

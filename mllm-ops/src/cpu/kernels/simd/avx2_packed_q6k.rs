@@ -15,7 +15,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::word;
+use super::avx2_packed::{combine, word, BlockPlanes};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{Q6KInput, NIBBLE_BYTES};
 use crate::cpu::kernels::qact::BLOCK;
@@ -57,9 +57,8 @@ macro_rules! q6k_tile {
                         |h: usize| _mm256_mul_ps(d, i8x8(&sb[SCALES_AT + GROUP_ROWS * h..]));
                     let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
                     for t in 0..T {
-                        let (h, l) = (block.his[t], block.lo(t));
-                        let sum0 = $plane_sums(&first, h, l, 0);
-                        let sum1 = $plane_sums(&second, h, l, 16);
+                        let sum0 = $plane_sums(&first, block, t, 0);
+                        let sum1 = $plane_sums(&second, block, t, 16);
                         let (dx, hs) = (dxs[t][j], hss[t]);
                         acc[t] = add_half(acc[t], sum0, hs[2 * j], scale0, dx);
                         acc[t] = add_half(acc[t], sum1, hs[2 * j + 1], scale1, dx);
@@ -103,14 +102,14 @@ pub(crate) fn values(bits: &[u8]) -> [[__m256i; 4]; 2] {
     out
 }
 
-/// `256·Σ w·hi + Σ w·lo` over 16 columns starting at `base` of an
-/// activation block, per row lane (`Σ w·hi` without a low plane).
+/// `256·Σ w·hi + Σ w·lo` over 16 columns starting at `base` of row `t`'s
+/// activation block, per row lane (`Σ w·hi` for `qact::BYTE` rows).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn plane_sums(
+fn plane_sums<const T: usize, const SHIFT: u32>(
     w: &[__m256i; 4],
-    hi: &[i8; BLOCK],
-    lo: Option<&[i8; BLOCK]>,
+    x: BlockPlanes<'_, T, SHIFT>,
+    t: usize,
     base: usize,
 ) -> __m256i {
     let ones = _mm256_set1_epi16(1);
@@ -126,18 +125,12 @@ fn plane_sums(
             _mm256_madd_epi16(pair(2), ones),
         )
     };
-    join_planes(plane(hi), lo.map(plane))
-}
-
-/// The 32-bit sums `256·hi + lo` of a `qact::WIDE` row's two plane sums,
-/// or `hi` alone for a `qact::BYTE` row (no low plane).
-#[target_feature(enable = "avx2")]
-#[inline]
-pub(crate) fn join_planes(hi: __m256i, lo: Option<__m256i>) -> __m256i {
-    match lo {
-        Some(lo) => _mm256_add_epi32(_mm256_slli_epi32::<8>(hi), lo),
-        None => hi,
-    }
+    let lo = if BlockPlanes::<T, SHIFT>::HAS_LO {
+        plane(x.los[t])
+    } else {
+        _mm256_setzero_si256()
+    };
+    combine::<SHIFT>(plane(x.his[t]), lo)
 }
 
 /// `fma(Σ w·q_x − 32·Σ q_x, scale·dx, acc)`: one half block's

@@ -16,8 +16,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::{word, RowPlanes};
-use super::avx2_packed_q6k::join_planes;
+use super::avx2_packed::{combine, word, BlockPlanes, RowPlanes};
 use super::vnni_packed::{f16x16, join, pair_combine, store_pair, word16};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
@@ -32,10 +31,10 @@ const A_OR_B_AND_C: i32 = 0xF8;
 /// (or `Σ w·hi`) over 16 columns starting at `base`, the same 32-bit sums.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-fn plane_sums(
+fn plane_sums<const T: usize, const SHIFT: u32>(
     w: &[__m256i; 4],
-    hi: &[i8; BLOCK],
-    lo: Option<&[i8; BLOCK]>,
+    x: BlockPlanes<'_, T, SHIFT>,
+    t: usize,
     base: usize,
 ) -> __m256i {
     let plane = |x: &[i8; BLOCK]| {
@@ -45,7 +44,12 @@ fn plane_sums(
                 _mm256_dpbusd_epi32(sum, w, word(x, base + 4 * c))
             })
     };
-    join_planes(plane(hi), lo.map(plane))
+    let lo = if BlockPlanes::<T, SHIFT>::HAS_LO {
+        plane(x.los[t])
+    } else {
+        _mm256_setzero_si256()
+    };
+    combine::<SHIFT>(plane(x.his[t]), lo)
 }
 
 super::avx2_packed_q6k::q6k_tile!(
@@ -126,13 +130,13 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
             };
             let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
             for t in 0..T {
-                let (h, l) = (block.his[t], block.lo(t));
+                let (h, l) = (block.his[t], block.los[t]);
                 let mut sums = [[_mm512_setzero_si512(); 2]; 2];
                 for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
                     for (c, &w) in w.iter().enumerate() {
                         let at = 16 * half + 4 * c;
                         sum[0] = _mm512_dpbusd_epi32(sum[0], w, word16(h, at));
-                        if let Some(l) = l {
+                        if BlockPlanes::<T, SHIFT>::HAS_LO {
                             sum[1] = _mm512_dpbusd_epi32(sum[1], w, word16(l, at));
                         }
                     }
