@@ -71,7 +71,7 @@ pub struct BackendArgs {
     #[arg(long, default_value_t = KvDtype::F32)]
     pub kv_dtype: KvDtype,
     /// Multiply Q4/Q5/K-quant weights with 8-bit activations, as llama.cpp does: faster
-    /// prefill, slightly less precise than the default 16-bit (Q8_0 stays 16-bit; CPU only).
+    /// prefill, slightly less precise than the default 16-bit (CPU only).
     #[arg(long)]
     pub int8_activations: bool,
 }

@@ -235,23 +235,26 @@ fn k_quants_run_on_gpt2() {
 }
 
 /// 8-bit activations for the packed kernels (`--int8-activations`): each
-/// model stays within its bound above of the f32 reference, and within
-/// [`INT8_TOL`] of the default 16-bit path; where the packed kernels run
-/// (AVX2 and up) the two paths differ, except for Q8_0, which keeps 16-bit
-/// rows. Measured against the 16-bit path: GPT-2 0.156 (q4_k), 0.199
-/// (q5_k; its other matrices are 32-value formats, which move too), 0.0635
-/// (q6_k); tiny-llama 0.296 (q4_0), 0.343 (q4_1), 0.365 (q5_1), 0 (q8_0):
-/// 6-8 % of the 4- and 5-bit weights' own error against the reference.
+/// model stays within a bound of the f32 reference (the 4- and 5-bit
+/// weights' bounds above; for the near-lossless Q6_K and Q8_0 weights, the
+/// activations' rounding adds about half of their own error: measured
+/// 0.312 against 0.216 on the 16-bit path for q6_k, 0.646 against 0.431
+/// for q8_0), and within [`INT8_TOL`] of the default 16-bit path; where the
+/// packed kernels run (AVX2 and up) the two paths differ. Measured against
+/// the 16-bit path: GPT-2 0.156 (q4_k), 0.199 (q5_k), 0.160 (q6_k; their
+/// other matrices are 32-value formats, which move too); tiny-llama 0.296
+/// (q4_0), 0.343 (q4_1), 0.365 (q5_1), 0.300 (q8_0): 6-8 % of the 4- and
+/// 5-bit weights' own error against the reference.
 #[test]
 fn int8_activations_stay_close_to_16_bit() {
     let cases = [
         ("tiny-gpt2", DType::Q4K, 2.8),
         ("tiny-gpt2", DType::Q5K, 1.6),
-        ("tiny-gpt2", DType::Q6K, 0.25),
+        ("tiny-gpt2", DType::Q6K, 0.35),
         ("tiny-llama", DType::Q4_0, Q4_BOUND),
         ("tiny-llama", DType::Q4_1, Q4_BOUND),
         ("tiny-llama", DType::Q5_1, Q5_BOUND),
-        ("tiny-llama", DType::Q8_0, Q8_0_BOUND),
+        ("tiny-llama", DType::Q8_0, 0.7),
     ];
     for (name, dtype, bound) in cases {
         let c = convert_to(&fixture(name), dtype);
@@ -271,8 +274,10 @@ fn int8_activations_stay_close_to_16_bit() {
         assert!(moved <= INT8_TOL, "{name} {dtype}: moved {moved}");
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx2") {
-            let keeps_16_bit = dtype == DType::Q8_0;
-            assert_eq!(moved == 0.0, keeps_16_bit, "{name} {dtype}: moved {moved}");
+            assert!(
+                moved > 0.0,
+                "{name} {dtype}: the paths give the same logits"
+            );
         }
     }
 }

@@ -11,9 +11,11 @@
 //! at once, so a block's eight sums end up in the lanes of one register.
 //!
 //! The activations are 16-bit with the narrow plane split (`q = 128·hi +
-//! lo`, `lo` in `0..=127`); every kernel computes the exact integer sums
-//! `Σ w·hi` and `Σ w·lo` of a block and then the same float steps, so all
-//! instruction sets give the same results bit for bit.
+//! lo`, `lo` in `0..=127`), or 8-bit (`BYTE`: `hi = q`, `lo = 0`, whose
+//! products the kernels skip) on `QuantPath::Int8Packed`; every kernel
+//! computes the exact integer sums `Σ w·hi` and `Σ w·lo` of a block and
+//! then the same float steps, so all instruction sets give the same results
+//! bit for bit.
 
 use mllm_core::file::TensorData;
 use mllm_core::{DType, Result};
@@ -23,8 +25,8 @@ use super::packed::{
     by_row_blocks, check_packable, group_outputs, pack_blocks, quantize_rows, PackedData,
     PackedFormat, GROUP_ROWS,
 };
-use super::qact::{Q16Row, BLOCK, NARROW};
-use super::qkernel::QuantKernel;
+use super::qact::{Q16Row, BLOCK, BYTE, NARROW};
+use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 use crate::quant::{q8_0, QuantType};
 
@@ -105,40 +107,46 @@ impl PackedQ8 {
     }
 }
 
-/// One activation row as the packed Q8_0 kernels take it: its 16-bit
-/// planes and, per block, the sum of its high plane (the VNNI kernel
-/// multiplies offset weights `w + 128` and subtracts `128 · Σ hi`).
+/// One activation row as the packed Q8_0 kernels take it: its planes split
+/// at `SHIFT` ([`NARROW`] or [`BYTE`]) and, per block, the sum of its high
+/// plane (the VNNI kernel multiplies offset weights `w + 128` and subtracts
+/// `128 · Σ hi`).
 #[derive(Clone, Copy)]
-pub(crate) struct Q8Input<'a> {
+pub(crate) struct Q8Input<'a, const SHIFT: u32> {
     /// The quantized row.
-    pub x: Q16Row<'a, NARROW>,
+    pub x: Q16Row<'a, SHIFT>,
     /// `Σ hi` over each block of 32 (read by the AVX-512 VNNI kernel).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub hi_sums: &'a [i32],
 }
 
-/// The packed Q8_0 layout (see the module documentation).
-pub(crate) struct Q8Format;
+/// The packed Q8_0 layout (see the module documentation) for activation
+/// rows split at `SHIFT`.
+pub(crate) struct Q8Format<const SHIFT: u32>;
 
-impl PackedFormat for Q8Format {
-    type Input<'a> = Q8Input<'a>;
+impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
+    type Input<'a> = Q8Input<'a, SHIFT>;
     const BLOCK_BYTES: usize = Q8_PACKED_BLOCK_BYTES;
 
-    fn blocks(x: &Q8Input<'_>) -> usize {
+    fn blocks(x: &Q8Input<'_, SHIFT>) -> usize {
         x.x.d.len()
     }
 
-    fn portable(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    fn portable(group: &[u8], xs: &[Q8Input<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
         group_dot(group, xs, out)
     }
 
-    super::packed::simd_group_products!([], Q8Input<'_>, avx2_packed_q8, vnni_packed_q8);
+    super::packed::simd_group_products!([], Q8Input<'_, SHIFT>, avx2_packed_q8, vnni_packed_q8);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
 /// (one to `TILE_TOKENS` rows), in portable code: per block and row
-/// `acc = fma(128·Σ w·hi + Σ w·lo, d·d_x, acc)` in f32.
-pub(crate) fn group_dot(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+/// `acc = fma(2^SHIFT·Σ w·hi + Σ w·lo, d·d_x, acc)` in f32.
+pub(crate) fn group_dot<const SHIFT: u32>(
+    group: &[u8],
+    xs: &[Q8Input<'_, SHIFT>],
+    out: &mut [[f32; GROUP_ROWS]],
+) {
     for (input, out) in xs.iter().zip(out.iter_mut()) {
         let x = input.x;
         *out = [0.0; GROUP_ROWS];
@@ -153,7 +161,7 @@ pub(crate) fn group_dot(group: &[u8], xs: &[Q8Input<'_>], out: &mut [[f32; GROUP
                     sum_hi += w * hi[k] as i32;
                     sum_lo += w * lo[k] as i32;
                 }
-                let p = (sum_hi << NARROW) + sum_lo;
+                let p = (sum_hi << SHIFT) + sum_lo;
                 *acc = (p as f32).mul_add(d * dx, *acc);
             }
         }
@@ -169,7 +177,8 @@ fn block_sums(hi: &[i8]) -> Vec<i32> {
 
 /// Linear layer over a packed Q8_0 matrix: `y[t, o] = Σ_i x[t, i] ·
 /// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
-/// 8-bit planes per block of 32 split at [`NARROW`]). `x` is
+/// 8-bit planes per block of 32 split at [`NARROW`]), or to 8 bits on
+/// [`QuantPath::Int8Packed`]. `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked
@@ -183,21 +192,38 @@ pub fn packed_q8_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
+    if k.path() == QuantPath::Int8Packed {
+        split_q8_linear::<BYTE>(k, x, rows, w, bias, y, pool)
+    } else {
+        split_q8_linear::<NARROW>(k, x, rows, w, bias, y, pool)
+    }
+}
+
+/// [`packed_q8_linear`] with the activation rows split at `SHIFT`.
+fn split_q8_linear<const SHIFT: u32>(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedQ8,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<NARROW>(k, xb, in_f, split);
+        let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
         let act = act.row();
         let sums = block_sums(act.hi);
         let nb = in_f / BLOCK;
-        let xs: Vec<Q8Input<'_>> = (0..xb.len() / in_f)
+        let xs: Vec<Q8Input<'_, SHIFT>> = (0..xb.len() / in_f)
             .map(|t| Q8Input {
                 x: act.sub_row(t, in_f),
                 hi_sums: &sums[t * nb..(t + 1) * nb],
             })
             .collect();
         group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
-            k.packed_dot::<Q8Format>(g, xs, out)
+            k.packed_dot::<Q8Format<SHIFT>>(g, xs, out)
         });
     });
 }
@@ -206,12 +232,13 @@ pub fn packed_q8_linear(
 mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
-        check_packed_linear, check_rows_alone, check_unpacked_rows, BoundLinear,
+        check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
+        BoundLinear, PATHS,
     };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
-    use crate::cpu::kernels::qkernel::QuantPath;
+    use crate::cpu::kernels::qkernel::SimdLevel;
     use crate::cpu::kernels::test_util::Rng;
 
     /// Q8_0 blocks whose quants include the extremes −128 and 127.
@@ -224,17 +251,15 @@ mod tests {
         w
     }
 
-    /// Packing keeps every value: the portable packed dot equals the f64
-    /// dot of each unpacked row's dequantized weights with the dequantized
-    /// activations.
-    #[test]
-    fn packed_dot_equals_row_dot() {
-        let mut rng = Rng::new(51);
+    /// Packing keeps every value: the portable packed dot of rows split at
+    /// `SHIFT` equals the f64 dot of each unpacked row's dequantized
+    /// weights with the dequantized activations.
+    fn check_packed_dot<const SHIFT: u32>(rng: &mut Rng) {
         let (rows, nb) = (16, 5);
-        let w = blocks_with_extremes(&mut rng, rows * nb);
+        let w = blocks_with_extremes(rng, rows * nb);
         let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, nb * BLOCK).unwrap();
         let p = PackedQ8::pack(&m).unwrap();
-        let a = Q16Act::<NARROW>::quantize(&rng.vec(nb * BLOCK, 1.0));
+        let a = Q16Act::<SHIFT>::quantize(&rng.vec(nb * BLOCK, 1.0));
         let xr = a.row();
         let sums = block_sums(xr.hi);
         let input = Q8Input {
@@ -257,9 +282,16 @@ mod tests {
                     .zip(&xf)
                     .map(|(&a, &b)| (a as f64 * b).abs())
                     .sum();
-                assert!((got as f64 - want).abs() <= 1e-5 * mag, "{g} {r}");
+                assert!((got as f64 - want).abs() <= 1e-5 * mag, "{SHIFT}: {g} {r}");
             }
         }
+    }
+
+    #[test]
+    fn packed_dot_equals_row_dot() {
+        let mut rng = Rng::new(51);
+        check_packed_dot::<NARROW>(&mut rng);
+        check_packed_dot::<BYTE>(&mut rng);
     }
 
     /// Each row unpacked from the packed layout has exactly the values the
@@ -293,28 +325,31 @@ mod tests {
         assert!(err.to_string().contains("q4_1"), "{err}");
     }
 
-    /// The linear layer matches the reference (see
+    /// The linear layer matches the reference on both paths (see
     /// `packed::tests::check_packed_linear`) for one row and for row
     /// counts that do and do not fill the token tile and the row block.
     #[test]
     fn packed_q8_linear_matches_reference() {
+        let mut rng = Rng::new(52);
         let cases = [(1, 3, 8), (1, 18, 200), (5, 7, 64), (130, 2, 16)];
-        check_packed_linear(
-            QuantPath::Int16Activations,
-            &mut Rng::new(52),
-            QuantType::Q8_0,
-            &blocks_with_extremes,
-            &cases,
-            &|k, m, x, rows, b, y, pool| {
-                packed_q8_linear(k, x, rows, &PackedQ8::pack(m).unwrap(), b, y, pool)
-            },
-        );
+        for path in PATHS {
+            check_packed_linear(
+                path,
+                &mut rng,
+                QuantType::Q8_0,
+                &blocks_with_extremes,
+                &cases,
+                &|k, m, x, rows, b, y, pool| {
+                    packed_q8_linear(k, x, rows, &PackedQ8::pack(m).unwrap(), b, y, pool)
+                },
+            );
+        }
     }
 
-    /// Every instruction set gives the portable results bit for bit, and
-    /// each activation row gets exactly what it gets alone, whatever shares
-    /// its tile and however the groups are split over threads (see
-    /// `check_rows_alone`).
+    /// Every instruction set gives the portable results bit for bit on
+    /// both paths, and each activation row gets exactly what it gets
+    /// alone, whatever shares its tile and however the groups are split
+    /// over threads (see `check_rows_alone`).
     #[test]
     fn every_level_and_every_row_alone_give_the_same_bits() {
         let mut rng = Rng::new(53);
@@ -326,14 +361,40 @@ mod tests {
         let x = rng.vec(rows * in_f, 4.0);
         let linear: &BoundLinear<'_> =
             &|k, x, rows, y, pool| packed_q8_linear(k, x, rows, &p, None, y, pool);
-        check_rows_alone(
-            QuantPath::Int16Activations,
-            linear,
-            &x,
-            rows,
-            out_f,
-            true,
-            "q8_0",
-        );
+        for path in PATHS {
+            check_rows_alone(path, linear, &x, rows, out_f, true, "q8_0");
+        }
+    }
+
+    /// The group products of one and of two groups (the 512-bit pair) for
+    /// one to four rows split at `SHIFT` equal the portable kernel's bits
+    /// at every level, with weights at the extremes −128 and 127.
+    fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
+        let (rows, nb) = (2 * GROUP_ROWS, 6);
+        let w = blocks_with_extremes(rng, rows * nb);
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, nb * BLOCK).unwrap();
+        let p = PackedQ8::pack(&m).unwrap();
+        let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
+            .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
+            .collect();
+        let sums: Vec<Vec<i32>> = acts.iter().map(|a| block_sums(a.row().hi)).collect();
+        let xs: Vec<Q8Input<'_, SHIFT>> = acts
+            .iter()
+            .zip(&sums)
+            .map(|(a, s)| Q8Input {
+                x: a.row(),
+                hi_sums: s,
+            })
+            .collect();
+        let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
+        let what = format!("q8_0 split at {SHIFT}");
+        check_group_products::<Q8Format<SHIFT>>(p.groups(0, 2), &xs, &levels, &what);
+    }
+
+    #[test]
+    fn group_products_equal_the_portable_one() {
+        let mut rng = Rng::new(54);
+        check_levels::<NARROW>(&mut rng);
+        check_levels::<BYTE>(&mut rng);
     }
 }

@@ -28,19 +28,19 @@ pub enum QuantPath {
     /// still about twice as fast as the f32 path on AVX2. The default of
     /// the linear op.
     Int16Activations,
-    /// As [`QuantPath::Int16Activations`], except that the repacked 4-, 5-
-    /// and 6-bit weights (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) take
-    /// their activation rows at 8 bits per block of 32, as llama.cpp's
-    /// kernels do: one byte product per weight instead of two, so prefill
-    /// through them runs 1.2-1.8x faster, with the 8-bit path's rounding
-    /// error on those layers (Q8_0 keeps 16-bit rows). Each row's result
-    /// still does not depend on the batch.
+    /// As [`QuantPath::Int16Activations`], except that the repacked
+    /// weights (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_0) take their
+    /// activation rows at 8 bits per block of 32, as llama.cpp's kernels
+    /// do: one byte product per weight instead of two, so prefill through
+    /// them runs 1.2-1.8x faster, with the 8-bit path's rounding error on
+    /// those layers. Each row's result still does not depend on the batch.
     Int8Packed,
 }
 
 impl QuantPath {
-    /// Whether Q8_0 / Q4 / Q5 weights take 16-bit activation rows (and
-    /// repack for them): every integer path but the 8-bit one.
+    /// Whether Q8_0 / Q4 / Q5 weights repack for the packed kernels and
+    /// take 16-bit rows in the row-by-row integer ones: every integer path
+    /// but the 8-bit one.
     pub fn is_16_bit(self) -> bool {
         matches!(self, QuantPath::Int16Activations | QuantPath::Int8Packed)
     }

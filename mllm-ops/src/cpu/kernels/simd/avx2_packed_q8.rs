@@ -1,12 +1,14 @@
 //! AVX2 product of a packed Q8_0 row group (see `packed_q8`) with one to
-//! four 16-bit activation rows.
+//! four activation rows (16-bit planes split at `NARROW`, or 8-bit ones,
+//! `BYTE`).
 //!
 //! Per block, each 32-byte chunk holds four consecutive signed weights of
 //! the eight rows. The low plane (`0..=127`) multiplies them directly with
-//! `maddubs`; the high plane (signed) goes through the sign trick, `|w|`
-//! times the plane word with `w`'s sign. Both give 16-bit pair sums of at
-//! most `2 · 128 · 127`, widened to 32 bits by `madd` at once, so the
-//! block sums are exact.
+//! `maddubs` (skipped for `BYTE` rows, whose low plane is zero); the high
+//! plane (signed, `−127..=127`) goes through the sign trick, `|w|` times
+//! the plane word with `w`'s sign. Both give 16-bit pair sums of at most
+//! `2 · 128 · 127`, widened to 32 bits by `madd` at once, so the block sums
+//! are exact.
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
@@ -18,13 +20,13 @@ use super::avx2_i8::load32;
 use super::avx2_packed::word;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
-use crate::cpu::kernels::qact::{BLOCK, NARROW};
+use crate::cpu::kernels::qact::{BLOCK, BYTE, NARROW};
 
 /// The eight outputs of one packed group for `T` activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
-    let xs: [Q8Input<'_>; T] = std::array::from_fn(|t| xs[t]);
+fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>]) -> [__m256; T] {
+    let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
     let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
     let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
@@ -41,14 +43,16 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
             let w_abs = _mm256_abs_epi8(w);
             for t in 0..T {
                 let h = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(word(&his[t][i], 4 * j), w));
-                let l = _mm256_maddubs_epi16(word(&los[t][i], 4 * j), w);
                 sum_hi[t] = _mm256_add_epi32(sum_hi[t], _mm256_madd_epi16(h, ones));
-                sum_lo[t] = _mm256_add_epi32(sum_lo[t], _mm256_madd_epi16(l, ones));
+                if SHIFT != BYTE {
+                    let l = _mm256_maddubs_epi16(word(&los[t][i], 4 * j), w);
+                    sum_lo[t] = _mm256_add_epi32(sum_lo[t], _mm256_madd_epi16(l, ones));
+                }
             }
         }
         let d = scales(blk);
         for t in 0..T {
-            acc[t] = add_block(acc[t], d, sum_hi[t], sum_lo[t], xs[t].x.d[i]);
+            acc[t] = add_block::<SHIFT>(acc[t], d, sum_hi[t], sum_lo[t], xs[t].x.d[i]);
         }
     }
     acc
@@ -65,13 +69,24 @@ pub(crate) fn scales(blk: &[u8; Q8_PACKED_BLOCK_BYTES]) -> __m256 {
 }
 
 /// `acc` plus a block's contribution to the eight rows from their exact
-/// plane sums: `fma(128·hi + lo, d·dx, acc)`.
+/// plane sums split at `SHIFT`: `fma(2^SHIFT·hi + lo, d·dx, acc)`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn add_block(acc: __m256, d: __m256, hi: __m256i, lo: __m256i, dx: f32) -> __m256 {
-    let p = _mm256_add_epi32(_mm256_slli_epi32::<{ NARROW as i32 }>(hi), lo);
+pub(crate) fn add_block<const SHIFT: u32>(
+    acc: __m256,
+    d: __m256,
+    hi: __m256i,
+    lo: __m256i,
+    dx: f32,
+) -> __m256 {
+    debug_assert!(SHIFT == NARROW || SHIFT == BYTE);
+    let p = if SHIFT == BYTE {
+        hi
+    } else {
+        _mm256_add_epi32(_mm256_slli_epi32::<{ NARROW as i32 }>(hi), lo)
+    };
     let scale = _mm256_mul_ps(d, _mm256_set1_ps(dx));
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc)
 }
 
-super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [], Q8Input<'_>);
+super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q8Input<'_, SHIFT>);

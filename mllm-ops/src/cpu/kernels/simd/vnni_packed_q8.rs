@@ -1,5 +1,7 @@
 //! AVX-512 VNNI product of a packed Q8_0 row group (see `packed_q8`) with
-//! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL), and of
+//! one to four activation rows (16-bit planes split at `NARROW`, or 8-bit
+//! ones, `BYTE`, whose zero low plane is skipped), on 256-bit vectors
+//! (AVX-512VL), and of
 //! two consecutive groups at once on 512-bit vectors (`pair_dot`: the
 //! 256-bit work in each half, so the same bits).
 //!
@@ -23,13 +25,13 @@ use super::avx2_packed_q8::{add_block, scales};
 use super::vnni_packed::{f16x16, join, store_pair, word16};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
-use crate::cpu::kernels::qact::{BLOCK, NARROW};
+use crate::cpu::kernels::qact::{BLOCK, BYTE, NARROW};
 
 /// The eight outputs of one packed group for `T` activation rows.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
-    let xs: [Q8Input<'_>; T] = std::array::from_fn(|t| xs[t]);
+fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>]) -> [__m256; T] {
+    let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
     let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
     let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
@@ -46,14 +48,16 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
             let w_offset = _mm256_xor_si256(w, offset);
             for t in 0..T {
                 sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], w_offset, word(&his[t][i], 4 * j));
-                sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], word(&los[t][i], 4 * j), w);
+                if SHIFT != BYTE {
+                    sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], word(&los[t][i], 4 * j), w);
+                }
             }
         }
         let d = scales(blk);
         for t in 0..T {
             let correction = _mm256_set1_epi32(xs[t].hi_sums[i] << 7);
             let hi = _mm256_sub_epi32(sum_hi[t], correction);
-            acc[t] = add_block(acc[t], d, hi, sum_lo[t], xs[t].x.d[i]);
+            acc[t] = add_block::<SHIFT>(acc[t], d, hi, sum_lo[t], xs[t].x.d[i]);
         }
     }
     acc
@@ -61,8 +65,8 @@ fn tile<const T: usize>(group: &[u8], xs: &[Q8Input<'_>]) -> [__m256; T] {
 
 super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
-    [],
-    Q8Input<'_>
+    [const SHIFT: u32],
+    Q8Input<'_, SHIFT>
 );
 
 /// The outputs of two consecutive packed groups `a` and `b` for `T`
@@ -71,8 +75,12 @@ super::avx2_packed::packed_group_dot!(
 /// and float steps as `tile`, so the same bits.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
-fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q8Input<'_>]) -> [__m512; T] {
-    let xs: [Q8Input<'_>; T] = std::array::from_fn(|t| xs[t]);
+fn pair_tile<const SHIFT: u32, const T: usize>(
+    a: &[u8],
+    b: &[u8],
+    xs: &[Q8Input<'_, SHIFT>],
+) -> [__m512; T] {
+    let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
     let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
     let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
@@ -94,14 +102,20 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q8Input<'_>]) -> [__m512;
             let w_offset = _mm512_xor_si512(w, offset);
             for t in 0..T {
                 sum_hi[t] = _mm512_dpbusd_epi32(sum_hi[t], w_offset, word16(&his[t][i], 4 * j));
-                sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], word16(&los[t][i], 4 * j), w);
+                if SHIFT != BYTE {
+                    sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], word16(&los[t][i], 4 * j), w);
+                }
             }
         }
         let d = f16x16(&ka[..16], &kb[..16]);
         for t in 0..T {
             let correction = _mm512_set1_epi32(xs[t].hi_sums[i] << 7);
             let hi = _mm512_sub_epi32(sum_hi[t], correction);
-            let p = _mm512_add_epi32(_mm512_slli_epi32::<{ NARROW }>(hi), sum_lo[t]);
+            let p = if SHIFT == BYTE {
+                hi
+            } else {
+                _mm512_add_epi32(_mm512_slli_epi32::<{ NARROW }>(hi), sum_lo[t])
+            };
             let scale = _mm512_mul_ps(d, _mm512_set1_ps(xs[t].x.d[i]));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[t]);
         }
@@ -109,4 +123,4 @@ fn pair_tile<const T: usize>(a: &[u8], b: &[u8], xs: &[Q8Input<'_>]) -> [__m512;
     acc
 }
 
-super::vnni_packed::packed_pair_dot!([], Q8Input<'_>);
+super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q8Input<'_, SHIFT>);
