@@ -12,7 +12,8 @@
 //! prints one JSON array with llama-bench's field names. `--profile` adds the
 //! time per op kind over all timed runs. `-b B` decodes B sequences together
 //! in the `tg` tests (one token each per step, in B KV slots, as a server
-//! does), and counts B tokens per step.
+//! does), and counts B tokens per step. Both outputs name the CPU and the
+//! kernel level that ran (`cpu_info` and `kernel_level` in the JSON).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -22,7 +23,9 @@ use clap::Parser;
 use mllm::convert::default_model;
 use mllm::core::file::MllmFile;
 use mllm::core::{Error, LogitsMode, Result, SeqChunk, StepInput};
+use mllm::machine;
 use mllm::models::{LoadOptions, Model};
+use mllm::ops::cpu::kernels::QuantPath;
 use serde_json::json;
 
 #[derive(Parser, Debug)]
@@ -205,6 +208,7 @@ fn run(args: Args) -> Result<()> {
     args.files.apply(&mut opts)?;
     args.backend.apply(&mut opts)?;
     let mut model = Model::load(&path, &opts)?;
+    let quant_path = opts.quant_path.unwrap_or(QuantPath::Int16Activations);
     let loaded_rss = status_bytes("VmRSS:");
     let loaded_file_rss = status_bytes("RssFile:");
     let threads = if args.threads == 0 {
@@ -267,6 +271,8 @@ fn run(args: Args) -> Result<()> {
                 "model_size": size,
                 "model_n_params": params,
                 "backends": "CPU",
+                "cpu_info": machine::cpu_model().unwrap_or_default(),
+                "kernel_level": format!("{:?}", machine::kernel_level(quant_path)),
                 "n_threads": threads,
                 "n_prompt": test.n_prompt,
                 "n_gen": test.n_gen,
@@ -325,6 +331,7 @@ fn run(args: Args) -> Result<()> {
         if let Some(rss) = rss {
             println!("peak RSS: {:.1} MiB", mib(rss));
         }
+        println!("{}", machine::describe(quant_path));
     }
     Ok(())
 }

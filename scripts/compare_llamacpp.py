@@ -12,10 +12,18 @@ What it does:
    LLAMA_CPP_PYTHON (it compiles llama.cpp from source on first use, with
    GGML_NATIVE=OFF, this CPU's AVX2/AVX-512/VNNI levels named one by one
    and AMX off: a native build can pick AMX, which faults in some VMs).
-3. Alternates the two engines round by round (each round: one process per
+3. Measures the machine's rooflines once: read bandwidth (`examples/membw`)
+   and the multiply-add peaks (`examples/peak`), with the same threads.
+4. Alternates the two engines round by round (each round: one process per
    engine, one warm-up and one timed repetition per test), so both see the
    same machine conditions, and prints a Markdown table of medians, the
-   spread (min-max) and the ratio mllm-rs / llama.cpp, plus peak RSS.
+   spread (min-max), the ratio mllm-rs / llama.cpp (the median of the
+   per-round ratios, with their spread) and mllm-rs's share of the
+   roofline, plus peak RSS and the CPU and kernel level that ran.
+   Decode share: the file's tensor bytes per token times tokens/s over the
+   read bandwidth. Prefill share: one multiply-add per parameter and token
+   over the byte (u8 x i8) peak, or over the f32 FMA peak for float files
+   (two or more bytes per parameter); attention's own work is left out.
 Run it on an otherwise idle machine.
 """
 import argparse
@@ -87,6 +95,22 @@ def ensure_venv():
     return python
 
 
+def roofline(threads):
+    """(read GB/s, f32 GMAC/s, byte GMAC/s) of this machine on `threads`."""
+    examples = ROOT / "target" / "release" / "examples"
+    out = subprocess.run([str(examples / "membw"), "-t", str(threads), "-r", "10"],
+                         check=True, capture_output=True, text=True).stdout
+    bandwidth = float(out.split("read bandwidth:")[1].split()[0])
+    out = subprocess.run([str(examples / "peak"), "-t", str(threads), "-r", "5"],
+                         check=True, capture_output=True, text=True).stdout
+    peaks = {}
+    for line in out.splitlines():
+        if "GMAC/s" in line:
+            words = line.split()
+            peaks["byte" if line.startswith("byte") else "f32"] = float(words[words.index("GMAC/s") - 1])
+    return bandwidth, peaks.get("f32"), peaks.get("byte")
+
+
 def run_json(cmd):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
@@ -106,7 +130,8 @@ def main():
                          "Q4/Q5/K-quant weights, as llama.cpp)")
     args = ap.parse_args()
 
-    subprocess.run(["cargo", "build", "--release", "--example", "bench", "-p", "mllm",
+    subprocess.run(["cargo", "build", "--release", "--example", "bench", "--example", "membw",
+                    "--example", "peak", "-p", "mllm",
                     "--bin", "mllm-convert", "-p", "mllm-convert"], check=True, cwd=ROOT)
     bench = ROOT / "target" / "release" / "examples" / "bench"
     common = ["-p", args.n_prompt, "-n", args.n_gen, "-t", str(args.threads), "-r", "1"]
@@ -126,23 +151,46 @@ def main():
     python = ensure_venv()
     peer = [str(python), str(ROOT / "scripts" / "llamacpp_bench.py"), "-m", str(gguf)] + common
 
+    bandwidth, f32_peak, byte_peak = roofline(args.threads)
     samples = {"mllm-rs": {}, "llama.cpp": {}}
+    ratios = {}
     rss = {"mllm-rs": [], "llama.cpp": []}
+    about = {}
     for r in range(args.rounds):
+        this_round = {}
         for engine, cmd in (("mllm-rs", ours), ("llama.cpp", peer)):
             for test in run_json(cmd):
                 key = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
                 samples[engine].setdefault(key, []).extend(test["samples_ts"])
+                this_round.setdefault(key, {})[engine] = statistics.median(test["samples_ts"])
                 rss[engine].append(test["peak_rss_bytes"])
+                if engine == "mllm-rs":
+                    about = test
+        for key, tps in this_round.items():
+            ratios.setdefault(key, []).append(tps["mllm-rs"] / tps["llama.cpp"])
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
-    print(f"| test | mllm-rs t/s (median, min-max) | llama.cpp {LLAMA_CPP_PYTHON} t/s (median, min-max) | ratio |")
-    print("| --- | ---: | ---: | ---: |")
+    size, params = about["model_size"], about["model_n_params"]
+    is_float = size >= 2 * params
+    peak, peak_name = (f32_peak, "f32 FMA") if is_float else (byte_peak, "byte multiply-add")
+    print(f"CPU: {about['cpu_info']}; mllm-rs kernel level: {about['kernel_level']}; "
+          f"{args.threads} threads; read bandwidth {bandwidth:.1f} GB/s; "
+          f"peaks {f32_peak} GMAC/s (f32 FMA), {byte_peak} GMAC/s (byte)\n")
+    print(f"| test | mllm-rs t/s (median, min-max) | llama.cpp {LLAMA_CPP_PYTHON} t/s (median, min-max) "
+          f"| ratio (median of rounds, min-max) | mllm-rs share of roofline |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for key in samples["mllm-rs"]:
-        ours, theirs = samples["mllm-rs"][key], samples["llama.cpp"][key]
+        ours, theirs, rs = samples["mllm-rs"][key], samples["llama.cpp"][key], ratios[key]
         mo, mt = statistics.median(ours), statistics.median(theirs)
+        if key.startswith("tg"):
+            share = f"{100 * size * mo / (bandwidth * 1e9):.0f} % of {bandwidth:.1f} GB/s"
+        elif peak:
+            share = f"{100 * params * mo / (peak * 1e9):.1f} % of {peak:.0f} GMAC/s ({peak_name})"
+        else:
+            share = "no peak measured"
         print(f"| {key} | {mo:.1f} ({min(ours):.1f}-{max(ours):.1f}) | "
-              f"{mt:.1f} ({min(theirs):.1f}-{max(theirs):.1f}) | {mo / mt:.2f}x |")
+              f"{mt:.1f} ({min(theirs):.1f}-{max(theirs):.1f}) | "
+              f"{statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f}) | {share} |")
     mib = lambda b: b / (1024 * 1024)
     print(f"\npeak RSS: mllm-rs {mib(max(rss['mllm-rs'])):.1f} MiB, "
           f"llama.cpp {mib(max(rss['llama.cpp'])):.1f} MiB (excluding the Python interpreter)")

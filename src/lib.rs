@@ -6,6 +6,7 @@
 //! generation) and [`convert`] (safetensors to `.mllm`).
 
 pub mod cli;
+pub mod machine;
 
 pub use mllm_convert as convert;
 pub use mllm_core as core;

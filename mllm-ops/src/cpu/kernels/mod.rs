@@ -20,6 +20,7 @@ pub mod packed_q5;
 pub mod packed_q5k;
 pub mod packed_q6k;
 pub mod packed_q8;
+pub mod peak;
 pub(crate) mod qact;
 pub(crate) mod qdot;
 pub mod qembedding;
