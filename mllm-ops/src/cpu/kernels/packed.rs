@@ -440,7 +440,7 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
         let act = act.row();
         let xs: Vec<Q16Row<'_, SHIFT>> =
             (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
-        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+        group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
             k.packed_dot::<F>(g, xs, out)
         });
     });
@@ -533,12 +533,16 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
 /// from `g` on, each of `cols` weights per row) for the activation rows
 /// `xs` into `dst`, group after group (`xs.len()` × 8 values per group),
 /// parallel over groups; `dot` multiplies one or two consecutive groups
-/// with one to [`TILE_TOKENS`] rows (outputs of the second group after
-/// those of the first).
+/// with one to `tile` rows (outputs of the second group after those of
+/// the first): [`TILE_TOKENS`], or [`packed_half::HALF_TILE_TOKENS`] for
+/// the float layout.
+///
+/// [`packed_half::HALF_TILE_TOKENS`]: super::packed_half::HALF_TILE_TOKENS
 pub(crate) fn group_outputs<'g, A: Sync>(
     groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
     cols: usize,
     xs: &[A],
+    tile: usize,
     split: &Split<'_>,
     dst: &mut [f32],
     dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]]) + Sync + Send,
@@ -553,16 +557,16 @@ pub(crate) fn group_outputs<'g, A: Sync>(
     split.for_chunks(
         dst,
         per_task * per_group,
-        || [[0.0f32; GROUP_ROWS]; 2 * TILE_TOKENS],
+        || vec![[0.0f32; GROUP_ROWS]; 2 * tile],
         |tile_out, c, dst| {
             for (pair, pdst) in dst.chunks_mut(2 * per_group).enumerate() {
                 let n = pdst.len() / per_group;
                 let gs = groups(c * per_task + 2 * pair, n);
-                for (ti, tile) in xs.chunks(TILE_TOKENS).enumerate() {
-                    let out = &mut tile_out[..n * tile.len()];
-                    dot(gs, tile, out);
-                    let at = ti * TILE_TOKENS * GROUP_ROWS;
-                    for (gdst, o) in pdst.chunks_exact_mut(per_group).zip(out.chunks(tile.len())) {
+                for (ti, rows) in xs.chunks(tile).enumerate() {
+                    let out = &mut tile_out[..n * rows.len()];
+                    dot(gs, rows, out);
+                    let at = ti * tile * GROUP_ROWS;
+                    for (gdst, o) in pdst.chunks_exact_mut(per_group).zip(out.chunks(rows.len())) {
                         gdst[at..at + o.len() * GROUP_ROWS].copy_from_slice(o.as_flattened());
                     }
                 }
@@ -891,8 +895,8 @@ pub(crate) mod tests {
 
     /// Checks the group products of format `F` over `groups` (two packed
     /// groups): for one group and for both (the 512-bit pair) and one to
-    /// [`TILE_TOKENS`] of the rows `xs`, every level of `levels` this CPU
-    /// runs gives the first such level's bits.
+    /// all of the rows `xs` (at most the format's tile), every level of
+    /// `levels` this CPU runs gives the first such level's bits.
     pub(crate) fn check_group_products<F: PackedFormat>(
         groups: &[u8],
         xs: &[F::Input<'_>],
@@ -908,7 +912,7 @@ pub(crate) mod tests {
         };
         let group_bytes = groups.len() / 2;
         for n in 1..=2 {
-            for t in 1..=TILE_TOKENS {
+            for t in 1..=xs.len() {
                 let mut want = vec![[f32::NAN; GROUP_ROWS]; n * t];
                 first.packed_dot::<F>(&groups[..n * group_bytes], &xs[..t], &mut want);
                 for k in rest {

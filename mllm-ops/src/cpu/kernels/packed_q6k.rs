@@ -32,7 +32,7 @@ use rayon::ThreadPool;
 
 use super::packed::{
     by_row_blocks, check_packable, group_outputs, pack_blocks, quantize_rows, PackedData,
-    PackedFormat, GROUP_ROWS,
+    PackedFormat, GROUP_ROWS, TILE_TOKENS,
 };
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
@@ -272,7 +272,7 @@ fn q6k_linear<const SHIFT: u32>(
                 half_sums: &sums[t * in_f / 16..(t + 1) * in_f / 16],
             })
             .collect();
-        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+        group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
             k.packed_dot::<Q6KFormat<SHIFT>>(g, xs, out)
         });
     });

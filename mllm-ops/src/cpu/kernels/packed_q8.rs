@@ -23,7 +23,7 @@ use rayon::ThreadPool;
 
 use super::packed::{
     by_row_blocks, check_packable, group_outputs, pack_blocks, quantize_rows, PackedData,
-    PackedFormat, GROUP_ROWS,
+    PackedFormat, GROUP_ROWS, TILE_TOKENS,
 };
 use super::qact::{Q16Row, BLOCK, BYTE, NARROW};
 use super::qkernel::{QuantKernel, QuantPath};
@@ -222,7 +222,7 @@ fn split_q8_linear<const SHIFT: u32>(
                 hi_sums: &sums[t * nb..(t + 1) * nb],
             })
             .collect();
-        group_outputs(&groups, in_f, &xs, split, yt, |g, xs, out| {
+        group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
             k.packed_dot::<Q8Format<SHIFT>>(g, xs, out)
         });
     });

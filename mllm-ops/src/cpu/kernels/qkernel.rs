@@ -276,9 +276,9 @@ impl QuantKernel {
 
     /// The eight outputs of each of one or two consecutive row groups
     /// (`groups`) of packed format `F` for each of one to four activation
-    /// rows: `out[g · xs.len() + t]` for group `g` and row `t`. With
-    /// AVX-512 VNNI two groups share 512-bit vectors; every SIMD level
-    /// gives the AVX2 bits.
+    /// rows (the float layout: up to `HALF_TILE_TOKENS`): `out[g · xs.len()
+    /// + t]` for group `g` and row `t`. With AVX-512 VNNI two groups share
+    /// 512-bit vectors; every SIMD level gives the AVX2 bits.
     pub(crate) fn packed_dot<F: PackedFormat>(
         self,
         groups: &[u8],
@@ -296,7 +296,10 @@ impl QuantKernel {
             return;
         }
         packed::each_group(groups, group_bytes, xs.len(), out, |group, out| {
-            self.packed_one_group_dot::<F>(group, xs, out)
+            let tiles = xs.chunks(packed::TILE_TOKENS);
+            for (xs, out) in tiles.zip(out.chunks_mut(packed::TILE_TOKENS)) {
+                self.packed_one_group_dot::<F>(group, xs, out)
+            }
         });
     }
 

@@ -1,5 +1,6 @@
 //! AVX-512 product of two consecutive packed f16 or bf16 row groups (see
-//! `packed_half`) with one to four f32 activation rows on 512-bit vectors:
+//! `packed_half`) with one to `HALF_TILE_TOKENS` f32 activation rows on
+//! 512-bit vectors:
 //! lanes 0..8 hold the first group's rows, lanes 8..16 the second's. Lane
 //! by lane the operations of `avx2_packed_half` (the same fused
 //! multiply-adds in the same order), so the same bits.
@@ -11,8 +12,8 @@
 use std::arch::x86_64::*;
 
 use super::vnni_packed::store_pair;
-use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::packed_half::COLUMN_BYTES;
+use crate::cpu::kernels::packed::GROUP_ROWS;
+use crate::cpu::kernels::packed_half::{COLUMN_BYTES, HALF_TILE_TOKENS};
 
 /// Column `a` of the first group and column `b` of the second (16 bytes
 /// each, f16, or bf16 when `BF16`) as sixteen f32 (exact).
@@ -61,8 +62,8 @@ fn pair_tile<const T: usize, const BF16: bool>(a: &[u8], b: &[u8], xs: &[&[f32]]
 }
 
 /// The outputs of two consecutive packed groups `a` and `b` for one to
-/// `TILE_TOKENS` activation rows: `out[t]` for `a`, `out[xs.len() + t]`
-/// for `b`.
+/// `HALF_TILE_TOKENS` activation rows: `out[t]` for `a`, `out[xs.len() +
+/// t]` for `b`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 pub(crate) fn pair_dot<const BF16: bool>(
     a: &[u8],
@@ -70,12 +71,20 @@ pub(crate) fn pair_dot<const BF16: bool>(
     xs: &[&[f32]],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
-    debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
+    debug_assert!(xs.len() <= HALF_TILE_TOKENS && out.len() >= 2 * xs.len());
     match xs.len() {
         0 => {}
         1 => store_pair(&pair_tile::<1, BF16>(a, b, xs), out),
         2 => store_pair(&pair_tile::<2, BF16>(a, b, xs), out),
         3 => store_pair(&pair_tile::<3, BF16>(a, b, xs), out),
-        _ => store_pair(&pair_tile::<4, BF16>(a, b, xs), out),
+        4 => store_pair(&pair_tile::<4, BF16>(a, b, xs), out),
+        5 => store_pair(&pair_tile::<5, BF16>(a, b, xs), out),
+        6 => store_pair(&pair_tile::<6, BF16>(a, b, xs), out),
+        7 => store_pair(&pair_tile::<7, BF16>(a, b, xs), out),
+        8 => store_pair(&pair_tile::<8, BF16>(a, b, xs), out),
+        9 => store_pair(&pair_tile::<9, BF16>(a, b, xs), out),
+        10 => store_pair(&pair_tile::<10, BF16>(a, b, xs), out),
+        11 => store_pair(&pair_tile::<11, BF16>(a, b, xs), out),
+        _ => store_pair(&pair_tile::<12, BF16>(a, b, xs), out),
     }
 }
