@@ -276,9 +276,10 @@ impl QuantKernel {
 
     /// The eight outputs of each of one or two consecutive row groups
     /// (`groups`) of packed format `F` for each of one to four activation
-    /// rows (the float layout: up to `HALF_TILE_TOKENS`): `out[g · xs.len()
-    /// + t]` for group `g` and row `t`. With AVX-512 VNNI two groups share
-    /// 512-bit vectors; every SIMD level gives the AVX2 bits.
+    /// rows (the float layout: up to `HALF_TILE_TOKENS`), at
+    /// `out[g · xs.len() + t]` for group `g` and row `t`. With AVX-512 VNNI
+    /// two groups share 512-bit vectors; every SIMD level gives the AVX2
+    /// bits.
     pub(crate) fn packed_dot<F: PackedFormat>(
         self,
         groups: &[u8],
