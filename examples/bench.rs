@@ -272,7 +272,7 @@ fn run(args: Args) -> Result<()> {
                 "model_n_params": params,
                 "backends": "CPU",
                 "cpu_info": machine::cpu_model().unwrap_or_default(),
-                "kernel_level": format!("{:?}", machine::kernel_level(quant_path)),
+                "kernel_level": machine::kernel_level(quant_path, opts.max_simd).to_string(),
                 "n_threads": threads,
                 "n_prompt": test.n_prompt,
                 "n_gen": test.n_gen,
@@ -331,7 +331,7 @@ fn run(args: Args) -> Result<()> {
         if let Some(rss) = rss {
             println!("peak RSS: {:.1} MiB", mib(rss));
         }
-        println!("{}", machine::describe(quant_path));
+        println!("{}", machine::describe(quant_path, opts.max_simd));
     }
     Ok(())
 }

@@ -83,7 +83,7 @@ fn run(args: Args) -> Result<()> {
     }
     println!(
         "{}",
-        machine::describe(mllm::ops::cpu::kernels::QuantPath::Int16Activations)
+        machine::describe(mllm::ops::cpu::kernels::QuantPath::Int16Activations, None)
     );
     for kind in [PeakKind::F32Fma, PeakKind::ByteDot] {
         for level in SimdLevel::FASTEST_FIRST {
@@ -95,7 +95,7 @@ fn run(args: Args) -> Result<()> {
                 PeakKind::ByteDot => "byte multiply-add (u8 x i8 -> i32)",
             };
             println!(
-                "{what:<36} {level:<7?} {:>8.1} GMAC/s ({} threads, best of {} passes)",
+                "{what:<36} {level:<7} {:>8.1} GMAC/s ({} threads, best of {} passes)",
                 rate / 1e9,
                 args.threads,
                 args.reps

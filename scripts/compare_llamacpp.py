@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
-        [--gguf OTHER.gguf] [--int8-activations]
+        [--gguf OTHER.gguf] [--int8-activations] [--max-simd avx2]
 
 What it does:
 1. Fetches the default model (SmolLM2-135M-Instruct Q4_1 GGUF) and its .mllm
@@ -24,6 +24,9 @@ What it does:
    read bandwidth. Prefill share: one multiply-add per parameter and token
    over the byte (u8 x i8) peak, or over the f32 FMA peak for float files
    (two or more bytes per parameter); attention's own work is left out.
+With `--max-simd avx2` both engines run as on an AVX2-only CPU: mllm-rs
+with `--max-simd avx2`, llama.cpp from a second build (its own venv) with
+every AVX-512 and VNNI option off.
 Run it on an otherwise idle machine.
 """
 import argparse
@@ -58,11 +61,13 @@ def cpu_flags():
     return set()
 
 
-def cmake_args():
+def cmake_args(max_simd=None):
     """llama.cpp's build options: no native build (`-march=native` can pick
     AMX, which faults in some VMs), the SIMD levels this CPU has turned on
-    one by one, AMX always off."""
+    one by one (none past AVX2 when `max_simd` is "avx2"), AMX always off."""
     flags = cpu_flags()
+    if max_simd == "avx2":
+        flags = {f for f in flags if not f.startswith("avx512") and f != "avx_vnni"}
     has = lambda *names: all(n in flags for n in names)
     opts = {
         "GGML_NATIVE": False,
@@ -80,11 +85,12 @@ def cmake_args():
     return " ".join(f"-D{k}={'ON' if v else 'OFF'}" for k, v in opts.items())
 
 
-def ensure_venv():
-    venv = cache_dir() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}"
+def ensure_venv(max_simd=None):
+    suffix = f"-{max_simd}" if max_simd else ""
+    venv = cache_dir() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}{suffix}"
     python = venv / "bin" / "python"
     if not python.exists():
-        args = cmake_args()
+        args = cmake_args(max_simd)
         print(f"building llama-cpp-python {LLAMA_CPP_PYTHON} into {venv} (several minutes)\n"
               f"  CMAKE_ARGS={args}", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -95,19 +101,23 @@ def ensure_venv():
     return python
 
 
-def roofline(threads):
-    """(read GB/s, f32 GMAC/s, byte GMAC/s) of this machine on `threads`."""
+def roofline(threads, max_simd=None):
+    """(read GB/s, f32 GMAC/s, byte GMAC/s) of this machine on `threads`,
+    the peaks at the fastest level or at `max_simd`."""
     examples = ROOT / "target" / "release" / "examples"
     out = subprocess.run([str(examples / "membw"), "-t", str(threads), "-r", "10"],
                          check=True, capture_output=True, text=True).stdout
     bandwidth = float(out.split("read bandwidth:")[1].split()[0])
-    out = subprocess.run([str(examples / "peak"), "-t", str(threads), "-r", "5"],
+    out = subprocess.run([str(examples / "peak"), "-t", str(threads), "-r", "5", "--all-levels"],
                          check=True, capture_output=True, text=True).stdout
     peaks = {}
     for line in out.splitlines():
         if "GMAC/s" in line:
             words = line.split()
-            peaks["byte" if line.startswith("byte") else "f32"] = float(words[words.index("GMAC/s") - 1])
+            at = words.index("GMAC/s")
+            kind = "byte" if line.startswith("byte") else "f32"
+            if words[at - 2] == max_simd or (max_simd is None and kind not in peaks):
+                peaks[kind] = float(words[at - 1])
     return bandwidth, peaks.get("f32"), peaks.get("byte")
 
 
@@ -128,6 +138,8 @@ def main():
     ap.add_argument("--int8-activations", action="store_true",
                     help="run mllm-rs with --int8-activations (8-bit activations for "
                          "Q4/Q5/K-quant weights, as llama.cpp)")
+    ap.add_argument("--max-simd", choices=["avx2"],
+                    help="run both engines as on an AVX2-only CPU (see above)")
     args = ap.parse_args()
 
     subprocess.run(["cargo", "build", "--release", "--example", "bench", "--example", "membw",
@@ -136,6 +148,8 @@ def main():
     bench = ROOT / "target" / "release" / "examples" / "bench"
     common = ["-p", args.n_prompt, "-n", args.n_gen, "-t", str(args.threads), "-r", "1"]
     flags = ["--int8-activations"] if args.int8_activations else []
+    if args.max_simd:
+        flags += ["--max-simd", args.max_simd]
     if args.gguf:
         gguf = args.gguf
         model = gguf.with_suffix(".mllm")
@@ -148,10 +162,10 @@ def main():
         run_json([str(bench), "--json", "-p", "16", "-n", "0", "-t", str(args.threads), "-r", "1"])
         gguf = cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
         ours = [str(bench), "--json"] + common + flags
-    python = ensure_venv()
+    python = ensure_venv(args.max_simd)
     peer = [str(python), str(ROOT / "scripts" / "llamacpp_bench.py"), "-m", str(gguf)] + common
 
-    bandwidth, f32_peak, byte_peak = roofline(args.threads)
+    bandwidth, f32_peak, byte_peak = roofline(args.threads, args.max_simd)
     samples = {"mllm-rs": {}, "llama.cpp": {}}
     ratios = {}
     rss = {"mllm-rs": [], "llama.cpp": []}

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use crate::core::{KvDtype, Placement, Result};
 use crate::models::{LoadOptions, ModelFiles, SamplingParams};
-use crate::ops::cpu::kernels::QuantPath;
+use crate::ops::cpu::kernels::{QuantPath, SimdLevel};
 
 /// Sampling flags (`--temperature`, `--top-k`, `--top-p`, `--min-p`,
 /// `--repeat-penalty`, `--seed`), flattened into a program's arguments.
@@ -58,7 +58,8 @@ pub fn exit_code(result: Result<()>) -> ExitCode {
 }
 
 /// Backend flags (`--device`, `--gpu-layers`, `--kv-dtype`,
-/// `--int8-activations`), flattened into a program's arguments.
+/// `--int8-activations`, `--max-simd`), flattened into a program's
+/// arguments.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct BackendArgs {
     /// Run on this device: cpu, cuda or cuda:N (default: cpu, or cuda with --gpu-layers).
@@ -74,6 +75,10 @@ pub struct BackendArgs {
     /// prefill, slightly less precise than the default 16-bit (CPU only).
     #[arg(long)]
     pub int8_activations: bool,
+    /// Use at most this SIMD level in CPU linear layers: avx512, avx2, neon or scalar
+    /// (default: the fastest this CPU has; avx2 on an AVX-512 CPU runs it as an AVX2-only one).
+    #[arg(long, value_name = "LEVEL")]
+    pub max_simd: Option<SimdLevel>,
 }
 
 impl BackendArgs {
@@ -82,12 +87,13 @@ impl BackendArgs {
         Placement::from_flags(self.device.as_deref(), self.gpu_layers)
     }
 
-    /// Sets the placement, the KV-cache type and the CPU activation path
-    /// of `opts`.
+    /// Sets the placement, the KV-cache type, the CPU activation path and
+    /// the SIMD cap of `opts`.
     pub fn apply(&self, opts: &mut LoadOptions) -> Result<()> {
         opts.placement = self.placement()?;
         opts.kv_dtype = self.kv_dtype;
         opts.quant_path = self.int8_activations.then_some(QuantPath::Int8Packed);
+        opts.max_simd = self.max_simd;
         Ok(())
     }
 }

@@ -3,6 +3,9 @@
 
 use crate::ops::cpu::kernels::{QuantKernel, QuantPath, SimdLevel};
 
+/// The fastest level, the default cap.
+const NO_CAP: SimdLevel = SimdLevel::FASTEST_FIRST[0];
+
 /// The CPU's model name (`model name` in `/proc/cpuinfo`), or `None`
 /// where the system does not say.
 pub fn cpu_model() -> Option<String> {
@@ -18,22 +21,24 @@ fn model_name(cpuinfo: &str) -> Option<String> {
     })
 }
 
-/// The instruction set the CPU backend's kernels use on this machine for
-/// `path` (the fastest one it detects).
-pub fn kernel_level(path: QuantPath) -> SimdLevel {
-    QuantKernel::new(path).level()
+/// The instruction set the CPU backend's linear kernels use on this
+/// machine for `path` under the cap `max_simd` (`None`: the fastest one it
+/// detects).
+pub fn kernel_level(path: QuantPath, max_simd: Option<SimdLevel>) -> SimdLevel {
+    QuantKernel::capped(path, max_simd.unwrap_or(NO_CAP)).level()
 }
 
 /// One line naming the CPU, its core count and the kernel levels of the
-/// integer (`path`) and float paths, e.g. `CPU: AMD EPYC, 2 threads
-/// available; kernels: Avx512 (quantized), Avx512 (f32)`.
-pub fn describe(path: QuantPath) -> String {
+/// integer (`path`) and float paths under the cap `max_simd`, e.g. `CPU:
+/// AMD EPYC, 2 threads available; kernels: avx512 (quantized), avx512
+/// (f32)`.
+pub fn describe(path: QuantPath, max_simd: Option<SimdLevel>) -> String {
     let cpu = cpu_model().unwrap_or_else(|| "unknown CPU".to_string());
     let threads = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!(
-        "CPU: {cpu}, {threads} threads available; kernels: {:?} (quantized), {:?} (f32)",
-        kernel_level(path),
-        kernel_level(QuantPath::F32Activations)
+        "CPU: {cpu}, {threads} threads available; kernels: {} (quantized), {} (f32)",
+        kernel_level(path, max_simd),
+        kernel_level(QuantPath::F32Activations, max_simd)
     )
 }
 
@@ -51,10 +56,15 @@ mod tests {
 
     #[test]
     fn the_description_names_the_levels_this_cpu_runs() {
-        let line = describe(QuantPath::Int16Activations);
-        let level = kernel_level(QuantPath::Int16Activations);
+        let line = describe(QuantPath::Int16Activations, None);
+        let level = kernel_level(QuantPath::Int16Activations, None);
         assert!(level.is_available(QuantPath::Int16Activations));
-        assert!(line.contains(&format!("{level:?} (quantized)")), "{line}");
+        assert!(line.contains(&format!("{level} (quantized)")), "{line}");
         assert!(line.starts_with("CPU: "), "{line}");
+        let capped = describe(QuantPath::Int16Activations, Some(SimdLevel::Scalar));
+        assert!(
+            capped.ends_with("kernels: scalar (quantized), scalar (f32)"),
+            "{capped}"
+        );
     }
 }

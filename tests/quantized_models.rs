@@ -18,7 +18,8 @@ use common::*;
 use mllm::convert::{convert_with_policy, quantize_file, DTypePolicy, QuantizeOptions};
 use mllm::core::file::MllmFile;
 use mllm::core::DType;
-use mllm::models::{generate, GenerateOptions};
+use mllm::models::{generate, GenerateOptions, LoadOptions};
+use mllm::ops::cpu::kernels::SimdLevel;
 
 /// Quantized model against the f32 model with its dequantized weights.
 /// Measured: ≤ 1e-5 where the prompt runs through dequantized f32 tiles
@@ -277,6 +278,63 @@ fn int8_activations_stay_close_to_16_bit() {
             assert!(
                 moved > 0.0,
                 "{name} {dtype}: the paths give the same logits"
+            );
+        }
+    }
+}
+
+/// `--max-simd` caps the level of the linear kernels. Capped at AVX2, a
+/// quantized or f16 model gives the same logits, bit for bit, as at the
+/// CPU's own level (the packed kernels give the AVX2 bits at every level),
+/// so an AVX-512 CPU can stand in for an AVX2-only one; capped at the
+/// portable level (no repacking, row-by-row kernels) it moves, within
+/// [`KERNEL_TOL`] (measured: 2.3e-3 q4_1, 1.2e-3 q8_0, 8.5e-6 f16), and
+/// stays within the format's bound of the transformers reference.
+#[test]
+fn capped_simd_levels_keep_the_logits() {
+    let name = "tiny-llama";
+    let reference = Reference::load(name);
+    for (dtype, bound) in [
+        (DType::Q4_1, Q4_BOUND),
+        (DType::Q8_0, Q8_0_BOUND),
+        (DType::F16, 0.02),
+    ] {
+        let c = convert_to(&fixture(name), dtype);
+        let capped = |level| {
+            let max_simd = Some(level);
+            load_options(
+                &c.path,
+                LoadOptions {
+                    max_simd,
+                    ..Default::default()
+                },
+            )
+        };
+        let mut fastest = load(&c.path);
+        let mut avx2 = capped(SimdLevel::Avx2);
+        let mut portable = capped(SimdLevel::Scalar);
+        for input in ["short", "long"] {
+            let label = format!("{name} {dtype} {input}");
+            let ids = reference.ids(&format!("/inputs/{input}"));
+            let want = prompt_logits(&mut fastest, &ids);
+            let got = prompt_logits(&mut avx2, &ids);
+            assert_eq!(got.data(), want.data(), "{label}: capped at avx2");
+            let got = prompt_logits(&mut portable, &ids);
+            let moved = max_abs_diff(got.data(), want.data());
+            assert!(moved <= KERNEL_TOL, "{label}: portable moved {moved}");
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2") {
+                assert!(
+                    moved > 0.0,
+                    "{label}: the cap to the portable level did nothing"
+                );
+            }
+            let reference = reference.array(&format!("logits_{input}"));
+            assert_close(
+                &format!("{label} portable"),
+                got.data(),
+                &reference.data,
+                bound,
             );
         }
     }

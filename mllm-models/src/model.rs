@@ -7,7 +7,7 @@ use mllm_core::file::MllmFile;
 use mllm_core::weights::TrackedWeights;
 use mllm_core::Error;
 use mllm_core::{Device, Executor, Graph, KvDtype, Placement, Result, StepInput, Tensor};
-use mllm_ops::cpu::kernels::QuantPath;
+use mllm_ops::cpu::kernels::{QuantPath, SimdLevel};
 use mllm_ops::cpu::CpuBackend;
 use mllm_ops::cuda::CudaBackend;
 use serde_json::Value;
@@ -40,6 +40,10 @@ pub struct LoadOptions {
     /// How CPU linear layers treat the activations of quantized weights
     /// (default: 16-bit rows, `QuantPath::Int16Activations`).
     pub quant_path: Option<QuantPath>,
+    /// The fastest SIMD level CPU linear layers may use (default: the
+    /// fastest this CPU has); `Some(SimdLevel::Avx2)` runs an AVX-512 CPU
+    /// as an AVX2-only one would.
+    pub max_simd: Option<SimdLevel>,
 }
 
 /// A loaded model, ready to run steps.
@@ -96,6 +100,9 @@ impl Model {
         let mut cpu = CpuBackend::new(opts.threads)?.with_kv_dtype(opts.kv_dtype);
         if let Some(path) = opts.quant_path {
             cpu = cpu.with_quant_path(path);
+        }
+        if let Some(max) = opts.max_simd {
+            cpu = cpu.with_max_simd(max);
         }
         let weights = TrackedWeights::new(&file);
         let executor = match opts.placement.device {

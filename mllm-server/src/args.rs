@@ -85,6 +85,8 @@ mod tests {
             "--kv-dtype",
             "q8_0",
             "--int8-activations",
+            "--max-simd",
+            "avx2",
         ])
         .unwrap();
         assert_eq!(args.files.config, Some(PathBuf::from("c.json")));
@@ -100,5 +102,9 @@ mod tests {
             Some(mllm::ops::cpu::kernels::QuantPath::Int8Packed)
         );
         assert_eq!(opts.kv_dtype, mllm::core::KvDtype::Q8_0);
+        assert_eq!(
+            opts.max_simd,
+            Some(mllm::ops::cpu::kernels::SimdLevel::Avx2)
+        );
     }
 }

@@ -81,15 +81,19 @@ pub fn load(path: &Path) -> Model {
 /// Loads a .mllm file with 2 threads and the CPU linear layers' activation
 /// path `quant_path` (`None`: the default).
 pub fn load_with(path: &Path, quant_path: Option<QuantPath>) -> Model {
-    Model::load(
+    load_options(
         path,
-        &LoadOptions {
-            threads: 2,
+        LoadOptions {
             quant_path,
             ..Default::default()
         },
     )
-    .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+/// Loads a .mllm file with 2 threads and the other options of `opts`.
+pub fn load_options(path: &Path, opts: LoadOptions) -> Model {
+    Model::load(path, &LoadOptions { threads: 2, ..opts })
+        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
 }
 
 /// A reference array: shape and values.

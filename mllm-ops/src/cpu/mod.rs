@@ -11,7 +11,7 @@ use mllm_core::op::{Op, OpDesc};
 use mllm_core::{Backend, Error, KvDtype, Result};
 use rayon::ThreadPool;
 
-use kernels::QuantPath;
+use kernels::{QuantPath, SimdLevel};
 use ops::*;
 
 /// Creates CPU ops that share one worker pool.
@@ -19,6 +19,7 @@ pub struct CpuBackend {
     pool: Arc<ThreadPool>,
     kv_dtype: KvDtype,
     quant_path: Option<QuantPath>,
+    max_simd: Option<SimdLevel>,
 }
 
 impl CpuBackend {
@@ -33,6 +34,7 @@ impl CpuBackend {
             pool: Arc::new(pool),
             kv_dtype: KvDtype::F32,
             quant_path: None,
+            max_simd: None,
         })
     }
 
@@ -41,6 +43,14 @@ impl CpuBackend {
     /// [`QuantPath::Int16Activations`]).
     pub fn with_quant_path(mut self, path: QuantPath) -> Self {
         self.quant_path = Some(path);
+        self
+    }
+
+    /// The same backend with linear layers running their kernels at `max`
+    /// or a slower SIMD level (default: the fastest this CPU has; see
+    /// [`kernels::QuantKernel::capped`]).
+    pub fn with_max_simd(mut self, max: SimdLevel) -> Self {
+        self.max_simd = Some(max);
         self
     }
 
@@ -67,11 +77,14 @@ impl Backend for CpuBackend {
             OpDesc::Embedding(p) => Box::new(EmbeddingOp::new(p.clone())),
             OpDesc::PositionEmbedding(p) => Box::new(PositionEmbeddingOp::new(p.clone())),
             OpDesc::Linear(p) => {
-                let op = LinearOp::new(p.clone(), pool());
-                Box::new(match self.quant_path {
-                    Some(path) => op.with_quant_path(path),
-                    None => op,
-                })
+                let mut op = LinearOp::new(p.clone(), pool());
+                if let Some(path) = self.quant_path {
+                    op = op.with_quant_path(path);
+                }
+                if let Some(max) = self.max_simd {
+                    op = op.with_max_simd(max);
+                }
+                Box::new(op)
             }
             OpDesc::RmsNorm(p) => Box::new(RmsNormOp::new(p.clone())),
             OpDesc::LayerNorm(p) => Box::new(LayerNormOp::new(p.clone())),

@@ -611,6 +611,24 @@ pub fn linear<W: WeightElem>(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
+    let kernel = QuantKernel::new(QuantPath::F32Activations);
+    linear_at(kernel, x, rows, in_f, w, out_f, bias, y, pool)
+}
+
+/// [`linear`] with the FMA micro-kernel of `kernel`'s level (a kernel
+/// capped below the CPU's fastest level, see [`QuantKernel::capped`]).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_at<W: WeightElem>(
+    kernel: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    in_f: usize,
+    w: &[W],
+    out_f: usize,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
     debug_assert_eq!(x.len(), rows * in_f, "x must be [rows, in_f]");
     debug_assert_eq!(w.len(), out_f * in_f, "w must be [out_f, in_f]");
     debug_assert_eq!(y.len(), rows * out_f, "y must be [rows, out_f]");
@@ -620,7 +638,7 @@ pub fn linear<W: WeightElem>(
     if rows == 0 || out_f == 0 {
         return;
     }
-    let level = QuantKernel::new(QuantPath::F32Activations).level();
+    let level = kernel.level();
     let work = rows.saturating_mul(in_f).saturating_mul(out_f);
     let threads = pool.current_num_threads().max(1);
     let parallel = threads > 1 && work >= PAR_THRESHOLD;
@@ -666,7 +684,8 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::test_util::{linear_reference, pool1, pool2, Rng};
 
-    /// Tolerance: `|y - ref| <= 1e-5 * (1 + Σ_i |x_i w_i| + |b|)`.
+    /// Tolerance: `|y - ref| <= 1e-5 * (1 + Σ_i |x_i w_i| + |b|)`, for
+    /// `linear` and for `linear_at` at every level this CPU runs.
     fn check<W: WeightElem>(
         rng: &mut Rng,
         rows: usize,
@@ -681,17 +700,24 @@ mod tests {
         let wf: Vec<f32> = w.iter().map(|&v| v.to_f32()).collect();
         let b = rng.vec(out_f, 1.0);
         let bias = with_bias.then_some(&b[..]);
-        let mut y = vec![f32::NAN; rows * out_f];
-        linear(&x, rows, in_f, &w, out_f, bias, &mut y, pool);
         let (want, mag) = linear_reference(&x, rows, in_f, &wf, out_f, bias);
-        for i in 0..y.len() {
-            let err = (y[i] as f64 - want[i]).abs();
-            assert!(
-                err <= 1e-5 * (1.0 + mag[i]),
-                "rows={rows} in_f={in_f} out_f={out_f} idx={i}: got {} want {}",
-                y[i],
-                want[i]
-            );
+        let levels = SimdLevel::FASTEST_FIRST.into_iter();
+        let kernels = levels.filter_map(|l| QuantKernel::with_level(QuantPath::F32Activations, l));
+        for kernel in std::iter::once(None).chain(kernels.map(Some)) {
+            let mut y = vec![f32::NAN; rows * out_f];
+            match kernel {
+                None => linear(&x, rows, in_f, &w, out_f, bias, &mut y, pool),
+                Some(k) => linear_at(k, &x, rows, in_f, &w, out_f, bias, &mut y, pool),
+            }
+            for i in 0..y.len() {
+                let err = (y[i] as f64 - want[i]).abs();
+                assert!(
+                    err <= 1e-5 * (1.0 + mag[i]),
+                    "{kernel:?} rows={rows} in_f={in_f} out_f={out_f} idx={i}: got {} want {}",
+                    y[i],
+                    want[i]
+                );
+            }
         }
     }
 

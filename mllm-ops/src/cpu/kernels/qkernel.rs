@@ -62,6 +62,16 @@ pub enum SimdLevel {
 }
 
 impl SimdLevel {
+    /// The name that [`SimdLevel::from_str`] reads and `Display` writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SimdLevel::Scalar => "scalar",
+            SimdLevel::Avx2 => "avx2",
+            SimdLevel::Avx512 => "avx512",
+            SimdLevel::Neon => "neon",
+        }
+    }
+
     /// Every level, fastest first.
     pub const FASTEST_FIRST: [SimdLevel; 4] = [
         SimdLevel::Avx512,
@@ -104,6 +114,26 @@ impl SimdLevel {
     }
 }
 
+impl std::fmt::Display for SimdLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+impl std::str::FromStr for SimdLevel {
+    type Err = String;
+
+    /// `avx512`, `avx2`, `neon` or `scalar`, any case.
+    fn from_str(s: &str) -> Result<Self, String> {
+        SimdLevel::FASTEST_FIRST
+            .into_iter()
+            .find(|l| l.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                format!("unknown SIMD level '{s}': expected one of avx512, avx2, neon, scalar")
+            })
+    }
+}
+
 /// A quantized-kernel variant: a [`QuantPath`] and a [`SimdLevel`] that this
 /// CPU supports for it. Choose one when a layer is created and keep it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,8 +146,18 @@ pub struct QuantKernel {
 impl QuantKernel {
     /// The fastest variant of `path` on this CPU.
     pub fn new(path: QuantPath) -> QuantKernel {
+        QuantKernel::capped(path, SimdLevel::FASTEST_FIRST[0])
+    }
+
+    /// The fastest variant of `path` on this CPU among `max` and the levels
+    /// after it in [`SimdLevel::FASTEST_FIRST`]: `capped(path, Avx2)` runs
+    /// AVX2 kernels on a CPU with AVX-512 (how an AVX2-only CPU is
+    /// benchmarked on one that has both), `capped(path, Scalar)` the
+    /// portable ones.
+    pub fn capped(path: QuantPath, max: SimdLevel) -> QuantKernel {
         let level = SimdLevel::FASTEST_FIRST
             .into_iter()
+            .skip_while(|&l| l != max)
             .find(|l| l.is_available(path))
             .unwrap_or(SimdLevel::Scalar);
         QuantKernel { path, level }
@@ -440,6 +480,41 @@ pub(crate) mod tests {
             assert!(QuantKernel::with_level(path, SimdLevel::Scalar).is_some());
         }
         assert_eq!(QuantPath::default(), QuantPath::F32Activations);
+    }
+
+    /// A cap picks the fastest available level at or after it, never one
+    /// before it; without a cap the kernel is `new`'s.
+    #[test]
+    fn capped_levels_stay_at_or_below_the_cap() {
+        for path in [QuantPath::F32Activations, QuantPath::Int16Activations] {
+            let order = SimdLevel::FASTEST_FIRST;
+            for (i, max) in order.into_iter().enumerate() {
+                let k = QuantKernel::capped(path, max);
+                let want = order[i..].iter().find(|l| l.is_available(path));
+                assert_eq!(Some(&k.level()), want, "{path:?} capped at {max}");
+                assert_eq!(k.path(), path);
+            }
+            assert_eq!(QuantKernel::capped(path, order[0]), QuantKernel::new(path));
+            assert_eq!(
+                QuantKernel::capped(path, SimdLevel::Scalar).level(),
+                SimdLevel::Scalar
+            );
+        }
+    }
+
+    #[test]
+    fn levels_parse_by_name() {
+        for level in SimdLevel::FASTEST_FIRST {
+            assert_eq!(level.name().parse::<SimdLevel>(), Ok(level));
+            assert_eq!(
+                level.to_string().to_uppercase().parse::<SimdLevel>(),
+                Ok(level)
+            );
+        }
+        assert_eq!(
+            "sse4".parse::<SimdLevel>(),
+            Err("unknown SIMD level 'sse4': expected one of avx512, avx2, neon, scalar".into())
+        );
     }
 
     /// SIMD dequantization is bit-exact with the scalar reference.

@@ -9,7 +9,7 @@ use mllm_core::{Error, Result, Shape};
 use rayon::ThreadPool;
 
 use super::expect_rows;
-use crate::cpu::kernels::matmul::{linear, HalfBits};
+use crate::cpu::kernels::matmul::{linear_at, HalfBits};
 use crate::cpu::kernels::packed::{packed_linear, PackedQ4};
 use crate::cpu::kernels::packed_half::{packed_half_linear, PackedHalf};
 use crate::cpu::kernels::packed_q4k::{packed_kquant_linear, PackedQ4K};
@@ -17,7 +17,7 @@ use crate::cpu::kernels::packed_q5::{packed_q5_linear, PackedQ5};
 use crate::cpu::kernels::packed_q5k::PackedQ5K;
 use crate::cpu::kernels::packed_q6k::{packed_q6k_linear, PackedQ6K};
 use crate::cpu::kernels::packed_q8::{packed_q8_linear, PackedQ8};
-use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
+use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use crate::cpu::kernels::qmatmul::{quant_linear, QuantMatrix};
 use crate::cpu::weights::{
     load_f32_vector, AnyMatrix, FloatSlice, MatrixSlice, MatrixWeight, PackedMatrix,
@@ -91,6 +91,8 @@ pub struct LinearOp {
     pool: Arc<ThreadPool>,
     /// The variant used for quantized weights, chosen once for this CPU.
     quant: QuantKernel,
+    /// The level of the FMA micro-kernels for plain f32/f16/bf16 weights.
+    float: QuantKernel,
 }
 
 impl LinearOp {
@@ -109,6 +111,7 @@ impl LinearOp {
             bias: None,
             pool,
             quant: QuantKernel::new(QuantPath::Int16Activations),
+            float: QuantKernel::new(QuantPath::F32Activations),
         }
     }
 
@@ -116,6 +119,14 @@ impl LinearOp {
     /// instruction set of this CPU for that path).
     pub fn with_quant_path(mut self, path: QuantPath) -> Self {
         self.quant = QuantKernel::new(path);
+        self
+    }
+
+    /// Runs every kernel of this layer at `max` or a slower level (see
+    /// [`QuantKernel::capped`]); call after [`LinearOp::with_quant_path`].
+    pub fn with_max_simd(mut self, max: SimdLevel) -> Self {
+        self.quant = QuantKernel::capped(self.quant.path(), max);
+        self.float = QuantKernel::capped(QuantPath::F32Activations, max);
         self
     }
 }
@@ -168,7 +179,7 @@ impl Op for LinearOp {
             .ok_or_else(|| Error::InvalidInput(format!("linear '{}' ran before load", p.weight)))?;
         let rows = x.shape.rows();
         let bias = self.bias.as_deref();
-        let (inf, outf, pool) = (p.in_features, p.out_features, &*self.pool);
+        let (inf, outf, pool, fk) = (p.in_features, p.out_features, &*self.pool, self.float);
         let w = match w {
             LinearWeight::Packed(w, _) => {
                 w.linear(self.quant, x.data, rows, bias, output, pool);
@@ -178,13 +189,13 @@ impl Op for LinearOp {
         };
         match w.slice() {
             MatrixSlice::Float(FloatSlice::F32(w)) => {
-                linear(x.data, rows, inf, w, outf, bias, output, pool)
+                linear_at(fk, x.data, rows, inf, w, outf, bias, output, pool)
             }
             MatrixSlice::Float(FloatSlice::F16(w)) => {
-                linear(x.data, rows, inf, w, outf, bias, output, pool)
+                linear_at(fk, x.data, rows, inf, w, outf, bias, output, pool)
             }
             MatrixSlice::Float(FloatSlice::BF16(w)) => {
-                linear(x.data, rows, inf, w, outf, bias, output, pool)
+                linear_at(fk, x.data, rows, inf, w, outf, bias, output, pool)
             }
             MatrixSlice::Quant(w) => quant_linear(self.quant, x.data, rows, &w, bias, output, pool),
         }
