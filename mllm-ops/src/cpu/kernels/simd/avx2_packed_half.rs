@@ -33,15 +33,22 @@ pub(crate) fn column<const BF16: bool>(b: &[u8]) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn tile<const T: usize, const BF16: bool>(group: &[u8], xs: &[&[f32]]) -> [__m256; T] {
-    let cols = xs[0].len();
-    let pairs: [&[[f32; 2]]; T] = std::array::from_fn(|t| &xs[t].as_chunks::<2>().0[..cols / 2]);
-    let mut even = [_mm256_setzero_ps(); T];
-    let mut odd = [_mm256_setzero_ps(); T];
-    let columns = group[..cols * COLUMN_BYTES]
+    let columns = group[..xs[0].len() * COLUMN_BYTES]
         .as_chunks::<{ 2 * COLUMN_BYTES }>()
         .0;
-    for (k, two) in columns.iter().enumerate() {
-        super::prefetch::single(group, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES);
+    let n = columns.len();
+    let pairs: [&[[f32; 2]]; T] = std::array::from_fn(|t| &xs[t].as_chunks::<2>().0[..n]);
+    // Every slice indexed by `k` below has exactly `n` items; said once
+    // here, so the loop carries no bounds checks.
+    assert!(pairs.iter().all(|p| p.len() == n));
+    let mut even = [_mm256_setzero_ps(); T];
+    let mut odd = [_mm256_setzero_ps(); T];
+    for k in 0..n {
+        let two = &columns[k];
+        // As in the AVX-512 kernel: prefetch for decode only.
+        if T == 1 {
+            super::prefetch::single(group, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES);
+        }
         let w0 = column::<BF16>(&two[..COLUMN_BYTES]);
         let w1 = column::<BF16>(&two[COLUMN_BYTES..]);
         for t in 0..T {

@@ -41,15 +41,24 @@ fn columns<const BF16: bool>(a: &[u8], b: &[u8]) -> __m512 {
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 #[inline]
 fn pair_tile<const T: usize, const BF16: bool>(a: &[u8], b: &[u8], xs: &[&[f32]]) -> [__m512; T] {
-    let cols = xs[0].len();
-    let pairs: [&[[f32; 2]]; T] = std::array::from_fn(|t| &xs[t].as_chunks::<2>().0[..cols / 2]);
+    let len = xs[0].len() * COLUMN_BYTES;
+    let cols_a = a[..len].as_chunks::<{ 2 * COLUMN_BYTES }>().0;
+    let n = cols_a.len();
+    let cols_b = &b[..len].as_chunks::<{ 2 * COLUMN_BYTES }>().0[..n];
+    let pairs: [&[[f32; 2]]; T] = std::array::from_fn(|t| &xs[t].as_chunks::<2>().0[..n]);
+    // Every slice indexed by `k` below has exactly `n` items; said once
+    // here, so the loop carries no bounds checks.
+    assert!(pairs.iter().all(|p| p.len() == n));
     let mut even = [_mm512_setzero_ps(); T];
     let mut odd = [_mm512_setzero_ps(); T];
-    let len = cols * COLUMN_BYTES;
-    let cols_a = a[..len].as_chunks::<{ 2 * COLUMN_BYTES }>().0;
-    let cols_b = b[..len].as_chunks::<{ 2 * COLUMN_BYTES }>().0;
-    for (k, (ta, tb)) in cols_a.iter().zip(cols_b).enumerate() {
-        super::prefetch::pair(a, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES);
+    for k in 0..n {
+        let (ta, tb) = (&cols_a[k], &cols_b[k]);
+        // Decode streams the weights once; with several rows only the first
+        // tile over a pair reads memory and the prefetch target costs more
+        // than it saves (an integer division per column pair).
+        if T == 1 {
+            super::prefetch::pair(a, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES);
+        }
         let w0 = columns::<BF16>(&ta[..COLUMN_BYTES], &tb[..COLUMN_BYTES]);
         let w1 = columns::<BF16>(&ta[COLUMN_BYTES..], &tb[COLUMN_BYTES..]);
         for t in 0..T {
