@@ -93,6 +93,8 @@ pub struct LinearOp {
     quant: QuantKernel,
     /// The level of the FMA micro-kernels for plain f32/f16/bf16 weights.
     float: QuantKernel,
+    /// The fastest SIMD level both kernels may use.
+    max_simd: SimdLevel,
 }
 
 impl LinearOp {
@@ -112,19 +114,22 @@ impl LinearOp {
             pool,
             quant: QuantKernel::new(QuantPath::Int16Activations),
             float: QuantKernel::new(QuantPath::F32Activations),
+            max_simd: SimdLevel::FASTEST_FIRST[0],
         }
     }
 
     /// Chooses how quantized weights treat the activations (the fastest
-    /// instruction set of this CPU for that path).
+    /// instruction set of this CPU for that path, within the layer's SIMD
+    /// cap).
     pub fn with_quant_path(mut self, path: QuantPath) -> Self {
-        self.quant = QuantKernel::new(path);
+        self.quant = QuantKernel::capped(path, self.max_simd);
         self
     }
 
     /// Runs every kernel of this layer at `max` or a slower level (see
-    /// [`QuantKernel::capped`]); call after [`LinearOp::with_quant_path`].
+    /// [`QuantKernel::capped`]), whichever activation path it takes.
     pub fn with_max_simd(mut self, max: SimdLevel) -> Self {
+        self.max_simd = max;
         self.quant = QuantKernel::capped(self.quant.path(), max);
         self.float = QuantKernel::capped(QuantPath::F32Activations, max);
         self
@@ -257,4 +262,35 @@ fn pack_half(
     PackedHalf::pack_with(bits, kind, [rows, cols], &release)
         .ok()
         .map(PackedWeight::Half)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::kernels::test_util::pool1;
+
+    fn op() -> LinearOp {
+        let params = LinearParams {
+            in_features: 32,
+            out_features: 8,
+            weight: "w".into(),
+            bias: None,
+        };
+        LinearOp::new(params, Arc::new(pool1()))
+    }
+
+    /// The SIMD cap holds whichever of the path and the cap is set first.
+    #[test]
+    fn the_cap_holds_in_either_order() {
+        let path = QuantPath::Int8Packed;
+        for max in SimdLevel::FASTEST_FIRST {
+            let want = QuantKernel::capped(path, max);
+            let float = QuantKernel::capped(QuantPath::F32Activations, max);
+            let first = op().with_quant_path(path).with_max_simd(max);
+            let second = op().with_max_simd(max).with_quant_path(path);
+            for o in [first, second] {
+                assert_eq!((o.quant, o.float), (want, float), "capped at {max}");
+            }
+        }
+    }
 }
