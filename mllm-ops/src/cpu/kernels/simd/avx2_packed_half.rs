@@ -45,10 +45,7 @@ fn tile<const T: usize, const BF16: bool>(group: &[u8], xs: &[&[f32]]) -> [__m25
     let mut odd = [_mm256_setzero_ps(); T];
     for k in 0..n {
         let two = &columns[k];
-        // As in the AVX-512 kernel: prefetch for decode only.
-        if T == 1 {
-            super::prefetch::single(group, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES);
-        }
+        super::prefetch::single(group, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES, T);
         let w0 = column::<BF16>(&two[..COLUMN_BYTES]);
         let w1 = column::<BF16>(&two[COLUMN_BYTES..]);
         for t in 0..T {

@@ -51,6 +51,13 @@ macro_rules! q4k_tile {
                 let neg_dmin = _mm256_xor_ps(f16x8(&sb[16..32]), _mm256_set1_ps(-0.0));
                 for j in 0..SUB_BLOCKS {
                     let i = s * SUB_BLOCKS + j;
+                    let block_bytes = SUPER_BYTES / SUB_BLOCKS;
+                    $crate::cpu::kernels::simd::prefetch::single(
+                        group,
+                        i * block_bytes,
+                        block_bytes,
+                        T,
+                    );
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..];
                     let (sum_hi, sum_lo) = $sums(bits, planes.block(i));
                     let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);

@@ -51,6 +51,13 @@ macro_rules! q6k_tile {
                 let d = f16x8(&sb[..16]);
                 for j in 0..BLOCKS {
                     let i = s * BLOCKS + j;
+                    let block_bytes = SUPER_BYTES / BLOCKS;
+                    $crate::cpu::kernels::simd::prefetch::single(
+                        group,
+                        i * block_bytes,
+                        block_bytes,
+                        T,
+                    );
                     let block = planes.block(i);
                     let [first, second] = values(&sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS]);
                     let scale =

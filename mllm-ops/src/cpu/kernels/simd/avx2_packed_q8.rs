@@ -36,6 +36,7 @@ fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>
         .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
         .0;
     for (i, blk) in blocks.iter().enumerate() {
+        super::prefetch::single(group, i * Q8_PACKED_BLOCK_BYTES, Q8_PACKED_BLOCK_BYTES, T);
         let mut sum_hi = [_mm256_setzero_si256(); T];
         let mut sum_lo = [_mm256_setzero_si256(); T];
         for j in 0..BLOCK / 4 {

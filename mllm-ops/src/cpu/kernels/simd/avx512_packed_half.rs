@@ -53,12 +53,7 @@ fn pair_tile<const T: usize, const BF16: bool>(a: &[u8], b: &[u8], xs: &[&[f32]]
     let mut odd = [_mm512_setzero_ps(); T];
     for k in 0..n {
         let (ta, tb) = (&cols_a[k], &cols_b[k]);
-        // Decode streams the weights once; with several rows only the first
-        // tile over a pair reads memory and the prefetch target costs more
-        // than it saves (an integer division per column pair).
-        if T == 1 {
-            super::prefetch::pair(a, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES);
-        }
+        super::prefetch::pair(a, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES, T);
         let w0 = columns::<BF16>(&ta[..COLUMN_BYTES], &tb[..COLUMN_BYTES]);
         let w1 = columns::<BF16>(&ta[COLUMN_BYTES..], &tb[COLUMN_BYTES..]);
         for t in 0..T {

@@ -1,17 +1,17 @@
 //! Software prefetch of the weight streams of decode's kernels.
 //!
-//! Decode reads every weight once, from memory. A kernel that reads
-//! several streams side by side (two packed groups at once, four f16
-//! rows) keeps too few cache misses in flight on its own: one thread
-//! streamed a 39 MB packed Q4_K matrix through the two-group kernel at
-//! 9-13 GB/s where the machine reads 23-30 GB/s. Such kernels ask, block
-//! by block, for the bytes each stream will read [`AHEAD`] bytes later,
-//! into the L2 cache (the L1 prefetcher takes them from there); the same
-//! matrix then streamed at 17-24 GB/s. A single stream is another matter:
-//! the hardware prefetchers follow it, and prefetching it too made the
-//! one-group quantized kernels 10-35 % slower (measured at the AVX2 level
-//! on the same machine), so only the f16/bf16 one-group kernel, which
-//! gained 10 %, uses [`single`].
+//! Decode reads every weight once, from memory. A kernel on its own keeps
+//! too few cache misses in flight: one thread streamed a 39 MB packed Q4_K
+//! matrix through the two-group kernel at 9-13 GB/s where the machine reads
+//! 23-30 GB/s. So the decode kernels (one activation row) ask, block by
+//! block, for the bytes each stream will read [`AHEAD`] bytes later, into
+//! the L2 cache (the L1 prefetcher takes them from there); the same matrix
+//! then streamed at 17-24 GB/s. The one-group AVX2 kernels gained as much:
+//! on an AVX-512 Xeon capped at AVX2, decode rose 28-84 % over the Q4_1,
+//! Q4_K_M and Q8_0 files. With several rows (prefill) only the first tile
+//! over a group reads memory, and the target (an integer division) costs
+//! more than the prefetch saves, so [`single`] and [`pair`] do nothing
+//! there.
 //!
 //! A prefetch never faults, so addresses past the end of the weights (from
 //! the last groups of a matrix) are harmless: the pointers are formed with
@@ -45,11 +45,15 @@ fn lines(p: *const u8, len: usize) {
 }
 
 /// Prefetch for a kernel reading one group at a time, groups in memory
-/// order: the `len` bytes [`AHEAD`] bytes after offset `at` of `group`
-/// (in a later group once past its end).
+/// order, when it multiplies `rows` activation rows: the `len` bytes
+/// [`AHEAD`] bytes after offset `at` of `group` (in a later group once past
+/// its end), for one row only.
 #[inline(always)]
-pub(crate) fn single(group: &[u8], at: usize, len: usize) {
-    side_by_side(group, 1, at, len);
+pub(crate) fn single(group: &[u8], at: usize, len: usize, rows: usize) {
+    if rows == 1 {
+        // One stream reads straight on: no division for the target.
+        lines(group.as_ptr().wrapping_add(at + AHEAD), len);
+    }
 }
 
 /// Where, from the start of the first of `streams` consecutive groups of
@@ -80,10 +84,13 @@ pub(crate) fn side_by_side<T>(first: &[T], streams: usize, at: usize, len: usize
     }
 }
 
-/// [`side_by_side`] for the two-group kernels, `a` the pair's first group.
+/// [`side_by_side`] for the two-group kernels, `a` the pair's first group,
+/// when the kernel multiplies `rows` activation rows: for one row only.
 #[inline(always)]
-pub(crate) fn pair(a: &[u8], at: usize, len: usize) {
-    side_by_side(a, 2, at, len);
+pub(crate) fn pair(a: &[u8], at: usize, len: usize, rows: usize) {
+    if rows == 1 {
+        side_by_side(a, 2, at, len);
+    }
 }
 
 #[cfg(test)]

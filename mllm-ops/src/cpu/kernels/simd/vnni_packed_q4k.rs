@@ -86,7 +86,7 @@ macro_rules! q4k_pair_tile {
                 for j in 0..SUB_BLOCKS {
                     let i = s * SUB_BLOCKS + j;
                     let block_bytes = SUPER_BYTES / SUB_BLOCKS;
-                    $crate::cpu::kernels::simd::prefetch::pair(a, i * block_bytes, block_bytes);
+                    $crate::cpu::kernels::simd::prefetch::pair(a, i * block_bytes, block_bytes, T);
                     let at = BITS_AT + BLOCK_BITS * j;
                     let (sum_hi, sum_lo) = $pair_sums(&sa[at..], &sb[at..], planes.block(i));
                     let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);

@@ -100,7 +100,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
             let i = s * BLOCKS + j;
             let block = planes.block(i);
             let block_bytes = SUPER_BYTES / BLOCKS;
-            super::prefetch::pair(a, i * block_bytes, block_bytes);
+            super::prefetch::pair(a, i * block_bytes, block_bytes, T);
             let at = BITS_AT + BLOCK_BITS * j;
             let (ba, bb) = (&sa[at..at + BLOCK_BITS], &sb[at..at + BLOCK_BITS]);
             let mut w = [[_mm512_setzero_si512(); 4]; 2];
