@@ -191,3 +191,23 @@ fn a_sequence_gets_the_same_logits_alone_or_packed_with_others() {
         assert_eq!(alone, packed, "{dtype:?}");
     }
 }
+
+#[test]
+fn glu_output_takes_over_the_up_buffer() {
+    // tiny-llama: hidden 64, intermediate 128. Were the GLU's output a
+    // buffer of its own, the step would hold the residual stream [n, 64]
+    // and gate, up and the output [n, 128] at once: n · (64 + 3 · 128).
+    let (hidden, intermediate) = (64, 128);
+    for n in [40usize, 100] {
+        let (_c, mut model) = load_fixture("tiny-llama");
+        let logits = model
+            .step(&StepInput::single(0, vec![3; n], LogitsMode::Last))
+            .unwrap();
+        assert!(logits.data().iter().all(|v| v.is_finite()));
+        let arena = model.executor().arena_len();
+        assert!(
+            arena < n * (hidden + 3 * intermediate),
+            "{n} tokens: arena of {arena} floats"
+        );
+    }
+}

@@ -384,12 +384,18 @@ impl Executor {
                     (*dst, std::slice::from_ref(src))
                 }
             };
-            if self.value_kind[out] == ValueKind::Activation {
+            let handed_over = match task {
+                &Task::Node(i) => self.overwritable(i, t, &shapes, &buffer_of),
+                Task::Copy { .. } => None,
+            };
+            if let Some(v) = handed_over {
+                buffer_of[out] = buffer_of[v];
+            } else if self.value_kind[out] == ValueKind::Activation {
                 let dev = self.value_device[out];
                 buffer_of[out] = Some((dev, pools[dev].take(shapes[out].numel())));
             }
             for &v in inputs {
-                if self.last_use[v] == t {
+                if self.last_use[v] == t && Some(v) != handed_over {
                     if let Some((dev, b)) = buffer_of[v] {
                         pools[dev].release(b);
                     }
@@ -401,6 +407,30 @@ impl Executor {
             buffer_of,
             buffer_sizes: pools.into_iter().map(|p| p.sizes).collect(),
         })
+    }
+
+    /// The input value of node `i` (task `t`) whose buffer its output takes
+    /// over (see `Op::overwritable_input`): an activation on the output's
+    /// device, of the output's size, read by no later task and by no other
+    /// input of the node.
+    fn overwritable(
+        &self,
+        i: usize,
+        t: usize,
+        shapes: &[Shape],
+        buffer_of: &[Option<(usize, usize)>],
+    ) -> Option<usize> {
+        let ins = &self.node_inputs[i];
+        let v = *ins.get(self.ops[i].overwritable_input()?)?;
+        let out = self.graph.nodes()[i].output.index();
+        let fits = self.value_kind[out] == ValueKind::Activation
+            && self.value_kind[v] == ValueKind::Activation
+            && self.value_device[v] == self.value_device[out]
+            && self.last_use[v] == t
+            && ins.iter().filter(|&&x| x == v).count() == 1
+            && shapes[v].numel() == shapes[out].numel()
+            && buffer_of[v].is_some();
+        fits.then_some(v)
     }
 
     fn execute(&mut self, layout: &StepLayout) -> Result<()> {
@@ -431,6 +461,9 @@ impl Executor {
             let inputs = self.node_inputs[i]
                 .iter()
                 .map(|&idx| {
+                    if out_place.is_some() && plan.buffer_of[idx] == out_place {
+                        return Ok(OpInput::InOutput);
+                    }
                     Ok(match self.value_kind[idx] {
                         ValueKind::Tokens => OpInput::Tokens(&layout.token_ids),
                         ValueKind::Activation => {

@@ -223,6 +223,9 @@ pub enum OpInput<'a> {
     Tensor(TensorRef<'a>),
     /// State of an earlier op (downcast to the backend's concrete type).
     State(&'a dyn Any),
+    /// The op's [`Op::overwritable_input`], whose values the executor put
+    /// in the output buffer: the op reads them there and overwrites them.
+    InOutput,
 }
 
 impl<'a> OpInput<'a> {
@@ -277,6 +280,15 @@ pub trait Op: Send {
 
     /// State this op exposes to later ops (the KV cache).
     fn state(&self) -> Option<&dyn Any> {
+        None
+    }
+
+    /// An input whose buffer the output may take over when nothing reads
+    /// that input afterwards: the executor then passes it as
+    /// [`OpInput::InOutput`], its values already in `output`. Only for ops
+    /// whose output has the input's shape and whose output element `i`
+    /// depends on element `i` of the inputs alone. None by default.
+    fn overwritable_input(&self) -> Option<usize> {
         None
     }
 
