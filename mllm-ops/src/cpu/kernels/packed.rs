@@ -448,9 +448,8 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
 
 /// The frame of a packed linear layer with `[in_f, out_f]` weights:
 /// `product(x rows, split, out)` writes the outputs of the given
-/// activation rows group after group (rows × [`GROUP_ROWS`] values per
-/// group); this runs it over blocks of at most [`ROW_BLOCK`] rows,
-/// scatters the results into `y` (`[rows, out_f]`) and adds the bias.
+/// activation rows into `out` (`[rows, out_f]`); this runs it over blocks
+/// of at most [`ROW_BLOCK`] rows of `y` and adds the bias.
 pub(crate) fn by_row_blocks(
     x: &[f32],
     rows: usize,
@@ -466,28 +465,14 @@ pub(crate) fn by_row_blocks(
         return;
     }
     let split = Split::new(pool, rows * in_f * out_f);
-    if rows == 1 {
-        // One row's outputs group after group are the row itself.
-        product(x, &split, y);
-        add_bias(y, bias);
-        return;
-    }
-    let mut yt = vec![0.0f32; out_f * rows.min(ROW_BLOCK)];
     for (xb, yb) in x
         .chunks(ROW_BLOCK * in_f)
         .zip(y.chunks_mut(ROW_BLOCK * out_f))
     {
-        let n = xb.len() / in_f;
-        let yt = &mut yt[..out_f * n];
-        product(xb, &split, yt);
-        for (g, src) in yt.chunks_exact(n * GROUP_ROWS).enumerate() {
-            for (t, o) in src.chunks_exact(GROUP_ROWS).enumerate() {
-                yb[t * out_f + g * GROUP_ROWS..][..GROUP_ROWS].copy_from_slice(o);
-            }
-        }
-        for row in yb.chunks_exact_mut(out_f) {
-            add_bias(row, bias);
-        }
+        product(xb, &split, yb);
+    }
+    for row in y.chunks_exact_mut(out_f) {
+        add_bias(row, bias);
     }
 }
 
@@ -531,8 +516,8 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
 
 /// Writes the outputs of every row group (`groups(g, n)`: the `n` groups
 /// from `g` on, each of `cols` weights per row) for the activation rows
-/// `xs` into `dst`, group after group (`xs.len()` × 8 values per group),
-/// parallel over groups; `dot` multiplies one or two consecutive groups
+/// `xs` into `dst` (`[xs.len(), out_f]`, row-major), parallel over blocks
+/// of groups, each task writing its columns of every row; `dot` multiplies one or two consecutive groups
 /// with one to `tile` rows (outputs of the second group after those of
 /// the first): [`TILE_TOKENS`], or [`packed_half::HALF_TILE_TOKENS`] for
 /// the float layout.
@@ -547,27 +532,32 @@ pub(crate) fn group_outputs<'g, A: Sync>(
     dst: &mut [f32],
     dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]]) + Sync + Send,
 ) {
-    let rows = xs.len();
-    let per_group = rows * GROUP_ROWS;
-    let out_f = dst.len() / rows;
+    let Some(out_f) = dst.len().checked_div(xs.len()) else {
+        return;
+    };
     let per_task = split
         .outputs_per_task(out_f, cols)
         .div_ceil(GROUP_ROWS)
         .next_multiple_of(2);
-    split.for_chunks(
+    split.for_column_blocks(
         dst,
-        per_task * per_group,
+        out_f,
+        per_task * GROUP_ROWS,
         || vec![[0.0f32; GROUP_ROWS]; 2 * tile],
-        |tile_out, c, dst| {
-            for (pair, pdst) in dst.chunks_mut(2 * per_group).enumerate() {
-                let n = pdst.len() / per_group;
-                let gs = groups(c * per_task + 2 * pair, n);
+        |tile_out, c, rows_out| {
+            let task_groups = rows_out[0].len() / GROUP_ROWS;
+            for pair in (0..task_groups).step_by(2) {
+                let n = 2.min(task_groups - pair);
+                let gs = groups(c * per_task + pair, n);
                 for (ti, rows) in xs.chunks(tile).enumerate() {
                     let out = &mut tile_out[..n * rows.len()];
                     dot(gs, rows, out);
-                    let at = ti * tile * GROUP_ROWS;
-                    for (gdst, o) in pdst.chunks_exact_mut(per_group).zip(out.chunks(rows.len())) {
-                        gdst[at..at + o.len() * GROUP_ROWS].copy_from_slice(o.as_flattened());
+                    let rows_out = &mut rows_out[ti * tile..];
+                    for (gi, group_out) in out.chunks(rows.len()).enumerate() {
+                        let at = (pair + gi) * GROUP_ROWS;
+                        for (row_out, o) in rows_out.iter_mut().zip(group_out) {
+                            row_out[at..at + GROUP_ROWS].copy_from_slice(o);
+                        }
                     }
                 }
             }

@@ -181,6 +181,46 @@ impl<'p> Split<'p> {
             }
         }
     }
+
+    /// Runs `f(scratch, c, pieces)` over the blocks of `cols` columns of
+    /// the row-major matrix `data` (rows of `width` values), in the pool
+    /// when the call is parallel: `pieces[t]` is row `t`'s part of block
+    /// `c` (columns `c·cols..`), so each task writes its outputs straight
+    /// into their rows. `init` makes per-task scratch.
+    pub(crate) fn for_column_blocks<S>(
+        &self,
+        data: &mut [f32],
+        width: usize,
+        cols: usize,
+        init: impl Fn() -> S + Sync + Send,
+        f: impl Fn(&mut S, usize, &mut [&mut [f32]]) + Sync + Send,
+    ) {
+        if width == 0 || cols == 0 {
+            return;
+        }
+        let rows = data.len() / width;
+        let mut blocks: Vec<Vec<&mut [f32]>> = (0..width.div_ceil(cols))
+            .map(|_| Vec::with_capacity(rows))
+            .collect();
+        for row in data.chunks_exact_mut(width) {
+            for (block, piece) in blocks.iter_mut().zip(row.chunks_mut(cols)) {
+                block.push(piece);
+            }
+        }
+        if self.parallel {
+            self.pool.install(|| {
+                blocks
+                    .into_par_iter()
+                    .enumerate()
+                    .for_each_init(&init, |s, (c, mut pieces)| f(s, c, &mut pieces))
+            });
+        } else {
+            let mut s = init();
+            for (c, mut pieces) in blocks.into_iter().enumerate() {
+                f(&mut s, c, &mut pieces);
+            }
+        }
+    }
 }
 
 /// Linear layer with quantized weights:
@@ -438,6 +478,38 @@ mod tests {
             }
         }
         v
+    }
+
+    /// Every element of a row-major matrix reaches exactly one task of
+    /// `for_column_blocks`, as part of the right row and block (the last
+    /// block narrower), serial and parallel.
+    #[test]
+    fn column_blocks_cover_each_element_once() {
+        let (rows, width, cols) = (3, 10, 4);
+        let pool = pool2();
+        for work in [0, usize::MAX] {
+            let split = Split::new(&pool, work);
+            let mut m = vec![0.0f32; rows * width];
+            split.for_column_blocks(
+                &mut m,
+                width,
+                cols,
+                || (),
+                |_, c, pieces| {
+                    assert_eq!(pieces.len(), rows);
+                    for (t, piece) in pieces.iter_mut().enumerate() {
+                        assert_eq!(piece.len(), cols.min(width - c * cols));
+                        for (i, v) in piece.iter_mut().enumerate() {
+                            *v += (100 * t + c * cols + i) as f32;
+                        }
+                    }
+                },
+            );
+            let want: Vec<f32> = (0..rows * width)
+                .map(|e| (100 * (e / width) + e % width) as f32)
+                .collect();
+            assert_eq!(m, want, "work {work}");
+        }
     }
 
     /// The f32-activation path at every level equals the f64 product of the
