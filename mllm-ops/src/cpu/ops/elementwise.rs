@@ -1,9 +1,13 @@
 //! Elementwise ops: add, mul, scale, activations, gated activations and softmax.
 
+use std::sync::Arc;
+
 use mllm_core::op::{Activation, Op, OpInput};
 use mllm_core::step::StepLayout;
 use mllm_core::{Error, Result, Shape};
+use rayon::ThreadPool;
 
+use super::pieces::{for_pieces, PIECE};
 use crate::cpu::kernels::{activation, elementwise, softmax};
 
 fn same_shapes(op: &str, inputs: &[&Shape]) -> Result<Shape> {
@@ -19,20 +23,21 @@ fn same_shapes(op: &str, inputs: &[&Shape]) -> Result<Shape> {
     Ok(inputs[0].clone())
 }
 
-/// `a + b` or `a * b`.
+/// `a + b` or `a * b`, split over `pool` when large.
 pub struct BinaryOp {
     mul: bool,
+    pool: Arc<ThreadPool>,
 }
 
 impl BinaryOp {
     /// Elementwise sum.
-    pub fn add() -> Self {
-        BinaryOp { mul: false }
+    pub fn add(pool: Arc<ThreadPool>) -> Self {
+        BinaryOp { mul: false, pool }
     }
 
     /// Elementwise product.
-    pub fn mul() -> Self {
-        BinaryOp { mul: true }
+    pub fn mul(pool: Arc<ThreadPool>) -> Self {
+        BinaryOp { mul: true, pool }
     }
 
     fn name(&self) -> &'static str {
@@ -55,31 +60,39 @@ impl Op for BinaryOp {
         output: &mut [f32],
         _step: &StepLayout,
     ) -> Result<()> {
-        let a = inputs[0].tensor(self.name())?;
-        let b = inputs[1].tensor(self.name())?;
-        if self.mul {
-            elementwise::mul(a.data, b.data, output);
-        } else {
-            elementwise::add(a.data, b.data, output);
-        }
+        let a = inputs[0].tensor(self.name())?.data;
+        let b = inputs[1].tensor(self.name())?.data;
+        let mul = self.mul;
+        for_pieces(&self.pool, output, |at, out| {
+            let (a, b) = (&a[at..at + out.len()], &b[at..at + out.len()]);
+            if mul {
+                elementwise::mul(a, b, out);
+            } else {
+                elementwise::add(a, b, out);
+            }
+        });
         Ok(())
     }
 }
 
-/// `act(gate) * up`; the output may take over `up`'s buffer.
+/// `act(gate) * up`, split over `pool` when large; the output may take
+/// over `up`'s buffer.
 pub struct GluOp {
     act: Activation,
+    pool: Arc<ThreadPool>,
 }
 
 /// Values of `up` copied out at a time when the output overwrites it (a
-/// multiple of every kernel's vector width, so each element takes the same
-/// path as in one call over the whole row).
+/// multiple of every kernel's vector width that divides [`PIECE`], so each
+/// element takes the same path as in one call over the whole row).
 const IN_PLACE_CHUNK: usize = 1024;
+
+const _: () = assert!(PIECE.is_multiple_of(IN_PLACE_CHUNK));
 
 impl GluOp {
     /// The gated form of `act`.
-    pub fn new(act: Activation) -> Self {
-        GluOp { act }
+    pub fn new(act: Activation, pool: Arc<ThreadPool>) -> Self {
+        GluOp { act, pool }
     }
 
     fn apply(&self, gate: &[f32], up: &[f32], output: &mut [f32]) {
@@ -108,20 +121,27 @@ impl Op for GluOp {
         _step: &StepLayout,
     ) -> Result<()> {
         let gate = inputs[0].tensor("glu")?.data;
-        match inputs[1] {
-            OpInput::InOutput => {
-                let mut up = [0.0f32; IN_PLACE_CHUNK];
-                for (g, o) in gate
-                    .chunks(IN_PLACE_CHUNK)
-                    .zip(output.chunks_mut(IN_PLACE_CHUNK))
-                {
-                    let up = &mut up[..o.len()];
-                    up.copy_from_slice(o);
-                    self.apply(g, up, o);
+        let up = match inputs[1] {
+            OpInput::InOutput => None,
+            other => Some(other.tensor("glu")?.data),
+        };
+        for_pieces(&self.pool, output, |at, out| {
+            let gate = &gate[at..at + out.len()];
+            match up {
+                Some(up) => self.apply(gate, &up[at..at + out.len()], out),
+                None => {
+                    let mut up = [0.0f32; IN_PLACE_CHUNK];
+                    for (g, o) in gate
+                        .chunks(IN_PLACE_CHUNK)
+                        .zip(out.chunks_mut(IN_PLACE_CHUNK))
+                    {
+                        let up = &mut up[..o.len()];
+                        up.copy_from_slice(o);
+                        self.apply(g, up, o);
+                    }
                 }
             }
-            other => self.apply(gate, other.tensor("glu")?.data, output),
-        }
+        });
         Ok(())
     }
 }
@@ -217,39 +237,59 @@ mod tests {
     use crate::cpu::kernels::test_util::Rng;
     use mllm_core::tensor::TensorRef;
 
-    /// With `up` already in the output (the executor's in-place case) the
-    /// GLU gives the same bits as with three buffers, for every activation
-    /// and a length that ends in a partial chunk and a partial vector.
+    /// Split over two threads, with `up` in its own buffer or already in
+    /// the output (the executor's in-place case), the GLU gives the bits of
+    /// one kernel call over the whole tensor, for every activation and a
+    /// length of several pieces that ends in a partial chunk and a partial
+    /// vector; so do the sum and the product.
     #[test]
-    fn glu_over_its_up_input_gives_the_same_bits() {
+    fn split_and_in_place_ops_give_the_bits_of_one_call() {
         let mut rng = Rng::new(7);
-        let n = 2 * IN_PLACE_CHUNK + 13;
+        let n = 2 * PIECE + IN_PLACE_CHUNK + 13;
         let shape = Shape::new([n]);
         let gate = rng.vec(n, 4.0);
         let up = rng.vec(n, 4.0);
         let step = StepLayout::default();
+        let pool = Arc::new(crate::cpu::kernels::test_util::pool2());
         let tensor = |data| {
             OpInput::Tensor(TensorRef {
                 shape: &shape,
                 data,
             })
         };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for act in [
             Activation::Silu,
             Activation::GeluTanh,
             Activation::Gelu,
             Activation::Relu,
         ] {
-            let mut op = GluOp::new(act);
+            let mut op = GluOp::new(act, Arc::clone(&pool));
             assert_eq!(op.overwritable_input(), Some(1));
+            let mut one_call = vec![f32::NAN; n];
+            op.apply(&gate, &up, &mut one_call);
             let mut apart = vec![f32::NAN; n];
             op.execute(&[tensor(&gate), tensor(&up)], &mut apart, &step)
                 .unwrap();
+            assert_eq!(bits(&apart), bits(&one_call), "{act:?} apart");
             let mut in_place = up.clone();
             op.execute(&[tensor(&gate), OpInput::InOutput], &mut in_place, &step)
                 .unwrap();
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&in_place), bits(&apart), "{act:?}");
+            assert_eq!(bits(&in_place), bits(&one_call), "{act:?} in place");
+        }
+        for (mut op, kernel) in [
+            (
+                BinaryOp::add(Arc::clone(&pool)),
+                elementwise::add as fn(&[f32], &[f32], &mut [f32]),
+            ),
+            (BinaryOp::mul(Arc::clone(&pool)), elementwise::mul),
+        ] {
+            let mut one_call = vec![f32::NAN; n];
+            kernel(&gate, &up, &mut one_call);
+            let mut split = vec![f32::NAN; n];
+            op.execute(&[tensor(&gate), tensor(&up)], &mut split, &step)
+                .unwrap();
+            assert_eq!(bits(&split), bits(&one_call), "{}", op.name());
         }
     }
 }

@@ -6,6 +6,7 @@ mod embedding;
 mod kv_cache;
 mod linear;
 mod norm;
+mod pieces;
 mod position_embedding;
 mod rope;
 mod select_rows;
