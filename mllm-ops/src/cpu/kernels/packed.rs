@@ -41,6 +41,11 @@ pub(crate) const TILE_TOKENS: usize = 4;
 /// Activation rows per block of a many-row call (bounds its scratch).
 const ROW_BLOCK: usize = 128;
 
+/// Weight bytes of the groups that every tile of rows goes through before
+/// the next span of groups starts: small enough to stay in the L2 cache of
+/// every x86-64 core we run on (512 KiB on Zen 3) next to the activations.
+const SPAN_WEIGHT_BYTES: usize = 192 * 1024;
+
 /// Where a packed matrix's bytes live.
 enum PackedBytes {
     /// Made at load.
@@ -522,6 +527,11 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
 /// the first): [`TILE_TOKENS`], or [`packed_half::HALF_TILE_TOKENS`] for
 /// the float layout.
 ///
+/// A task goes through its groups a span at a time ([`SPAN_WEIGHT_BYTES`]),
+/// every tile of rows over the whole span, so that each output row is
+/// written in runs of consecutive columns while the span's weights stay in
+/// cache.
+///
 /// [`packed_half::HALF_TILE_TOKENS`]: super::packed_half::HALF_TILE_TOKENS
 pub(crate) fn group_outputs<'g, A: Sync>(
     groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
@@ -546,17 +556,21 @@ pub(crate) fn group_outputs<'g, A: Sync>(
         || vec![[0.0f32; GROUP_ROWS]; 2 * tile],
         |tile_out, c, rows_out| {
             let task_groups = rows_out[0].len() / GROUP_ROWS;
-            for pair in (0..task_groups).step_by(2) {
-                let n = 2.min(task_groups - pair);
-                let gs = groups(c * per_task + pair, n);
+            let pair_bytes = 2 * groups(c * per_task, 1).len();
+            let span = 2 * (SPAN_WEIGHT_BYTES / pair_bytes.max(1)).max(1);
+            for first in (0..task_groups).step_by(span) {
+                let last = task_groups.min(first + span);
                 for (ti, rows) in xs.chunks(tile).enumerate() {
-                    let out = &mut tile_out[..n * rows.len()];
-                    dot(gs, rows, out);
                     let rows_out = &mut rows_out[ti * tile..];
-                    for (gi, group_out) in out.chunks(rows.len()).enumerate() {
-                        let at = (pair + gi) * GROUP_ROWS;
-                        for (row_out, o) in rows_out.iter_mut().zip(group_out) {
-                            row_out[at..at + GROUP_ROWS].copy_from_slice(o);
+                    for pair in (first..last).step_by(2) {
+                        let n = 2.min(last - pair);
+                        let out = &mut tile_out[..n * rows.len()];
+                        dot(groups(c * per_task + pair, n), rows, out);
+                        for (gi, group_out) in out.chunks(rows.len()).enumerate() {
+                            let at = (pair + gi) * GROUP_ROWS;
+                            for (row_out, o) in rows_out.iter_mut().zip(group_out) {
+                                row_out[at..at + GROUP_ROWS].copy_from_slice(o);
+                            }
                         }
                     }
                 }
