@@ -462,7 +462,7 @@ pub(crate) fn by_row_blocks(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
-    product: impl Fn(&[f32], &Split<'_>, &mut [f32]),
+    product: impl Fn(&[f32], &Split<'_>, &mut [f32]) + Sync,
 ) {
     debug_assert_eq!(x.len(), rows * in_f, "x must be [rows, in_f]");
     debug_assert_eq!(y.len(), rows * out_f, "y must be [rows, out_f]");
@@ -470,11 +470,19 @@ pub(crate) fn by_row_blocks(
         return;
     }
     let split = Split::new(pool, rows * in_f * out_f);
-    for (xb, yb) in x
-        .chunks(ROW_BLOCK * in_f)
-        .zip(y.chunks_mut(ROW_BLOCK * out_f))
-    {
-        product(xb, &split, yb);
+    let mut run = || {
+        for (xb, yb) in x
+            .chunks(ROW_BLOCK * in_f)
+            .zip(y.chunks_mut(ROW_BLOCK * out_f))
+        {
+            product(xb, &split, yb);
+        }
+    };
+    // One hand-over to the pool for the whole call: the quantization and
+    // the products of every row block then split from a worker.
+    match split.pool() {
+        Some(pool) => pool.install(run),
+        None => run(),
     }
     for row in y.chunks_exact_mut(out_f) {
         add_bias(row, bias);
@@ -483,7 +491,7 @@ pub(crate) fn by_row_blocks(
 
 /// Values below which quantizing activations is not worth a fork-join
 /// (a step of a few dozen tokens quantizes in microseconds).
-const PAR_QUANTIZE_VALUES: usize = 1 << 17;
+const PAR_QUANTIZE_VALUES: usize = 1 << 15;
 
 /// Quantizes the rows of `x` (each `in_f` long) to 16 bits with the plane
 /// split `SHIFT`, split over the pool by rows when the call is parallel
