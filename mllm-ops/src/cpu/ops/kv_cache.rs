@@ -34,6 +34,10 @@ pub struct KvCacheState {
     kind: KvDtype,
     chunk: usize,
     slots: Vec<SlotCache>,
+    /// Pages of reset slots that no other slot shares, kept for the next
+    /// sequence: taking one costs no allocation and no page faults, and
+    /// the cache's memory stays at its high-water mark.
+    spare: Pages,
 }
 
 impl KvCacheState {
@@ -87,12 +91,23 @@ impl KvCacheState {
         }
     }
 
-    /// An empty page.
-    fn new_page(&self) -> Arc<KvPage> {
-        Arc::new(match self.kind {
-            KvDtype::F32 => KvPage::F32(vec![0.0; self.chunk * self.row]),
-            kind => KvPage::Encoded(vec![0; self.chunk * kind.row_bytes(self.row)]),
+    /// A page to fill: a spare one (holding stale rows, which no slot
+    /// reads before writing them) or a new zeroed one.
+    fn new_page(&mut self) -> Arc<KvPage> {
+        self.spare.pop().unwrap_or_else(|| {
+            Arc::new(match self.kind {
+                KvDtype::F32 => KvPage::F32(vec![0.0; self.chunk * self.row]),
+                kind => KvPage::Encoded(vec![0; self.chunk * kind.row_bytes(self.row)]),
+            })
         })
+    }
+
+    /// Drops the pages of a slot's old contents, keeping those no other
+    /// slot shares as spares.
+    fn release(&mut self, old: SlotCache) {
+        let unshared = |p: &Arc<KvPage>| Arc::strong_count(p) == 1;
+        self.spare
+            .extend(old.keys.into_iter().chain(old.values).filter(unshared));
     }
 
     /// Makes `slot` able to take positions `from..to`: grows it in whole
@@ -125,7 +140,8 @@ impl KvCacheState {
             values: src.values[..pages].to_vec(),
             len,
         };
-        self.slots[to] = copied;
+        let old = std::mem::replace(&mut self.slots[to], copied);
+        self.release(old);
     }
 
     fn write(&mut self, slot: usize, past: usize, k: &[f32], v: &[f32]) -> Result<()> {
@@ -192,6 +208,7 @@ impl KvCacheOp {
                 kind,
                 chunk: params.chunk,
                 slots: Vec::new(),
+                spare: Vec::new(),
             },
             params,
         })
@@ -245,7 +262,8 @@ impl Op for KvCacheOp {
 
     fn reset_slot(&mut self, slot: usize) {
         if let Some(s) = self.state.slots.get_mut(slot) {
-            *s = SlotCache::default();
+            let old = std::mem::take(s);
+            self.state.release(old);
         }
     }
 
@@ -335,6 +353,56 @@ mod tests {
         assert_eq!(shared_pages(&c, 0), 2);
         c.slots[1] = SlotCache::default();
         assert_eq!(shared_pages(&c, 0), 0);
+    }
+
+    /// Resetting a slot keeps the pages no other slot shares, and the next
+    /// sequence fills those instead of new ones, reading back only what it
+    /// wrote; the slot that shared the rest keeps its rows.
+    #[test]
+    fn a_reset_slot_leaves_its_own_pages_to_the_next_sequence() {
+        for kind in [KvDtype::F32, KvDtype::Q8_0] {
+            let mut op = KvCacheOp::new(
+                KvCacheParams {
+                    n_kv_heads: 1,
+                    head_dim: 32,
+                    chunk: 4,
+                },
+                kind,
+            )
+            .unwrap();
+            op.state
+                .write(0, 0, &rows(0, 10, 1.0), &rows(0, 10, -1.0))
+                .unwrap();
+            op.copy_slot(0, 1, 6);
+            let shared = contents(&op.state, 1);
+            let own: Vec<*const KvPage> =
+                [&op.state.slots[0].keys[2], &op.state.slots[0].values[2]]
+                    .map(Arc::as_ptr)
+                    .to_vec();
+            op.reset_slot(0);
+            assert_eq!(
+                op.state.spare.len(),
+                2,
+                "{kind}: the unshared key and value pages"
+            );
+
+            op.state
+                .write(2, 0, &rows(0, 3, 7.0), &rows(0, 3, -7.0))
+                .unwrap();
+            assert!(op.state.spare.is_empty(), "{kind}");
+            let reused =
+                [&op.state.slots[2].keys[0], &op.state.slots[2].values[0]].map(Arc::as_ptr);
+            assert!(
+                reused.iter().all(|p| own.contains(p)),
+                "{kind}: spare pages taken"
+            );
+            let mut fresh = cache(kind);
+            fresh
+                .write(0, 0, &rows(0, 3, 7.0), &rows(0, 3, -7.0))
+                .unwrap();
+            assert_eq!(contents(&op.state, 2), contents(&fresh, 0), "{kind}");
+            assert_eq!(contents(&op.state, 1), shared, "{kind}");
+        }
     }
 
     #[test]
