@@ -33,9 +33,9 @@ const TILE_FLOATS: usize = 32 * 1024;
 /// Largest number of weight rows per prefill tile.
 const MAX_TILE_ROWS: usize = 64;
 
-/// Transposed outputs per block of activation rows (bounds the scratch
-/// `[out_f, rows]` buffer to 4 MiB unless `out_f` is large).
-const YT_FLOATS: usize = 1 << 20;
+/// Outputs per block of activation rows (keeps a block's activations and
+/// outputs in cache while a task goes through its weights).
+const ROW_BLOCK_OUTPUTS: usize = 1 << 20;
 
 /// Activation rows per block: at least this many (so that a weight tile is
 /// dequantized at most once per this many rows)…
@@ -157,29 +157,6 @@ impl<'p> Split<'p> {
     pub(crate) fn outputs_per_task(&self, out_f: usize, weights_per_output: usize) -> usize {
         let min = MIN_TASK_WEIGHTS.div_ceil(weights_per_output.max(1));
         out_f.div_ceil(4 * self.threads).max(min).max(1)
-    }
-
-    /// Runs `f(chunk index, chunk)` over `chunk`-sized pieces of `data`, in
-    /// the pool when the call is parallel; `init` makes per-task scratch.
-    pub(crate) fn for_chunks<S>(
-        &self,
-        data: &mut [f32],
-        chunk: usize,
-        init: impl Fn() -> S + Sync + Send,
-        f: impl Fn(&mut S, usize, &mut [f32]) + Sync + Send,
-    ) {
-        if self.parallel {
-            self.pool.install(|| {
-                data.par_chunks_mut(chunk)
-                    .enumerate()
-                    .for_each_init(&init, |s, (i, c)| f(s, i, c))
-            });
-        } else {
-            let mut s = init();
-            for (i, c) in data.chunks_mut(chunk).enumerate() {
-                f(&mut s, i, c);
-            }
-        }
     }
 
     /// Runs `f(scratch, c, pieces)` over the blocks of `cols` columns of
@@ -323,15 +300,16 @@ fn matmul_i8(
 ) {
     let out_f = w.rows();
     let chunk = split.outputs_per_task(out_f, w.cols()).next_multiple_of(4);
-    // `dst[o·nr + t]` = output `o` of activation row `t0 + t`.
-    let fill = |dst: &mut [f32], nr: usize, t0: usize| {
-        split.for_chunks(
-            dst,
-            chunk * nr,
+    let rb = row_block(rows, out_f);
+    for (b, y_block) in y.chunks_mut(rb * out_f).enumerate() {
+        let t0 = b * rb;
+        split.for_column_blocks(
+            y_block,
+            out_f,
+            chunk,
             || (),
-            |_, c, ys| {
-                let o0 = c * chunk;
-                let no = ys.len() / nr;
+            |_, c, rows_out| {
+                let (o0, no, nr) = (c * chunk, rows_out[0].len(), rows_out.len());
                 for g in (0..no).step_by(4) {
                     let first = o0 + g;
                     let n = 4.min(no - g);
@@ -340,50 +318,30 @@ fn matmul_i8(
                         let m = TILE_ROWS.min(nr - t);
                         let mut v = [[0.0f32; 4]; TILE_ROWS];
                         tile(ws, t0 + t, &mut v[..m]);
-                        for (k, vk) in v[..m].iter().enumerate() {
-                            for (r, &vr) in vk.iter().enumerate().take(n) {
-                                ys[(g + r) * nr + t + k] = vr;
-                            }
+                        for (row_out, vk) in rows_out[t..t + m].iter_mut().zip(&v) {
+                            row_out[g..g + n].copy_from_slice(&vk[..n]);
                         }
                     }
                 }
             },
         );
-    };
-    if rows == 1 {
-        // The transposed layout of one row is the row itself.
-        fill(y, 1, 0);
-        for (o, v) in y.iter_mut().enumerate() {
-            *v += bias.map_or(0.0, |b| b[o]);
-        }
-        return;
     }
-    // Blocks of activation rows bound the transposed scratch.
-    let rb = row_block(rows, out_f);
-    let mut yt = vec![0.0f32; out_f * rb];
-    for (b, y_block) in y.chunks_mut(rb * out_f).enumerate() {
-        let nr = y_block.len() / out_f;
-        let yt = &mut yt[..out_f * nr];
-        fill(yt, nr, b * rb);
-        transpose_bias(yt, nr, out_f, bias, y_block);
-    }
+    add_bias_rows(y, out_f, bias);
 }
 
 /// Activation rows per block for `out_f` outputs.
 fn row_block(rows: usize, out_f: usize) -> usize {
-    (YT_FLOATS / out_f)
+    (ROW_BLOCK_OUTPUTS / out_f)
         .clamp(MIN_ROW_BLOCK, MAX_ROW_BLOCK)
         .min(rows)
 }
 
-/// Writes `y[t][o] = yt[o][t] + bias[o]` for a block of `nr` rows.
-fn transpose_bias(yt: &[f32], nr: usize, out_f: usize, bias: Option<&[f32]>, y: &mut [f32]) {
-    const TILE: usize = 16;
-    for o0 in (0..out_f).step_by(TILE) {
-        let o1 = (o0 + TILE).min(out_f);
-        for (t, yrow) in y.chunks_exact_mut(out_f).enumerate().take(nr) {
-            for o in o0..o1 {
-                yrow[o] = yt[o * nr + t] + bias.map_or(0.0, |b| b[o]);
+/// Adds `bias` to every row (of `out_f` values) of `y`.
+fn add_bias_rows(y: &mut [f32], out_f: usize, bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in y.chunks_exact_mut(out_f) {
+            for (v, &bv) in row.iter_mut().zip(b) {
+                *v += bv;
             }
         }
     }
@@ -407,19 +365,25 @@ fn tiled(
         nb = nb.min(out_f.div_ceil(4 * split.threads)).max(4);
     }
     let nb = nb / 4 * 4;
-    let mut yt = vec![0.0f32; out_f * rb];
     for (rbi, y_block) in y.chunks_mut(rb * out_f).enumerate() {
         let nr = y_block.len() / out_f;
         let xb = &x[rbi * rb * in_f..][..nr * in_f];
-        let yt = &mut yt[..out_f * nr];
-        split.for_chunks(yt, nb * nr, Vec::new, |buf, b, dst| {
-            let (o0, no) = (b * nb, dst.len() / nr);
+        let scratch = || (Vec::new(), Vec::new());
+        split.for_column_blocks(y_block, out_f, nb, scratch, |(buf, yt), b, rows_out| {
+            let (o0, no) = (b * nb, rows_out[0].len());
             buf.resize(no * in_f, 0.0);
             k.dequantize_row(w.quant_type(), w.rows_bytes(o0, no), buf);
-            k.gemm_tile(xb, nr, in_f, buf, no, dst);
+            // `yt[o·nr + t]` = output `o0 + o` of activation row `t`.
+            yt.resize(no * nr, 0.0);
+            k.gemm_tile(xb, nr, in_f, buf, no, yt);
+            for (t, row_out) in rows_out.iter_mut().enumerate() {
+                for (o, v) in row_out.iter_mut().enumerate() {
+                    *v = yt[o * nr + t];
+                }
+            }
         });
-        transpose_bias(yt, nr, out_f, bias, y_block);
     }
+    add_bias_rows(y, out_f, bias);
 }
 
 #[cfg(test)]
@@ -476,6 +440,14 @@ mod tests {
                     });
                 }
             }
+            // More rows than one row block (`MAX_ROW_BLOCK`) holds.
+            v.push(Case {
+                qt,
+                rows: MAX_ROW_BLOCK + 44,
+                blocks: 1,
+                out_f: 5,
+                bias: true,
+            });
         }
         v
     }
