@@ -176,6 +176,23 @@ impl<'p> Split<'p> {
             return;
         }
         let rows = data.len() / width;
+        if rows == 1 {
+            // One row (decode): its blocks are plain chunks, no piece lists.
+            let run = |s: &mut S, (c, piece): (usize, &mut [f32])| f(s, c, &mut [piece]);
+            if self.parallel {
+                self.pool.install(|| {
+                    data.par_chunks_mut(cols)
+                        .enumerate()
+                        .for_each_init(&init, run)
+                });
+            } else {
+                let mut s = init();
+                data.chunks_mut(cols)
+                    .enumerate()
+                    .for_each(|item| run(&mut s, item));
+            }
+            return;
+        }
         let mut blocks: Vec<Vec<&mut [f32]>> = (0..width.div_ceil(cols))
             .map(|_| Vec::with_capacity(rows))
             .collect();
@@ -454,12 +471,12 @@ mod tests {
 
     /// Every element of a row-major matrix reaches exactly one task of
     /// `for_column_blocks`, as part of the right row and block (the last
-    /// block narrower), serial and parallel.
+    /// block narrower), serial and parallel, for several rows and for one.
     #[test]
     fn column_blocks_cover_each_element_once() {
-        let (rows, width, cols) = (3, 10, 4);
+        let (width, cols) = (10, 4);
         let pool = pool2();
-        for work in [0, usize::MAX] {
+        for (rows, work) in [(3, 0), (3, usize::MAX), (1, 0), (1, usize::MAX)] {
             let split = Split::new(&pool, work);
             let mut m = vec![0.0f32; rows * width];
             split.for_column_blocks(
@@ -480,7 +497,7 @@ mod tests {
             let want: Vec<f32> = (0..rows * width)
                 .map(|e| (100 * (e / width) + e % width) as f32)
                 .collect();
-            assert_eq!(m, want, "work {work}");
+            assert_eq!(m, want, "rows {rows}, work {work}");
         }
     }
 

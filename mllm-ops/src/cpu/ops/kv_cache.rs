@@ -286,9 +286,9 @@ mod tests {
         })
     }
 
-    /// A cache of rows of 32 values in pages of 4 positions.
-    fn cache(kind: KvDtype) -> KvCacheState {
-        let op = KvCacheOp::new(
+    /// The op of a cache of rows of 32 values in pages of 4 positions.
+    fn cache_op(kind: KvDtype) -> KvCacheOp {
+        KvCacheOp::new(
             KvCacheParams {
                 n_kv_heads: 1,
                 head_dim: 32,
@@ -296,8 +296,12 @@ mod tests {
             },
             kind,
         )
-        .unwrap();
-        op.state
+        .unwrap()
+    }
+
+    /// A cache of rows of 32 values in pages of 4 positions.
+    fn cache(kind: KvDtype) -> KvCacheState {
+        cache_op(kind).state
     }
 
     /// `n` rows whose values identify the row and the writer.
@@ -361,15 +365,7 @@ mod tests {
     #[test]
     fn a_reset_slot_leaves_its_own_pages_to_the_next_sequence() {
         for kind in [KvDtype::F32, KvDtype::Q8_0] {
-            let mut op = KvCacheOp::new(
-                KvCacheParams {
-                    n_kv_heads: 1,
-                    head_dim: 32,
-                    chunk: 4,
-                },
-                kind,
-            )
-            .unwrap();
+            let mut op = cache_op(kind);
             op.state
                 .write(0, 0, &rows(0, 10, 1.0), &rows(0, 10, -1.0))
                 .unwrap();
