@@ -21,7 +21,7 @@ use rayon::ThreadPool;
 
 use super::qact::{Q16Act, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
-use super::qmatmul::{QuantMatrix, Split};
+use super::qmatmul::{add_bias_rows, QuantMatrix, Split};
 use crate::quant::{q4_0, q4_1, QuantType};
 
 /// Rows per packed group.
@@ -484,9 +484,7 @@ pub(crate) fn by_row_blocks(
         Some(pool) => pool.install(run),
         None => run(),
     }
-    for row in y.chunks_exact_mut(out_f) {
-        add_bias(row, bias);
-    }
+    add_bias_rows(y, out_f, bias);
 }
 
 /// Values below which quantizing activations is not worth a fork-join
@@ -530,10 +528,11 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
 /// Writes the outputs of every row group (`groups(g, n)`: the `n` groups
 /// from `g` on, each of `cols` weights per row) for the activation rows
 /// `xs` into `dst` (`[xs.len(), out_f]`, row-major), parallel over blocks
-/// of groups, each task writing its columns of every row; `dot` multiplies one or two consecutive groups
-/// with one to `tile` rows (outputs of the second group after those of
-/// the first): [`TILE_TOKENS`], or [`packed_half::HALF_TILE_TOKENS`] for
-/// the float layout.
+/// of groups, each task writing its columns of every row; `dot`
+/// multiplies one or two consecutive groups with one to `tile` rows
+/// (outputs of the second group after those of the first):
+/// [`TILE_TOKENS`], or [`packed_half::HALF_TILE_TOKENS`] for the float
+/// layout.
 ///
 /// A task goes through its groups a span at a time ([`SPAN_WEIGHT_BYTES`]),
 /// every tile of rows over the whole span, so that each output row is
@@ -633,15 +632,6 @@ pub(crate) fn each_group(
     }
     for (group, out) in groups.chunks_exact(group_bytes).zip(out.chunks_mut(rows)) {
         dot(group, out);
-    }
-}
-
-/// Adds `bias` to one output row.
-fn add_bias(row: &mut [f32], bias: Option<&[f32]>) {
-    if let Some(b) = bias {
-        for (v, &bv) in row.iter_mut().zip(b) {
-            *v += bv;
-        }
     }
 }
 

@@ -354,7 +354,7 @@ fn row_block(rows: usize, out_f: usize) -> usize {
 }
 
 /// Adds `bias` to every row (of `out_f` values) of `y`.
-fn add_bias_rows(y: &mut [f32], out_f: usize, bias: Option<&[f32]>) {
+pub(crate) fn add_bias_rows(y: &mut [f32], out_f: usize, bias: Option<&[f32]>) {
     if let Some(b) = bias {
         for row in y.chunks_exact_mut(out_f) {
             for (v, &bv) in row.iter_mut().zip(b) {
