@@ -66,6 +66,18 @@ fn strings(v: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// The embedded tokenizer, read without the `tokenizers` crate's generic
+/// model parse (see `Tokenizer::from_json`), is the tokenizer that parse
+/// gives: the same vocabulary, merges, options and added tokens.
+#[test]
+fn the_lean_parse_gives_the_crates_tokenizer() {
+    let file = file();
+    let json = file.tokenizer_json().unwrap().expect("embedded tokenizer");
+    let want: tokenizers::Tokenizer = json.parse().unwrap();
+    let got = tokenizer().inner().to_string(false).unwrap();
+    assert_eq!(got, want.to_string(false).unwrap());
+}
+
 #[test]
 fn prompt_ids_match_the_reference() {
     let r = reference();

@@ -21,6 +21,7 @@ pub mod registry;
 pub mod sampling;
 pub mod text;
 pub mod tokenizer;
+mod tokenizer_json;
 
 pub use beam::{
     beam_search, beam_search_batch, BeamOptions, BeamResult, EarlyStopping, Hypothesis,

@@ -9,10 +9,11 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
-    /// Parses a Hugging Face `tokenizer.json`.
+    /// Parses a Hugging Face `tokenizer.json`. A BPE model is read with a
+    /// third of the `tokenizers` crate's transient heap (see
+    /// `tokenizer_json`); the result is the same tokenizer.
     pub fn from_json(json: &str) -> Result<Self> {
-        let inner = json
-            .parse::<tokenizers::Tokenizer>()
+        let inner = crate::tokenizer_json::parse(json)
             .map_err(|e| Error::Tokenizer(format!("cannot parse tokenizer.json: {e}")))?;
         Ok(Tokenizer { inner })
     }
