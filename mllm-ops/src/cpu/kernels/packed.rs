@@ -13,6 +13,8 @@
 //! for the eight rows end up in the eight lanes of one register, with no
 //! horizontal sums and one F16C conversion per eight scales.
 
+use std::ops::Range;
+
 use half::f16;
 use mllm_core::file::TensorData;
 use mllm_core::{DType, Error, Result};
@@ -241,11 +243,20 @@ impl PackedQ4 {
     /// is not a multiple of eight, or when a Q4_0 offset `-8·d` overflows
     /// f16.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4> {
+        Self::pack_with(w, &|_| {})
+    }
+
+    /// [`Self::pack`], calling `copied` with each range of source rows
+    /// once it is packed (see `packed::pack_blocks`).
+    pub fn pack_with(
+        w: &QuantMatrix<'_>,
+        copied: &(dyn Fn(Range<usize>) + Sync),
+    ) -> Result<PackedQ4> {
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
         check_packable(w, &[QuantType::Q4_0, QuantType::Q4_1], "q4")?;
         let nb = cols / BLOCK;
         let mut data = vec![0u8; rows / GROUP_ROWS * nb * PACKED_BLOCK_BYTES];
-        pack_blocks(&mut data, PACKED_BLOCK_BYTES, nb, |g, i, out| {
+        pack_blocks(&mut data, PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
             for r in 0..GROUP_ROWS {
                 let (d, m, qs) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
                 out[2 * r..2 * r + 2].copy_from_slice(&d);
@@ -586,26 +597,46 @@ pub(crate) fn group_outputs<'g, A: Sync>(
     );
 }
 
+/// Source bytes packed between two calls of a packer's progress callback
+/// (see [`pack_blocks`] and `PackedHalf::pack_with`).
+pub const RELEASE_BYTES: usize = 4 << 20;
+
 /// Fills `data` (row groups one after the other, each `blocks` blocks of
 /// `block_bytes`) with `pack_block(group, block, bytes)`, in parallel over
-/// the groups in the current rayon pool (a linear op packs in its own);
+/// runs of groups (at most about [`RELEASE_BYTES`] each, and four runs per
+/// thread at least) in the current rayon pool (a linear op packs in its
+/// own), calling `copied` with the source rows
+/// of each run once it is packed, so that a caller reading a mapped source
+/// can release it as it goes (runs finish in any order, on any thread);
 /// the first error, if any, is returned.
 pub(crate) fn pack_blocks(
     data: &mut [u8],
     block_bytes: usize,
     blocks: usize,
+    copied: &(dyn Fn(Range<usize>) + Sync),
     pack_block: impl Fn(usize, usize, &mut [u8]) -> Result<()> + Sync,
 ) -> Result<()> {
-    if blocks == 0 || block_bytes == 0 {
+    let group_bytes = blocks * block_bytes;
+    if group_bytes == 0 {
         return Ok(());
     }
-    data.par_chunks_mut(blocks * block_bytes)
+    let groups = data.len() / group_bytes;
+    let per_run = RELEASE_BYTES
+        .div_ceil(group_bytes)
+        .min(groups.div_ceil(4 * rayon::current_num_threads()))
+        .max(1);
+    data.par_chunks_mut(per_run * group_bytes)
         .enumerate()
-        .try_for_each(|(g, group)| {
-            group
-                .chunks_exact_mut(block_bytes)
-                .enumerate()
-                .try_for_each(|(i, out)| pack_block(g, i, out))
+        .try_for_each(|(run, bytes)| {
+            let first = run * per_run;
+            for (g, group) in bytes.chunks_exact_mut(group_bytes).enumerate() {
+                for (i, out) in group.chunks_exact_mut(block_bytes).enumerate() {
+                    pack_block(first + g, i, out)?;
+                }
+            }
+            let groups = bytes.len() / group_bytes;
+            copied(first * GROUP_ROWS..(first + groups) * GROUP_ROWS);
+            Ok(())
         })
 }
 
@@ -642,6 +673,48 @@ pub(crate) mod tests {
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
     use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
+
+    /// Checks the row ranges a packer reported through its progress
+    /// callback for a matrix of `rows` rows of `row_bytes` source bytes:
+    /// more than two, in whole groups, of at most about `RELEASE_BYTES` of
+    /// source each, and together every row exactly once.
+    pub(crate) fn check_copied_ranges(mut seen: Vec<Range<usize>>, rows: usize, row_bytes: usize) {
+        seen.sort_by_key(|r| r.start);
+        assert!(seen.len() > 2, "{seen:?}");
+        assert_eq!(seen.first().map(|r| r.start), Some(0));
+        assert_eq!(seen.last().map(|r| r.end), Some(rows));
+        for pair in seen.windows(2) {
+            assert_eq!(pair[0].end, pair[1].start, "{seen:?}");
+        }
+        for r in &seen {
+            assert!(
+                r.start.is_multiple_of(GROUP_ROWS) && r.end > r.start,
+                "{r:?}"
+            );
+            assert!(
+                r.len() * row_bytes <= RELEASE_BYTES + GROUP_ROWS * row_bytes,
+                "{r:?}"
+            );
+        }
+    }
+
+    /// Packing with a progress callback reports every row once (see
+    /// [`check_copied_ranges`]) and gives the bytes of packing without.
+    #[test]
+    fn packing_reports_the_rows_it_copied() {
+        let mut rng = Rng::new(57);
+        let (rows, cols) = (8 * 500, 4 * BLOCK);
+        let qt = QuantType::Q4_1;
+        let w = random_blocks(&mut rng, qt, rows * cols / BLOCK);
+        let m = QuantMatrix::new(qt, &w, rows, cols).unwrap();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let record = |r: Range<usize>| seen.lock().unwrap().push(r);
+        let p = pool2()
+            .install(|| PackedQ4::pack_with(&m, &record))
+            .unwrap();
+        check_copied_ranges(seen.into_inner().unwrap(), rows, w.len() / rows);
+        assert!(p.bytes() == PackedQ4::pack(&m).unwrap().bytes());
+    }
 
     /// The integer paths whose packed 4-, 5- and 6-bit kernels differ:
     /// 16-bit and 8-bit activation rows.

@@ -21,11 +21,12 @@
 use std::ops::Range;
 
 use mllm_core::{Error, Result};
-use rayon::prelude::*;
 use rayon::ThreadPool;
 
 use super::matmul::HalfBits;
-use super::packed::{by_row_blocks, group_outputs, PackedData, PackedFormat, GROUP_ROWS};
+use super::packed::{
+    by_row_blocks, group_outputs, pack_blocks, PackedData, PackedFormat, GROUP_ROWS,
+};
 use super::qact::BLOCK;
 use super::qkernel::QuantKernel;
 #[cfg(target_arch = "x86_64")]
@@ -44,10 +45,6 @@ pub(crate) const COLUMN_BYTES: usize = 2 * GROUP_ROWS;
 /// Bytes of one group per block of 32 columns.
 const HALF_BLOCK_BYTES: usize = BLOCK * COLUMN_BYTES;
 
-/// Source bytes packed between two calls of [`PackedHalf::pack_with`]'s
-/// progress callback.
-pub const RELEASE_BYTES: usize = 4 << 20;
-
 /// An f16 or bf16 matrix `[rows, cols]` repacked in groups of eight rows
 /// (see the module documentation).
 pub struct PackedHalf {
@@ -64,10 +61,10 @@ impl PackedHalf {
     }
 
     /// [`PackedHalf::pack`], calling `copied` with each range of rows
-    /// (about [`RELEASE_BYTES`] of `bits` at a time) once they are packed,
-    /// so that a caller reading `bits` from a map can release them as it
-    /// goes. The ranges are packed in parallel (in the current rayon pool),
-    /// so they arrive in any order, from any thread.
+    /// (at most about [`RELEASE_BYTES`](super::packed::RELEASE_BYTES) of `bits` at a time) once they are
+    /// packed, so that a caller reading `bits` from a map can release them
+    /// as it goes. The ranges are packed in parallel (in the current rayon
+    /// pool), so they arrive in any order, from any thread.
     pub fn pack_with(
         bits: &[u16],
         kind: HalfBits,
@@ -88,22 +85,21 @@ impl PackedHalf {
             )));
         }
         let mut data = vec![0u8; rows * cols * 2];
-        let group_bytes = cols * COLUMN_BYTES;
-        let per_release = RELEASE_BYTES.div_ceil(group_bytes);
-        let chunks = data.par_chunks_mut(per_release * group_bytes).enumerate();
-        chunks.for_each(|(c, chunk)| {
-            let first = c * per_release;
-            for (g, out) in chunk.chunks_exact_mut(group_bytes).enumerate() {
+        pack_blocks(
+            &mut data,
+            HALF_BLOCK_BYTES,
+            cols / BLOCK,
+            copied,
+            |g, i, out| {
                 for r in 0..GROUP_ROWS {
-                    let row = &bits[((first + g) * GROUP_ROWS + r) * cols..][..cols];
+                    let row = &bits[(g * GROUP_ROWS + r) * cols + i * BLOCK..][..BLOCK];
                     for (col, v) in row.iter().enumerate() {
                         out[COLUMN_BYTES * col + 2 * r..][..2].copy_from_slice(&v.to_le_bytes());
                     }
                 }
-            }
-            let groups = chunk.len() / group_bytes;
-            copied(first * GROUP_ROWS..(first + groups) * GROUP_ROWS);
-        });
+                Ok(())
+            },
+        )?;
         Ok(PackedHalf {
             data: PackedData::owned(data, rows, cols, HALF_BLOCK_BYTES),
             kind,
@@ -244,7 +240,9 @@ pub fn packed_half_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::kernels::packed::tests::{check_group_products, check_rows_alone, BoundLinear};
+    use crate::cpu::kernels::packed::tests::{
+        check_copied_ranges, check_group_products, check_rows_alone, BoundLinear,
+    };
     use crate::cpu::kernels::qkernel::tests::kernel_or_skip;
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
     use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
@@ -372,29 +370,21 @@ mod tests {
         check_group_products::<HalfFormat<true>>(p.data.groups(0, 2), &xs, &levels, "bf16");
     }
 
-    /// The progress callback names every row once, in ranges of whole
-    /// groups of about `RELEASE_BYTES` of source, and the parallel packing
-    /// gives the rows' values.
+    /// The progress callback names every row once (see
+    /// `check_copied_ranges`), and the parallel packing gives the rows'
+    /// values.
     #[test]
     fn packing_reports_the_rows_it_copied() {
-        let (rows, cols) = (8 * 300, 1024);
+        let (rows, cols) = (8 * 1100, 1024);
         let bits: Vec<u16> = (0..rows * cols).map(|i| (i % 30011) as u16).collect();
         let seen = std::sync::Mutex::new(Vec::new());
         let record = |r: Range<usize>| seen.lock().unwrap().push(r);
         let p =
             pool2().install(|| PackedHalf::pack_with(&bits, HalfBits::F16, [rows, cols], &record));
         let p = p.unwrap();
-        let mut seen = seen.into_inner().unwrap();
-        seen.sort_by_key(|r| r.start);
-        let per = RELEASE_BYTES.div_ceil(cols * COLUMN_BYTES) * GROUP_ROWS;
-        let want: Vec<Range<usize>> = (0..rows)
-            .step_by(per)
-            .map(|s| s..(s + per).min(rows))
-            .collect();
-        assert_eq!(seen, want);
-        assert!(want.len() > 1);
+        check_copied_ranges(seen.into_inner().unwrap(), rows, 2 * cols);
         let mut row = vec![0.0f32; cols];
-        for r in [0, 7, 8 * 150 + 3, rows - 1] {
+        for r in [0, 7, 8 * 550 + 3, rows - 1] {
             p.unpack_row(p.data.groups(r / GROUP_ROWS, 1), r % GROUP_ROWS, &mut row);
             let want: Vec<f32> = bits[r * cols..(r + 1) * cols]
                 .iter()

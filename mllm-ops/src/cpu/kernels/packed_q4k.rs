@@ -22,6 +22,8 @@
 //! the very numbers the K-quant's dequantizer multiplies with. A layout
 //! differs only in its sub-blocks' bits ([`SubBlockBits`]).
 
+use std::ops::Range;
+
 use std::marker::PhantomData;
 
 use half::f16;
@@ -113,12 +115,22 @@ pub(crate) type PackedQ4K = PackedKQuant<Nibbles>;
 impl<B: SubBlockBits> PackedKQuant<B> {
     /// Repacks `w`; fails when it is not of `B`'s block type or when its
     /// row count is not a multiple of eight.
+    #[cfg(test)]
     pub(crate) fn pack(w: &QuantMatrix<'_>) -> Result<PackedKQuant<B>> {
+        Self::pack_with(w, &|_| {})
+    }
+
+    /// [`Self::pack`], calling `copied` with each range of source rows
+    /// once it is packed (see `packed::pack_blocks`).
+    pub(crate) fn pack_with(
+        w: &QuantMatrix<'_>,
+        copied: &(dyn Fn(Range<usize>) + Sync),
+    ) -> Result<PackedKQuant<B>> {
         let (rows, cols) = (w.rows(), w.cols());
         check_packable(w, &[B::QT], &B::QT.to_string())?;
         let (supers, block_bytes) = (cols / B::QT.block_len(), B::QT.block_bytes());
         let mut data = vec![0u8; rows / GROUP_ROWS * supers * B::SUPER_BYTES];
-        pack_blocks(&mut data, B::SUPER_BYTES, supers, |g, s, out| {
+        pack_blocks(&mut data, B::SUPER_BYTES, supers, copied, |g, s, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);
                 let b = &row[s * block_bytes..(s + 1) * block_bytes];

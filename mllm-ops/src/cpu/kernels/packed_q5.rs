@@ -11,6 +11,8 @@
 //! Q5_1 dequantize to, and its contribution `d·d_x·Σ q·q_x + m·s_x` is the
 //! packed Q4 block step.
 
+use std::ops::Range;
+
 use half::f16;
 use mllm_core::{Error, Result};
 use rayon::ThreadPool;
@@ -42,11 +44,20 @@ impl PackedQ5 {
     /// is not a multiple of eight, or when a Q5_0 offset `−16·d` overflows
     /// f16.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ5> {
+        Self::pack_with(w, &|_| {})
+    }
+
+    /// [`Self::pack`], calling `copied` with each range of source rows
+    /// once it is packed (see `packed::pack_blocks`).
+    pub fn pack_with(
+        w: &QuantMatrix<'_>,
+        copied: &(dyn Fn(Range<usize>) + Sync),
+    ) -> Result<PackedQ5> {
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
         check_packable(w, &[QuantType::Q5_0, QuantType::Q5_1], "q5")?;
         let nb = cols / BLOCK;
         let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q5_PACKED_BLOCK_BYTES];
-        pack_blocks(&mut data, Q5_PACKED_BLOCK_BYTES, nb, |g, i, out| {
+        pack_blocks(&mut data, Q5_PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
             for r in 0..GROUP_ROWS {
                 let (d, m, q) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
                 out[2 * r..2 * r + 2].copy_from_slice(&d);

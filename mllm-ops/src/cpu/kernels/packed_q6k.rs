@@ -26,6 +26,8 @@
 //! `fma(Σ, (d·sc)·d_x, acc)`, the same integers and float steps at every
 //! level, so all levels give the same bits.
 
+use std::ops::Range;
+
 use half::f16;
 use mllm_core::Result;
 use rayon::ThreadPool;
@@ -62,11 +64,20 @@ impl PackedQ6K {
     /// Repacks `w`; fails when it is not Q6_K or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ6K> {
+        Self::pack_with(w, &|_| {})
+    }
+
+    /// [`Self::pack`], calling `copied` with each range of source rows
+    /// once it is packed (see `packed::pack_blocks`).
+    pub fn pack_with(
+        w: &QuantMatrix<'_>,
+        copied: &(dyn Fn(Range<usize>) + Sync),
+    ) -> Result<PackedQ6K> {
         let (rows, cols) = (w.rows(), w.cols());
         check_packable(w, &[QuantType::Q6K], "q6_k")?;
         let supers = cols / q6_k::BLOCK_LEN;
         let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
-        pack_blocks(&mut data, SUPER_BYTES, supers, |g, s, out| {
+        pack_blocks(&mut data, SUPER_BYTES, supers, copied, |g, s, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);
                 let b = row[s * q6_k::BLOCK_BYTES..(s + 1) * q6_k::BLOCK_BYTES]

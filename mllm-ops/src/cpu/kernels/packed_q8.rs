@@ -17,6 +17,8 @@
 //! then the same float steps, so all instruction sets give the same results
 //! bit for bit.
 
+use std::ops::Range;
+
 use mllm_core::file::TensorData;
 use mllm_core::{DType, Result};
 use rayon::ThreadPool;
@@ -43,11 +45,20 @@ impl PackedQ8 {
     /// Repacks `w`; fails when it is not Q8_0 or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ8> {
+        Self::pack_with(w, &|_| {})
+    }
+
+    /// [`Self::pack`], calling `copied` with each range of source rows
+    /// once it is packed (see `packed::pack_blocks`).
+    pub fn pack_with(
+        w: &QuantMatrix<'_>,
+        copied: &(dyn Fn(Range<usize>) + Sync),
+    ) -> Result<PackedQ8> {
         let (rows, cols) = (w.rows(), w.cols());
         check_packable(w, &[QuantType::Q8_0], "q8_0")?;
         let nb = cols / BLOCK;
         let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q8_PACKED_BLOCK_BYTES];
-        pack_blocks(&mut data, Q8_PACKED_BLOCK_BYTES, nb, |g, i, out| {
+        pack_blocks(&mut data, Q8_PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);
                 let b = &row[i * q8_0::BLOCK_BYTES..(i + 1) * q8_0::BLOCK_BYTES];

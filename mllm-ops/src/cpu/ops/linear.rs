@@ -1,5 +1,6 @@
 //! `y = x W^T + b` with f32, f16, bf16 or block-quantized weights.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use mllm_core::op::{LinearParams, Op, OpInput};
@@ -48,15 +49,20 @@ enum PackedWeight {
 
 impl PackedWeight {
     /// `m` repacked in its type's layout, if it has one and `m` fits it
-    /// (see each layout's `pack`).
-    fn pack(m: &QuantMatrix<'_>) -> Option<PackedWeight> {
+    /// (see each layout's `pack`), calling `copied` with each range of
+    /// rows once it is packed.
+    fn pack(m: &QuantMatrix<'_>, copied: &(dyn Fn(Range<usize>) + Sync)) -> Option<PackedWeight> {
         match m.quant_type() {
-            QuantType::Q4_0 | QuantType::Q4_1 => PackedQ4::pack(m).ok().map(PackedWeight::Q4),
-            QuantType::Q5_0 | QuantType::Q5_1 => PackedQ5::pack(m).ok().map(PackedWeight::Q5),
-            QuantType::Q8_0 => PackedQ8::pack(m).ok().map(PackedWeight::Q8),
-            QuantType::Q4K => PackedQ4K::pack(m).ok().map(PackedWeight::Q4K),
-            QuantType::Q5K => PackedQ5K::pack(m).ok().map(PackedWeight::Q5K),
-            QuantType::Q6K => PackedQ6K::pack(m).ok().map(PackedWeight::Q6K),
+            QuantType::Q4_0 | QuantType::Q4_1 => {
+                PackedQ4::pack_with(m, copied).ok().map(PackedWeight::Q4)
+            }
+            QuantType::Q5_0 | QuantType::Q5_1 => {
+                PackedQ5::pack_with(m, copied).ok().map(PackedWeight::Q5)
+            }
+            QuantType::Q8_0 => PackedQ8::pack_with(m, copied).ok().map(PackedWeight::Q8),
+            QuantType::Q4K => PackedQ4K::pack_with(m, copied).ok().map(PackedWeight::Q4K),
+            QuantType::Q5K => PackedQ5K::pack_with(m, copied).ok().map(PackedWeight::Q5K),
+            QuantType::Q6K => PackedQ6K::pack_with(m, copied).ok().map(PackedWeight::Q6K),
             QuantType::Q2K | QuantType::Q3K | QuantType::IQ4NL | QuantType::IQ4XS => None,
         }
     }
@@ -211,8 +217,9 @@ impl Op for LinearOp {
 /// `weight` repacked for a packed kernel when `kernel` uses them and the
 /// weight is Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K with a
 /// row count that is a multiple of eight, or f16 / bf16 with rows in
-/// eights and columns in 32s; the mapped bytes then leave memory.
-/// Otherwise `weight` unchanged.
+/// eights and columns in 32s; the mapped bytes leave memory part by part
+/// as they are copied (a large head would otherwise be resident twice
+/// while it is packed). Otherwise `weight` unchanged.
 fn pack_if_faster(
     weight: MatrixWeight,
     [rows, cols]: [usize; 2],
@@ -221,20 +228,22 @@ fn pack_if_faster(
     if !kernel.repacks_weights() {
         return LinearWeight::Plain(weight);
     }
+    let release = |row_bytes: usize| {
+        let weight = &weight;
+        move |r: Range<usize>| weight.release_range(r.start * row_bytes..r.end * row_bytes)
+    };
+    let half = |bits: &[u16], kind| {
+        PackedHalf::pack_with(bits, kind, [rows, cols], &release(2 * cols))
+            .ok()
+            .map(PackedWeight::Half)
+    };
     let packed = match weight.slice() {
-        MatrixSlice::Quant(m) => PackedWeight::pack(&m),
-        MatrixSlice::Float(FloatSlice::F16(w)) => pack_half(
-            &weight,
-            bytemuck::cast_slice(w),
-            HalfBits::F16,
-            [rows, cols],
-        ),
-        MatrixSlice::Float(FloatSlice::BF16(w)) => pack_half(
-            &weight,
-            bytemuck::cast_slice(w),
-            HalfBits::Bf16,
-            [rows, cols],
-        ),
+        MatrixSlice::Quant(m) => {
+            let qt = m.quant_type();
+            PackedWeight::pack(&m, &release(cols / qt.block_len() * qt.block_bytes()))
+        }
+        MatrixSlice::Float(FloatSlice::F16(w)) => half(bytemuck::cast_slice(w), HalfBits::F16),
+        MatrixSlice::Float(FloatSlice::BF16(w)) => half(bytemuck::cast_slice(w), HalfBits::Bf16),
         MatrixSlice::Float(FloatSlice::F32(_)) => None,
     };
     match packed {
@@ -244,24 +253,6 @@ fn pack_if_faster(
         }
         None => LinearWeight::Plain(weight),
     }
-}
-
-/// The f16 / bf16 `weight` (raw values `bits`) packed, its mapped pages
-/// released part by part as they are copied (a large head would otherwise
-/// be resident twice while it is packed); `None` where it does not fit the
-/// packed layout.
-fn pack_half(
-    weight: &MatrixWeight,
-    bits: &[u16],
-    kind: HalfBits,
-    [rows, cols]: [usize; 2],
-) -> Option<PackedWeight> {
-    let row_bytes = 2 * cols;
-    let release =
-        |r: std::ops::Range<usize>| weight.release_range(r.start * row_bytes..r.end * row_bytes);
-    PackedHalf::pack_with(bits, kind, [rows, cols], &release)
-        .ok()
-        .map(PackedWeight::Half)
 }
 
 #[cfg(test)]
