@@ -10,7 +10,7 @@ use std::fmt;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::models::bpe::{BpeBuilder, Vocab, BPE};
 use tokenizers::AddedToken;
 
 /// A BPE model with nothing in it: it stands in for the real one while
@@ -25,9 +25,8 @@ struct ModelKind {
 }
 
 /// A BPE model section, read field by field as the crate's own BPE parse
-/// reads it, but with the merges read one at a time into their final
-/// strings (the crate buffers the whole list first to tell its two forms
-/// apart).
+/// reads it, but with each merge read into its final strings (the crate
+/// buffers the whole list first to tell its two forms apart).
 #[derive(Deserialize)]
 struct BpeSection {
     dropout: Option<f32>,
@@ -38,70 +37,42 @@ struct BpeSection {
     byte_fallback: Option<bool>,
     ignore_merges: Option<bool>,
     vocab: Vocab,
-    merges: Merges,
+    /// In rank order (see [`Merge`]).
+    merges: Vec<Merge>,
 }
 
 impl BpeSection {
     /// The BPE model.
     fn build(self) -> Result<BPE, String> {
-        let mut b = BPE::builder().vocab_and_merges(self.vocab, self.merges.0);
-        if let Some(v) = self.dropout {
-            b = b.dropout(v);
-        }
-        if let Some(v) = self.unk_token {
-            b = b.unk_token(v);
-        }
-        if let Some(v) = self.continuing_subword_prefix {
-            b = b.continuing_subword_prefix(v);
-        }
-        if let Some(v) = self.end_of_word_suffix {
-            b = b.end_of_word_suffix(v);
-        }
-        if let Some(v) = self.fuse_unk {
-            b = b.fuse_unk(v);
-        }
-        if let Some(v) = self.byte_fallback {
-            b = b.byte_fallback(v);
-        }
-        if let Some(v) = self.ignore_merges {
-            b = b.ignore_merges(v);
-        }
+        let merges = self.merges.into_iter().filter_map(|m| m.0).collect();
+        let b = BPE::builder().vocab_and_merges(self.vocab, merges);
+        let b = set(b, self.dropout, BpeBuilder::dropout);
+        let b = set(b, self.unk_token, BpeBuilder::unk_token);
+        let b = set(
+            b,
+            self.continuing_subword_prefix,
+            BpeBuilder::continuing_subword_prefix,
+        );
+        let b = set(b, self.end_of_word_suffix, BpeBuilder::end_of_word_suffix);
+        let b = set(b, self.fuse_unk, BpeBuilder::fuse_unk);
+        let b = set(b, self.byte_fallback, BpeBuilder::byte_fallback);
+        let b = set(b, self.ignore_merges, BpeBuilder::ignore_merges);
         b.build().map_err(|e| format!("model: {e}"))
     }
 }
 
-/// The merges of a BPE model, in rank order. Each is either a pair of
-/// strings or, in the older form, one string with the two parts separated
-/// by one space (`#version` lines of that form are skipped).
-struct Merges(Vec<(String, String)>);
-
-impl<'de> Deserialize<'de> for Merges {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_seq(MergesVisitor)
+/// `option(b, v)` when the section gives `v`, else `b` (the crate's
+/// default).
+fn set<T>(b: BpeBuilder, v: Option<T>, option: fn(BpeBuilder, T) -> BpeBuilder) -> BpeBuilder {
+    match v {
+        Some(v) => option(b, v),
+        None => b,
     }
 }
 
-struct MergesVisitor;
-
-impl<'de> Visitor<'de> for MergesVisitor {
-    type Value = Merges;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a list of merges")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Merges, A::Error> {
-        let mut merges = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(merge) = seq.next_element::<Merge>()? {
-            if let Some(pair) = merge.0 {
-                merges.push(pair);
-            }
-        }
-        Ok(Merges(merges))
-    }
-}
-
-/// One merge (`None` for a `#version` line).
+/// One merge of a BPE model: a pair of strings or, in the older form, one
+/// string with the two parts separated by one space (`None` for the
+/// `#version` line of that form).
 struct Merge(Option<(String, String)>);
 
 impl<'de> Deserialize<'de> for Merge {
