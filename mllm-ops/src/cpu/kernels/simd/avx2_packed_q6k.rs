@@ -36,7 +36,7 @@ macro_rules! q6k_tile {
                 BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES,
             };
             use $crate::cpu::kernels::simd::avx2_packed::{f16x8, RowPlanes};
-            use $crate::cpu::kernels::simd::avx2_packed_q6k::{add_half, i8x8, values};
+            use $crate::cpu::kernels::simd::avx2_packed_q6k::{add_half, half_values, i8x8};
             let xs: [Q6KInput<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].x.d.len();
             let planes = RowPlanes::new(xs.map(|x| x.x), nb);
@@ -59,17 +59,19 @@ macro_rules! q6k_tile {
                         T,
                     );
                     let block = planes.block(i);
-                    let [first, second] = values(&sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS]);
-                    let scale =
-                        |h: usize| _mm256_mul_ps(d, i8x8(&sb[SCALES_AT + GROUP_ROWS * h..]));
-                    let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
-                    for t in 0..T {
-                        let sum0 = $plane_sums(&first, block, t, 0);
-                        let sum1 = $plane_sums(&second, block, t, 16);
-                        let (dx, hs) = (dxs[t][j], hss[t]);
-                        acc[t] = add_half(acc[t], sum0, hs[2 * j], scale0, dx);
-                        acc[t] = add_half(acc[t], sum1, hs[2 * j + 1], scale1, dx);
-                    }
+                    let bits = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
+                    // One half at a time: its four registers of values, its
+                    // scale and the accumulators stay in registers.
+                    let mut half = |h: usize, w: [__m256i; 4]| {
+                        let sc = i8x8(&sb[SCALES_AT + GROUP_ROWS * (2 * j + h)..]);
+                        let scale = _mm256_mul_ps(d, sc);
+                        for t in 0..T {
+                            let sum = $plane_sums(&w, block, t, 16 * h);
+                            acc[t] = add_half(acc[t], sum, hss[t][2 * j + h], scale, dxs[t][j]);
+                        }
+                    };
+                    half(0, half_values::<0>(bits));
+                    half(1, half_values::<1>(bits));
                 }
             }
             acc
@@ -81,15 +83,14 @@ pub(crate) use q6k_tile;
 
 q6k_tile!("avx2,fma,f16c", plane_sums);
 
-/// The 6-bit values of one block's bits: four registers (one per chunk)
-/// for the first 16 columns and four for the last 16.
+/// The 6-bit values of one half (`H` = 0: the first 16 columns, 1: the
+/// last 16) of one block's bits: four registers, one per chunk.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn values(bits: &[u8]) -> [[__m256i; 4]; 2] {
+pub(crate) fn half_values<const H: usize>(bits: &[u8]) -> [__m256i; 4] {
     let low4 = _mm256_set1_epi8(0x0F);
     let top2 = _mm256_set1_epi8(0x30);
-    let mut out = [[_mm256_setzero_si256(); 4]; 2];
-    for c in 0..4 {
+    std::array::from_fn(|c| {
         let v = load32(&bits[32 * c..]);
         let top = load32(&bits[NIBBLE_BYTES + 32 * (c / 2)..]);
         let top = if c % 2 == 1 {
@@ -97,16 +98,18 @@ pub(crate) fn values(bits: &[u8]) -> [[__m256i; 4]; 2] {
         } else {
             top
         };
-        out[0][c] = _mm256_or_si256(
-            _mm256_and_si256(v, low4),
-            _mm256_and_si256(_mm256_slli_epi16::<4>(top), top2),
-        );
-        out[1][c] = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4),
-            _mm256_and_si256(_mm256_slli_epi16::<2>(top), top2),
-        );
-    }
-    out
+        if H == 0 {
+            _mm256_or_si256(
+                _mm256_and_si256(v, low4),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(top), top2),
+            )
+        } else {
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4),
+                _mm256_and_si256(_mm256_slli_epi16::<2>(top), top2),
+            )
+        }
+    })
 }
 
 /// `256·Σ w·hi + Σ w·lo` over 16 columns starting at `base` of row `t`'s
