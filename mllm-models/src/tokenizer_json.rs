@@ -124,7 +124,9 @@ pub(crate) fn parse(json: &str) -> Result<tokenizers::Tokenizer, String> {
         json.parse::<tokenizers::Tokenizer>()
             .map_err(|e| e.to_string())
     };
-    let Ok(sections) = serde_json::from_str::<BTreeMap<String, &RawValue>>(json) else {
+    let empty_model = RawValue::from_string(EMPTY_BPE.into()).map_err(|e| e.to_string())?;
+    let no_tokens = RawValue::from_string("[]".into()).map_err(|e| e.to_string())?;
+    let Ok(mut sections) = serde_json::from_str::<BTreeMap<String, &RawValue>>(json) else {
         return generic();
     };
     let Some(model) = sections.get("model") else {
@@ -142,13 +144,9 @@ pub(crate) fn parse(json: &str) -> Result<tokenizers::Tokenizer, String> {
         Some(raw) => serde_json::from_str(raw.get()).map_err(|e| format!("added_tokens: {e}"))?,
         None => Vec::new(),
     };
-    let empty_model = RawValue::from_string(EMPTY_BPE.into()).map_err(|e| e.to_string())?;
-    let no_tokens = RawValue::from_string("[]".into()).map_err(|e| e.to_string())?;
-    let mut rest: BTreeMap<&str, &RawValue> =
-        sections.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    rest.insert("model", &empty_model);
-    rest.insert("added_tokens", &no_tokens);
-    let rest = serde_json::to_string(&rest).map_err(|e| e.to_string())?;
+    sections.insert("model".into(), &empty_model);
+    sections.insert("added_tokens".into(), &no_tokens);
+    let rest = serde_json::to_string(&sections).map_err(|e| e.to_string())?;
     let mut tokenizer = rest
         .parse::<tokenizers::Tokenizer>()
         .map_err(|e| e.to_string())?;

@@ -605,10 +605,10 @@ pub const RELEASE_BYTES: usize = 4 << 20;
 /// `block_bytes`) with `pack_block(group, block, bytes)`, in parallel over
 /// runs of groups (at most about [`RELEASE_BYTES`] each, and four runs per
 /// thread at least) in the current rayon pool (a linear op packs in its
-/// own), calling `copied` with the source rows
-/// of each run once it is packed, so that a caller reading a mapped source
-/// can release it as it goes (runs finish in any order, on any thread);
-/// the first error, if any, is returned.
+/// own), calling `copied` with the source rows of each run once it is
+/// packed, so that a caller reading a mapped source can release it as it
+/// goes (runs finish in any order, on any thread); the first error, if
+/// any, is returned.
 pub(crate) fn pack_blocks(
     data: &mut [u8],
     block_bytes: usize,
@@ -634,8 +634,8 @@ pub(crate) fn pack_blocks(
                     pack_block(first + g, i, out)?;
                 }
             }
-            let groups = bytes.len() / group_bytes;
-            copied(first * GROUP_ROWS..(first + groups) * GROUP_ROWS);
+            let packed = bytes.len() / group_bytes;
+            copied(first * GROUP_ROWS..(first + packed) * GROUP_ROWS);
             Ok(())
         })
 }
@@ -712,7 +712,7 @@ pub(crate) mod tests {
         let p = pool2()
             .install(|| PackedQ4::pack_with(&m, &record))
             .unwrap();
-        check_copied_ranges(seen.into_inner().unwrap(), rows, w.len() / rows);
+        check_copied_ranges(seen.into_inner().unwrap(), rows, m.row_bytes());
         assert!(p.bytes() == PackedQ4::pack(&m).unwrap().bytes());
     }
 

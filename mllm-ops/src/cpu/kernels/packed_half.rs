@@ -60,11 +60,12 @@ impl PackedHalf {
         PackedHalf::pack_with(bits, kind, [rows, cols], &|_| {})
     }
 
-    /// [`PackedHalf::pack`], calling `copied` with each range of rows
-    /// (at most about [`RELEASE_BYTES`](super::packed::RELEASE_BYTES) of `bits` at a time) once they are
-    /// packed, so that a caller reading `bits` from a map can release them
-    /// as it goes. The ranges are packed in parallel (in the current rayon
-    /// pool), so they arrive in any order, from any thread.
+    /// [`PackedHalf::pack`], calling `copied` with each range of rows (at
+    /// most about [`RELEASE_BYTES`](super::packed::RELEASE_BYTES) of `bits`
+    /// at a time) once they are packed, so that a caller reading `bits`
+    /// from a map can release them as it goes. The ranges are packed in
+    /// parallel (in the current rayon pool), so they arrive in any order,
+    /// from any thread.
     pub fn pack_with(
         bits: &[u16],
         kind: HalfBits,

@@ -22,9 +22,8 @@
 //! the very numbers the K-quant's dequantizer multiplies with. A layout
 //! differs only in its sub-blocks' bits ([`SubBlockBits`]).
 
-use std::ops::Range;
-
 use std::marker::PhantomData;
+use std::ops::Range;
 
 use half::f16;
 use mllm_core::Result;

@@ -118,6 +118,11 @@ impl<'a> QuantMatrix<'a> {
         self.cols
     }
 
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
     /// The blocks of row `r`.
     pub fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]

@@ -238,10 +238,7 @@ fn pack_if_faster(
             .map(PackedWeight::Half)
     };
     let packed = match weight.slice() {
-        MatrixSlice::Quant(m) => {
-            let qt = m.quant_type();
-            PackedWeight::pack(&m, &release(cols / qt.block_len() * qt.block_bytes()))
-        }
+        MatrixSlice::Quant(m) => PackedWeight::pack(&m, &release(m.row_bytes())),
         MatrixSlice::Float(FloatSlice::F16(w)) => half(bytemuck::cast_slice(w), HalfBits::F16),
         MatrixSlice::Float(FloatSlice::BF16(w)) => half(bytemuck::cast_slice(w), HalfBits::Bf16),
         MatrixSlice::Float(FloatSlice::F32(_)) => None,

@@ -1,9 +1,11 @@
 //! AVX2 product of a packed Q6_K row group (see `packed_q6k`) with one to
 //! four 16-bit activation rows.
 //!
-//! Per block of 32 columns, the four nibble chunks and two top-bit words
-//! rebuild eight registers of 6-bit values (four columns of the eight rows
-//! each): four for the block's first half, four for its second. `maddubs`
+//! Per half of a block of 32 columns, the four nibble chunks and two
+//! top-bit words rebuild four registers of 6-bit values (four columns of
+//! the eight rows each), one half after the other so that the values, the
+//! accumulators and the broadcast activations fit AVX2's sixteen
+//! registers. `maddubs`
 //! with broadcast activation words gives 16-bit pair sums of at most
 //! `2 · 63 · 128`, two of which still fit 16 bits before `madd` widens
 //! them, so each half's sums over both planes are exact 32-bit integers.
