@@ -142,11 +142,32 @@ fn pack_row(b: &[u8; q6_k::BLOCK_BYTES], r: usize, out: &mut [u8]) {
     for j in 0..2 * BLOCKS {
         out[SCALES_AT + GROUP_ROWS * j + r] = b[192 + j];
     }
-    for (i, q) in q6_k::values(b).into_iter().enumerate() {
-        let bits = &mut out[BITS_AT + BLOCK_BITS * (i / BLOCK)..][..BLOCK_BITS];
-        let (nib, nib_shift, top, top_shift) = bit_places(r, i % BLOCK);
-        bits[nib] |= (q & 15) << nib_shift;
-        bits[top] |= (q >> 4) << top_shift;
+    let values = q6_k::values(b);
+    let blocks = values.as_chunks::<BLOCK>().0;
+    let out = out[BITS_AT..BITS_AT + BLOCKS * BLOCK_BITS]
+        .as_chunks_mut::<BLOCK_BITS>()
+        .0;
+    for (q, bits) in blocks.iter().zip(out) {
+        pack_block_bits(q, r, bits);
+    }
+}
+
+/// Writes row `r`'s 32 values `q` of one block into the block's bits, as
+/// [`bit_places`] says: per column pair `(4c + k, 16 + 4c + k)` one byte of
+/// nibbles, and per two chunks `c` one byte of top bits. Every byte is
+/// stored, never read: a first read of a fresh page of the output would
+/// map the shared zero page, and the store after it would have to copy it
+/// and flush the other threads' TLBs.
+fn pack_block_bits(q: &[u8; BLOCK], r: usize, bits: &mut [u8; BLOCK_BITS]) {
+    let top = |c: usize, k: usize| (q[4 * c + k] >> 4) | ((q[16 + 4 * c + k] >> 4) << 2);
+    for k in 0..4 {
+        let lane = 4 * r + k;
+        for c in 0..4 {
+            bits[32 * c + lane] = (q[4 * c + k] & 15) | ((q[16 + 4 * c + k] & 15) << 4);
+        }
+        for word in 0..2 {
+            bits[NIBBLE_BYTES + 32 * word + lane] = top(2 * word, k) | (top(2 * word + 1, k) << 4);
+        }
     }
 }
 
