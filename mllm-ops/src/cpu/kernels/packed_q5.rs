@@ -128,13 +128,22 @@ fn bit_places(r: usize, col: usize) -> (usize, u32, usize, u32) {
     )
 }
 
-/// Writes row `r`'s 32 five-bit values `q` into a block's bits (zeroed
-/// before the first row).
+/// Writes row `r`'s 32 five-bit values `q` into a block's bits, as
+/// [`bit_places`] says: per column pair `(4c + k, 16 + 4c + k)` one byte of
+/// nibbles, and per `k` one byte of fifth bits. Every byte is stored,
+/// never read: a first read of a fresh page of the output would map the
+/// shared zero page, and the store after it would have to copy it and
+/// flush the other threads' TLBs.
 pub(crate) fn place_values(bits: &mut [u8], r: usize, q: [u8; BLOCK]) {
-    for (col, q) in q.into_iter().enumerate() {
-        let (nib, nib_shift, top, top_shift) = bit_places(r, col);
-        bits[nib] |= (q & 15) << nib_shift;
-        bits[top] |= (q >> 4) << top_shift;
+    for k in 0..4 {
+        let lane = 4 * r + k;
+        let mut top = 0;
+        for c in 0..4 {
+            let (a, b) = (q[4 * c + k], q[16 + 4 * c + k]);
+            bits[32 * c + lane] = (a & 15) | ((b & 15) << 4);
+            top |= ((a >> 4) << (2 * c)) | ((b >> 4) << (2 * c + 1));
+        }
+        bits[TOP_IN_BITS + lane] = top;
     }
 }
 
