@@ -30,6 +30,7 @@ pub mod rope;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod simd;
 pub mod softmax;
+pub mod weight_memory;
 
 pub use activation::{geglu, geglu_tanh, gelu, gelu_tanh, reglu, relu, silu, swiglu};
 pub use attention::{attention, attention_batch, AttnShape, SeqAttention};
@@ -49,6 +50,7 @@ pub use qkernel::{QuantKernel, QuantPath, SimdLevel};
 pub use qmatmul::{quant_linear, QuantMatrix};
 pub use rope::{apply_rope, rope_inv_freq, Llama3Scaling};
 pub use softmax::softmax_rows;
+pub use weight_memory::WeightMemory;
 
 /// Work (in multiply-adds or comparable scalar operations) below which a
 /// kernel runs serially instead of dispatching to the thread pool.

@@ -24,6 +24,7 @@ use rayon::ThreadPool;
 use super::qact::{Q16Act, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::{add_bias_rows, QuantMatrix, Split};
+use super::weight_memory::WeightMemory;
 use crate::quant::{q4_0, q4_1, QuantType};
 
 /// Rows per packed group.
@@ -51,7 +52,7 @@ const SPAN_WEIGHT_BYTES: usize = 192 * 1024;
 /// Where a packed matrix's bytes live.
 enum PackedBytes {
     /// Made at load.
-    Owned(Vec<u8>),
+    Owned(WeightMemory),
     /// The mapped tensor of a packed file.
     Mapped(TensorData),
 }
@@ -69,7 +70,7 @@ pub(crate) struct PackedData {
 
 impl PackedData {
     /// Bytes made at load for a `[rows, cols]` matrix.
-    pub(crate) fn owned(bytes: Vec<u8>, rows: usize, cols: usize, block_bytes: usize) -> Self {
+    pub(crate) fn owned(bytes: WeightMemory, rows: usize, cols: usize, block_bytes: usize) -> Self {
         PackedData {
             bytes: PackedBytes::Owned(bytes),
             rows,
@@ -255,7 +256,7 @@ impl PackedQ4 {
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
         check_packable(w, &[QuantType::Q4_0, QuantType::Q4_1], "q4")?;
         let nb = cols / BLOCK;
-        let mut data = vec![0u8; rows / GROUP_ROWS * nb * PACKED_BLOCK_BYTES];
+        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * nb * PACKED_BLOCK_BYTES)?;
         pack_blocks(&mut data, PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
             for r in 0..GROUP_ROWS {
                 let (d, m, qs) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;

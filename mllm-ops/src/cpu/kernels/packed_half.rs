@@ -31,6 +31,7 @@ use super::qact::BLOCK;
 use super::qkernel::QuantKernel;
 #[cfg(target_arch = "x86_64")]
 use super::simd;
+use super::weight_memory::WeightMemory;
 
 /// Activation rows that share one pass over a pair of groups in the
 /// AVX-512 kernel: 24 accumulators of its 32 registers, each converted
@@ -85,7 +86,7 @@ impl PackedHalf {
                 bits.len()
             )));
         }
-        let mut data = vec![0u8; rows * cols * 2];
+        let mut data = WeightMemory::zeroed(rows * cols * 2)?;
         pack_blocks(
             &mut data,
             HALF_BLOCK_BYTES,

@@ -36,6 +36,7 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
+use super::weight_memory::WeightMemory;
 use crate::quant::{q4_k, QuantType};
 
 /// Sub-blocks of 32 columns per super-block.
@@ -128,7 +129,7 @@ impl<B: SubBlockBits> PackedKQuant<B> {
         let (rows, cols) = (w.rows(), w.cols());
         check_packable(w, &[B::QT], &B::QT.to_string())?;
         let (supers, block_bytes) = (cols / B::QT.block_len(), B::QT.block_bytes());
-        let mut data = vec![0u8; rows / GROUP_ROWS * supers * B::SUPER_BYTES];
+        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * supers * B::SUPER_BYTES)?;
         pack_blocks(&mut data, B::SUPER_BYTES, supers, copied, |g, s, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);

@@ -24,6 +24,7 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
+use super::weight_memory::WeightMemory;
 use crate::quant::{q5_0, QuantType};
 
 /// Offset of the fifth bits in a block's bits (after its nibbles).
@@ -56,7 +57,7 @@ impl PackedQ5 {
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
         check_packable(w, &[QuantType::Q5_0, QuantType::Q5_1], "q5")?;
         let nb = cols / BLOCK;
-        let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q5_PACKED_BLOCK_BYTES];
+        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * nb * Q5_PACKED_BLOCK_BYTES)?;
         pack_blocks(&mut data, Q5_PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
             for r in 0..GROUP_ROWS {
                 let (d, m, q) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;

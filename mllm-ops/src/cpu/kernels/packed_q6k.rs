@@ -39,6 +39,7 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
+use super::weight_memory::WeightMemory;
 use crate::quant::{q6_k, QuantType};
 
 /// Blocks of 32 columns per super-block.
@@ -76,7 +77,7 @@ impl PackedQ6K {
         let (rows, cols) = (w.rows(), w.cols());
         check_packable(w, &[QuantType::Q6K], "q6_k")?;
         let supers = cols / q6_k::BLOCK_LEN;
-        let mut data = vec![0u8; rows / GROUP_ROWS * supers * SUPER_BYTES];
+        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * supers * SUPER_BYTES)?;
         pack_blocks(&mut data, SUPER_BYTES, supers, copied, |g, s, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);

@@ -30,6 +30,7 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, BYTE, NARROW};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
+use super::weight_memory::WeightMemory;
 use crate::quant::{q8_0, QuantType};
 
 /// Bytes of one packed block: eight f16 scales and 8 × 32 quants.
@@ -57,7 +58,7 @@ impl PackedQ8 {
         let (rows, cols) = (w.rows(), w.cols());
         check_packable(w, &[QuantType::Q8_0], "q8_0")?;
         let nb = cols / BLOCK;
-        let mut data = vec![0u8; rows / GROUP_ROWS * nb * Q8_PACKED_BLOCK_BYTES];
+        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * nb * Q8_PACKED_BLOCK_BYTES)?;
         pack_blocks(&mut data, Q8_PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);
