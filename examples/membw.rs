@@ -9,10 +9,16 @@
 //! `-t` threads each sum their contiguous share of it with wide independent
 //! accumulators; the best of `-r` passes is reported as read GB/s
 //! (1 GB = 1e9 bytes), like STREAM's "best rate".
+//!
+//! The buffer is the memory repacked weights live in
+//! ([`WeightMemory`]: transparent huge pages where the kernel gives them),
+//! so this is the ceiling those weights can be read at; `--small-pages`
+//! measures an ordinary heap buffer of 4 KiB pages instead.
 
 use std::time::Instant;
 
 use clap::Parser;
+use mllm::ops::cpu::kernels::WeightMemory;
 
 #[derive(Parser, Debug)]
 #[command(about = "Measure memory read bandwidth")]
@@ -26,6 +32,9 @@ struct Args {
     /// Passes (the best one is reported).
     #[arg(short = 'r', long, default_value_t = 10)]
     reps: usize,
+    /// Read an ordinary heap buffer (4 KiB pages) instead of weight memory.
+    #[arg(long)]
+    small_pages: bool,
 }
 
 /// Sum of `x` with 16 independent lanes (the loop vectorizes).
@@ -43,7 +52,22 @@ fn main() {
     let args = Args::parse();
     let threads = args.threads.max(1);
     let n = args.mib * 1024 * 1024 / 4;
-    let data: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let mut heap = Vec::new();
+    let mut weights = None;
+    let data: &mut [f32] = if args.small_pages {
+        heap.resize(n, 0.0f32);
+        &mut heap
+    } else {
+        let memory = weights.insert(WeightMemory::zeroed(n * 4).unwrap_or_else(|e| {
+            eprintln!("error: {e}");
+            std::process::exit(1)
+        }));
+        bytemuck::cast_slice_mut(memory)
+    };
+    for (i, v) in data.iter_mut().enumerate() {
+        *v = (i % 7) as f32;
+    }
+    let data = &*data;
     let share = n.div_ceil(threads).next_multiple_of(16);
     let mut best = f64::MAX;
     let mut check = 0.0f32;
@@ -61,7 +85,9 @@ fn main() {
     }
     let gbs = (n * 4) as f64 / best / 1e9;
     println!(
-        "read bandwidth: {gbs:.2} GB/s ({threads} threads, {} MiB buffer, best of {} passes; checksum {check:e})",
-        args.mib, args.reps
+        "read bandwidth: {gbs:.2} GB/s ({threads} threads, {} MiB buffer of {}, best of {} passes; checksum {check:e})",
+        args.mib,
+        if args.small_pages { "4 KiB pages" } else { "weight memory" },
+        args.reps
     );
 }
