@@ -4,7 +4,7 @@
 Usage (from the repository root):
     python3 scripts/quantize_gguf.py IN.gguf OUT.gguf TYPE
         (TYPE: f16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_m, q4_k_m, q5_k_m,
-         iq4_nl, iq4_xs)
+         q6_k, iq4_nl, iq4_xs)
 
 Runs `llama_model_quantize` from the llama-cpp-python build that
 `compare_llamacpp.py` keeps in the cache (built on first use), with
@@ -27,7 +27,8 @@ from compare_llamacpp import ensure_venv  # noqa: E402
 
 # llama.cpp's `llama_ftype` codes of the types offered here.
 FTYPES = {"f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
-          "q2_k": 10, "q3_k_m": 12, "q4_k_m": 15, "q5_k_m": 17, "iq4_nl": 25, "iq4_xs": 30}
+          "q2_k": 10, "q3_k_m": 12, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "iq4_nl": 25,
+          "iq4_xs": 30}
 
 QUANTIZE = """
 import ctypes, sys, llama_cpp
