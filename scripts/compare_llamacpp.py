@@ -12,8 +12,9 @@ What it does:
    LLAMA_CPP_PYTHON (it compiles llama.cpp from source on first use, with
    GGML_NATIVE=OFF, this CPU's AVX2/AVX-512/VNNI levels named one by one
    and AMX off: a native build can pick AMX, which faults in some VMs).
-3. Measures the machine's rooflines once: read bandwidth (`examples/membw`)
-   and the multiply-add peaks (`examples/peak`), with the same threads.
+3. Measures the machine's rooflines once: read bandwidth (`examples/membw`,
+   of the huge-page memory the repacked weights live in) and the
+   multiply-add peaks (`examples/peak`), with the same threads.
 4. Alternates the two engines round by round (each round: one process per
    engine, one warm-up and one timed repetition per test), so both see the
    same machine conditions, and prints a Markdown table of medians, the
