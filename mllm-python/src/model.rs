@@ -3,7 +3,7 @@
 //! released while it computes).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use mllm_core::{Error, LogitsMode, StepInput};
 use mllm_models::chat::Message;
@@ -29,9 +29,18 @@ pub struct Model {
 }
 
 impl Model {
-    /// The model, for one call.
-    fn lock(&self) -> PyResult<MutexGuard<'_, mllm_models::Model>> {
-        lock(&self.inner)
+    /// The model, for one call made with the GIL held. While another call
+    /// has it, this waits with the GIL released: that call takes the GIL
+    /// between tokens to check for Ctrl-C, so waiting with it held would
+    /// deadlock.
+    fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, mllm_models::Model>> {
+        loop {
+            match self.inner.try_lock() {
+                Ok(model) => return Ok(model),
+                Err(TryLockError::Poisoned(_)) => return Err(unusable()),
+                Err(TryLockError::WouldBlock) => py.detach(|| drop(self.inner.lock())),
+            }
+        }
     }
 
     fn tokenizer(&self) -> PyResult<Arc<Tokenizer>> {
@@ -105,10 +114,15 @@ impl Interrupt {
     }
 }
 
-/// Locks a model; a mutex poisoned by a panic in another thread is an error.
+/// Locks a model from a thread that does not hold the GIL; a mutex
+/// poisoned by a panic in another thread is an error.
 pub fn lock(m: &Mutex<mllm_models::Model>) -> PyResult<MutexGuard<'_, mllm_models::Model>> {
-    m.lock()
-        .map_err(|_| MllmError::new_err("the model is unusable after a failure in another thread"))
+    m.lock().map_err(|_| unusable())
+}
+
+/// The error of a model whose mutex a panic in another thread poisoned.
+fn unusable() -> PyErr {
+    MllmError::new_err("the model is unusable after a failure in another thread")
 }
 
 #[pymethods]
@@ -216,7 +230,7 @@ impl Model {
         let messages = parse_messages(messages)?;
         let tok = self.tokenizer()?;
         let ids = {
-            let model = self.lock()?;
+            let model = self.lock(py)?;
             let rendered = model
                 .chat_template_renderer()
                 .and_then(|t| t.render(&messages, true))
@@ -306,20 +320,20 @@ impl Model {
     /// The model's configuration (its `config.json`) as a dict.
     #[getter]
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let config = self.lock()?.config().clone();
+        let config = self.lock(py)?.config().clone();
         json_to_py(py, &config)
     }
 
     /// Ids that end generation.
     #[getter]
-    fn eos_token_ids(&self) -> PyResult<Vec<u32>> {
-        Ok(self.lock()?.eos_ids())
+    fn eos_token_ids(&self, py: Python<'_>) -> PyResult<Vec<u32>> {
+        Ok(self.lock(py)?.eos_ids())
     }
 
     /// Longest sequence the model runs (prompt plus generated tokens).
     #[getter]
-    fn max_context(&self) -> PyResult<usize> {
-        Ok(self.lock()?.max_context())
+    fn max_context(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.lock(py)?.max_context())
     }
 
     /// The `.mllm` file the model was loaded from.
@@ -328,8 +342,8 @@ impl Model {
         self.path.clone()
     }
 
-    fn __repr__(&self) -> PyResult<String> {
-        let model = self.lock()?;
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let model = self.lock(py)?;
         Ok(format!(
             "Model(path={:?}, architecture={:?}, vocab={}, context={})",
             self.path.display().to_string(),

@@ -4,6 +4,8 @@ streaming, batches, tokenizing, threads and Ctrl-C."""
 import _thread
 import pathlib
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -79,6 +81,29 @@ def test_two_threads_generate_at_once(smollm2):
     for t in threads:
         t.join()
     assert got == want
+
+
+READ_WHILE_GENERATING = """
+import sys, threading, mllm_rs
+model = mllm_rs.Model(sys.argv[1], threads=2)
+worker = threading.Thread(
+    target=lambda: model.generate("Once upon a time", max_tokens=48, ignore_eos=True))
+worker.start()
+reads = 0
+while worker.is_alive():
+    model.max_context, model.eos_token_ids, repr(model)
+    reads += 1
+worker.join()
+print(reads)
+"""
+
+
+def test_reading_the_model_while_another_thread_generates_does_not_deadlock(smollm2):
+    # A deadlock would hang the process, so it runs in its own, with a timeout.
+    done = subprocess.run([sys.executable, "-c", READ_WHILE_GENERATING, str(smollm2.path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 0
 
 
 def test_python_threads_run_while_the_model_computes(smollm2):
