@@ -62,33 +62,24 @@ macro_rules! five_bit_block_sums {
             let w = values(bits);
             let mut sum_hi = [_mm256_setzero_si256(); T];
             let mut sum_lo = [_mm256_setzero_si256(); T];
-            macro_rules! token {
-                ($t:literal) => {
-                    if $t < T {
-                        let t = $t;
-                        let plane = |x: &[i8; BLOCK], c: usize| {
-                            _mm256_add_epi16(
-                                _mm256_maddubs_epi16(w[c][0], word(x, 4 * c)),
-                                _mm256_maddubs_epi16(w[c][1], word(x, 16 + 4 * c)),
-                            )
-                        };
-                        let pairs = |x: &[i8; BLOCK], sum: __m256i| {
-                            [0, 2].into_iter().fold(sum, |sum, c| {
-                                let p = _mm256_add_epi16(plane(x, c), plane(x, c + 1));
-                                _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones))
-                            })
-                        };
-                        sum_hi[t] = pairs(x.his[t], sum_hi[t]);
-                        if BlockPlanes::<T, SHIFT>::HAS_LO {
-                            sum_lo[t] = pairs(x.los[t], sum_lo[t]);
-                        }
-                    }
+            $crate::cpu::kernels::simd::per_row!(T, |t| {
+                let plane = |x: &[i8; BLOCK], c: usize| {
+                    _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w[c][0], word(x, 4 * c)),
+                        _mm256_maddubs_epi16(w[c][1], word(x, 16 + 4 * c)),
+                    )
                 };
-            }
-            token!(0);
-            token!(1);
-            token!(2);
-            token!(3);
+                let pairs = |x: &[i8; BLOCK], sum: __m256i| {
+                    [0, 2].into_iter().fold(sum, |sum, c| {
+                        let p = _mm256_add_epi16(plane(x, c), plane(x, c + 1));
+                        _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones))
+                    })
+                };
+                sum_hi[t] = pairs(x.his[t], sum_hi[t]);
+                if BlockPlanes::<T, SHIFT>::HAS_LO {
+                    sum_lo[t] = pairs(x.los[t], sum_lo[t]);
+                }
+            });
             (sum_hi, sum_lo)
         }
     };

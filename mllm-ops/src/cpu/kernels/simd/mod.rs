@@ -89,6 +89,37 @@ pub(crate) mod vnni_packed_q8;
 /// activations and weights being multiplied stay in cache.
 pub(crate) const K_CHUNK: usize = 256;
 
+/// Runs `$body` once for each activation row `$t` of a tile of `$rows`
+/// (at most [`TILE_TOKENS`](crate::cpu::kernels::packed::TILE_TOKENS)),
+/// with `$t` a constant: the steps are spelled out rather than looped, so
+/// that per-row arrays indexed by `$t` stay in registers (a loop the
+/// compiler does not unroll keeps them in a stack array indexed at run
+/// time).
+macro_rules! per_row {
+    ($rows:expr, |$t:ident| $body:block) => {
+        const _: () = assert!($crate::cpu::kernels::packed::TILE_TOKENS <= 4);
+        debug_assert!($rows <= 4);
+        if 0 < $rows {
+            let $t = 0;
+            $body
+        }
+        if 1 < $rows {
+            let $t = 1;
+            $body
+        }
+        if 2 < $rows {
+            let $t = 2;
+            $body
+        }
+        if 3 < $rows {
+            let $t = 3;
+            $body
+        }
+    };
+}
+
+pub(crate) use per_row;
+
 /// Defines `dequantize_row` for an ISA module from its block decoders, one
 /// per [`QuantType`](crate::quant::QuantType) and named after the format's
 /// module (`decode_q8_0`, `decode_q4_k`, …), each writing one block's

@@ -129,38 +129,27 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
                 _mm512_mul_ps(d, i8x16(&sa[at..], &sb[at..]))
             };
             let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
-            // Each token's steps are spelled out for a constant index, so that
-            // its accumulator stays in a register.
-            macro_rules! token {
-                ($t:literal) => {
-                    if $t < T {
-                        let t = $t;
-                        let (h, l) = (block.his[t], block.los[t]);
-                        let mut sums = [[_mm512_setzero_si512(); 2]; 2];
-                        for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
-                            for (c, &w) in w.iter().enumerate() {
-                                let at = 16 * half + 4 * c;
-                                sum[0] = _mm512_dpbusd_epi32(sum[0], w, word16(h, at));
-                                if BlockPlanes::<T, SHIFT>::HAS_LO {
-                                    sum[1] = _mm512_dpbusd_epi32(sum[1], w, word16(l, at));
-                                }
-                            }
-                        }
-                        let (dx, hs) = (dxs[t][j], hss[t]);
-                        for (half, [hi, lo]) in sums.into_iter().enumerate() {
-                            let sum = pair_combine::<SHIFT>(hi, lo);
-                            let p = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * hs[2 * j + half]));
-                            let scale = if half == 0 { scale0 } else { scale1 };
-                            let scale = _mm512_mul_ps(scale, _mm512_set1_ps(dx));
-                            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[t]);
+            super::per_row!(T, |t| {
+                let (h, l) = (block.his[t], block.los[t]);
+                let mut sums = [[_mm512_setzero_si512(); 2]; 2];
+                for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
+                    for (c, &w) in w.iter().enumerate() {
+                        let at = 16 * half + 4 * c;
+                        sum[0] = _mm512_dpbusd_epi32(sum[0], w, word16(h, at));
+                        if BlockPlanes::<T, SHIFT>::HAS_LO {
+                            sum[1] = _mm512_dpbusd_epi32(sum[1], w, word16(l, at));
                         }
                     }
-                };
-            }
-            token!(0);
-            token!(1);
-            token!(2);
-            token!(3);
+                }
+                let (dx, hs) = (dxs[t][j], hss[t]);
+                for (half, [hi, lo]) in sums.into_iter().enumerate() {
+                    let sum = pair_combine::<SHIFT>(hi, lo);
+                    let p = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * hs[2 * j + half]));
+                    let scale = if half == 0 { scale0 } else { scale1 };
+                    let scale = _mm512_mul_ps(scale, _mm512_set1_ps(dx));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[t]);
+                }
+            });
         }
     }
     acc
