@@ -565,7 +565,7 @@ pub(crate) fn group_outputs<'g, A: Sync>(
         return;
     };
     let per_task = split
-        .outputs_per_task(out_f, cols)
+        .outputs_per_task(out_f, cols, xs.len())
         .div_ceil(GROUP_ROWS)
         .next_multiple_of(2);
     split.for_column_blocks(
