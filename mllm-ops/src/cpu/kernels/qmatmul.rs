@@ -24,6 +24,7 @@ use rayon::ThreadPool;
 
 use super::qact::{Int8Type, NARROW};
 use super::qkernel::{QuantKernel, QuantPath};
+use super::task_queue::for_each_in_order;
 use super::PAR_THRESHOLD;
 use crate::quant::QuantType;
 
@@ -51,6 +52,12 @@ const MIN_TASK_WEIGHTS: usize = 16 * 1024;
 /// Q4_K_M decode 1.04x against four per thread). Several rows keep four
 /// larger tasks per thread (16 made 512-token prefill 3 % slower).
 const DECODE_TASKS_PER_THREAD: usize = 16;
+/// Work (multiply-adds) from which a one-row call takes its tasks from a
+/// `task_queue`, whose caller waits for the last task without sleeping:
+/// 1.1B Q4_K_M decode 1.07x. Below it, where the queue's own cost (a
+/// spawned job, a lock per task) is not small against the call, rayon's
+/// fork-join stays: SmolLM2 decode was 15 % slower with every call queued.
+const QUEUED_WORK: usize = 1 << 20;
 /// Activation rows per call of an integer-path tile.
 const TILE_ROWS: usize = 4;
 
@@ -145,6 +152,9 @@ pub(crate) struct Split<'p> {
     pool: &'p ThreadPool,
     threads: usize,
     parallel: bool,
+    /// Whether a parallel one-row call takes its tasks from a
+    /// `task_queue` instead of rayon's fork-join.
+    queued: bool,
 }
 
 impl<'p> Split<'p> {
@@ -156,6 +166,7 @@ impl<'p> Split<'p> {
             pool,
             threads,
             parallel: threads > 1 && work >= PAR_THRESHOLD,
+            queued: work >= QUEUED_WORK,
         }
     }
 
@@ -200,19 +211,23 @@ impl<'p> Split<'p> {
         }
         let rows = data.len() / width;
         if rows == 1 {
-            // One row (decode): its blocks are plain chunks, no piece lists.
-            let run = |s: &mut S, (c, piece): (usize, &mut [f32])| f(s, c, &mut [piece]);
-            if self.parallel {
+            // One row (decode): its blocks are plain chunks, no piece lists;
+            // a longer call takes them in order from a `task_queue`.
+            let run = |s: &mut S, c: usize, piece: &mut [f32]| f(s, c, &mut [piece]);
+            if !self.parallel {
+                let mut s = init();
+                for (c, piece) in data.chunks_mut(cols).enumerate() {
+                    run(&mut s, c, piece);
+                }
+            } else if self.queued {
+                let blocks = data.chunks_mut(cols).collect();
+                self.pool.install(|| for_each_in_order(blocks, &init, run));
+            } else {
                 self.pool.install(|| {
                     data.par_chunks_mut(cols)
                         .enumerate()
-                        .for_each_init(&init, run)
+                        .for_each_init(&init, |s, (c, piece)| run(s, c, piece))
                 });
-            } else {
-                let mut s = init();
-                data.chunks_mut(cols)
-                    .enumerate()
-                    .for_each(|item| run(&mut s, item));
             }
             return;
         }
@@ -496,12 +511,14 @@ mod tests {
 
     /// Every element of a row-major matrix reaches exactly one task of
     /// `for_column_blocks`, as part of the right row and block (the last
-    /// block narrower), serial and parallel, for several rows and for one.
+    /// block narrower), serial and parallel, for several rows and for one
+    /// (by fork-join and queued).
     #[test]
     fn column_blocks_cover_each_element_once() {
         let (width, cols) = (10, 4);
         let pool = pool2();
-        for (rows, work) in [(3, 0), (3, usize::MAX), (1, 0), (1, usize::MAX)] {
+        let works = [0, PAR_THRESHOLD, QUEUED_WORK];
+        for (rows, work) in [3, 1].into_iter().flat_map(|r| works.map(|w| (r, w))) {
             let split = Split::new(&pool, work);
             let mut m = vec![0.0f32; rows * width];
             split.for_column_blocks(
