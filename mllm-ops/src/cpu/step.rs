@@ -13,10 +13,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mllm_core::backend::StepRunner;
-use rayon::{ThreadPool, Yield};
+use rayon::ThreadPool;
+
+use super::kernels::task_queue::wait_awake;
 
 /// Steps of at most this many tokens run on a pool worker.
 const WORKER_STEP_TOKENS: usize = 16;
@@ -71,20 +73,8 @@ impl StepRunner for PoolRunner {
 /// Returns at once on `step_thread`, the thread running the step: it only
 /// gets here when it picks this job up itself while waiting for a task.
 fn stay_awake(done: &AtomicBool, step_thread: Option<usize>, idle_limit: Duration) {
-    if rayon::current_thread_index() == step_thread {
-        return;
-    }
-    let mut idle_since = None;
-    while !done.load(Ordering::Acquire) {
-        if let Some(Yield::Executed) = rayon::yield_now() {
-            idle_since = None;
-            continue;
-        }
-        let since = *idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= idle_limit {
-            return;
-        }
-        std::thread::yield_now();
+    if rayon::current_thread_index() != step_thread {
+        wait_awake(|| done.load(Ordering::Acquire), Some(idle_limit));
     }
 }
 
@@ -92,6 +82,7 @@ fn stay_awake(done: &AtomicBool, step_thread: Option<usize>, idle_limit: Duratio
 mod tests {
     use super::*;
     use rayon::prelude::*;
+    use std::time::Instant;
 
     fn pool(threads: usize) -> Arc<ThreadPool> {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();

@@ -30,7 +30,7 @@ pub mod rope;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod simd;
 pub mod softmax;
-mod task_queue;
+pub(crate) mod task_queue;
 pub mod weight_memory;
 
 pub use activation::{geglu, geglu_tanh, gelu, gelu_tanh, reglu, relu, silu, swiglu};

@@ -13,6 +13,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use rayon::Yield;
 
@@ -60,13 +61,28 @@ pub(crate) fn for_each_in_order<T: Send, S>(
             s.spawn(|_| work());
         }
         work();
-        while finished.load(Ordering::Acquire) < n {
-            if let Some(Yield::Executed) = rayon::yield_now() {
-                continue;
-            }
-            std::thread::yield_now();
-        }
+        wait_awake(|| finished.load(Ordering::Acquire) == n, None);
     });
+}
+
+/// Runs the current pool's jobs on this worker, yielding the CPU while
+/// there are none, until `done()`; with an `idle_limit`, also until that
+/// long has passed without a job. Unlike a wait inside a rayon join, it
+/// never sleeps (see the module documentation).
+pub(crate) fn wait_awake(done: impl Fn() -> bool, idle_limit: Option<Duration>) {
+    let mut idle_since = None;
+    while !done() {
+        if let Some(Yield::Executed) = rayon::yield_now() {
+            idle_since = None;
+            continue;
+        }
+        if let Some(limit) = idle_limit {
+            if idle_since.get_or_insert_with(Instant::now).elapsed() >= limit {
+                return;
+            }
+        }
+        std::thread::yield_now();
+    }
 }
 
 #[cfg(test)]
