@@ -97,24 +97,19 @@ pub(crate) const K_CHUNK: usize = 256;
 /// time).
 macro_rules! per_row {
     ($rows:expr, |$t:ident| $body:block) => {
-        const _: () = assert!($crate::cpu::kernels::packed::TILE_TOKENS <= 4);
-        debug_assert!($rows <= 4);
-        if 0 < $rows {
-            let $t = 0;
-            $body
-        }
-        if 1 < $rows {
-            let $t = 1;
-            $body
-        }
-        if 2 < $rows {
-            let $t = 2;
-            $body
-        }
-        if 3 < $rows {
-            let $t = 3;
-            $body
-        }
+        $crate::cpu::kernels::simd::per_row!($rows, |$t| $body, [0, 1, 2, 3]);
+    };
+    ($rows:expr, |$t:ident| $body:block, [$($row:literal),*]) => {
+        const _: () = assert!(
+            $crate::cpu::kernels::packed::TILE_TOKENS <= [$($row),*].len()
+        );
+        debug_assert!($rows <= [$($row),*].len());
+        $(
+            if $row < $rows {
+                let $t = $row;
+                $body
+            }
+        )*
     };
 }
 
