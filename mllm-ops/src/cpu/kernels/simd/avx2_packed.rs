@@ -59,13 +59,9 @@ macro_rules! scaled_block_tile {
             let planes = RowPlanes::new(xs, nb);
             let mut acc = [_mm256_setzero_ps(); T];
             let blocks = group[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, T);
             for (i, blk) in blocks.iter().enumerate() {
-                $crate::cpu::kernels::simd::prefetch::single(
-                    group,
-                    i * $block_bytes,
-                    $block_bytes,
-                    T,
-                );
+                ahead.next($block_bytes);
                 let (sum_hi, sum_lo) = $sums(&blk[NIBBLES_AT..], planes.block(i));
                 let scales = block_scales(blk);
                 for t in 0..T {

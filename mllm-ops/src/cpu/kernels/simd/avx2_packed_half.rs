@@ -43,9 +43,10 @@ fn tile<const T: usize, const BF16: bool>(group: &[u8], xs: &[&[f32]]) -> [__m25
     assert!(pairs.iter().all(|p| p.len() == n));
     let mut even = [_mm256_setzero_ps(); T];
     let mut odd = [_mm256_setzero_ps(); T];
+    let mut ahead = super::prefetch::Streams::new(group, 1, T);
     for k in 0..n {
         let two = &columns[k];
-        super::prefetch::single(group, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES, T);
+        ahead.next(2 * COLUMN_BYTES);
         let w0 = column::<BF16>(&two[..COLUMN_BYTES]);
         let w1 = column::<BF16>(&two[COLUMN_BYTES..]);
         for t in 0..T {

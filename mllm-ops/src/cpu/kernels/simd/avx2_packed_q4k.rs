@@ -45,6 +45,7 @@ macro_rules! q4k_tile {
                 .0;
             let d_supers = xs.map(|x| x.d.as_chunks::<SUB_BLOCKS>().0);
             let s_supers = xs.map(|x| x.s.as_chunks::<SUB_BLOCKS>().0);
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, T);
             for (s, sb) in supers.iter().enumerate() {
                 let (dxs, sxs) = (d_supers.map(|d| &d[s]), s_supers.map(|v| &v[s]));
                 let d = f16x8(&sb[..16]);
@@ -52,12 +53,7 @@ macro_rules! q4k_tile {
                 for j in 0..SUB_BLOCKS {
                     let i = s * SUB_BLOCKS + j;
                     let block_bytes = SUPER_BYTES / SUB_BLOCKS;
-                    $crate::cpu::kernels::simd::prefetch::single(
-                        group,
-                        i * block_bytes,
-                        block_bytes,
-                        T,
-                    );
+                    ahead.next(block_bytes);
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..];
                     let (sum_hi, sum_lo) = $sums(bits, planes.block(i));
                     let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);

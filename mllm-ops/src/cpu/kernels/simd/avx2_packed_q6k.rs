@@ -48,18 +48,14 @@ macro_rules! q6k_tile {
                 .0;
             let d_supers = xs.map(|x| x.x.d.as_chunks::<BLOCKS>().0);
             let h_supers = xs.map(|x| x.half_sums.as_chunks::<{ 2 * BLOCKS }>().0);
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, T);
             for (s, sb) in supers.iter().enumerate() {
                 let (dxs, hss) = (d_supers.map(|d| &d[s]), h_supers.map(|h| &h[s]));
                 let d = f16x8(&sb[..16]);
                 for j in 0..BLOCKS {
                     let i = s * BLOCKS + j;
                     let block_bytes = SUPER_BYTES / BLOCKS;
-                    $crate::cpu::kernels::simd::prefetch::single(
-                        group,
-                        i * block_bytes,
-                        block_bytes,
-                        T,
-                    );
+                    ahead.next(block_bytes);
                     let block = planes.block(i);
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
                     // One half at a time: its four registers of values, its

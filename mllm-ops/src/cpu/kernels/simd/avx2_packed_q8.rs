@@ -35,8 +35,9 @@ fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>
     let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
         .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
         .0;
+    let mut ahead = super::prefetch::Streams::new(group, 1, T);
     for (i, blk) in blocks.iter().enumerate() {
-        super::prefetch::single(group, i * Q8_PACKED_BLOCK_BYTES, Q8_PACKED_BLOCK_BYTES, T);
+        ahead.next(Q8_PACKED_BLOCK_BYTES);
         let mut sum_hi = [_mm256_setzero_si256(); T];
         let mut sum_lo = [_mm256_setzero_si256(); T];
         for j in 0..BLOCK / 4 {

@@ -51,9 +51,10 @@ fn pair_tile<const T: usize, const BF16: bool>(a: &[u8], b: &[u8], xs: &[&[f32]]
     assert!(pairs.iter().all(|p| p.len() == n));
     let mut even = [_mm512_setzero_ps(); T];
     let mut odd = [_mm512_setzero_ps(); T];
+    let mut ahead = super::prefetch::Streams::new(a, 2, T);
     for k in 0..n {
         let (ta, tb) = (&cols_a[k], &cols_b[k]);
-        super::prefetch::pair(a, k * 2 * COLUMN_BYTES, 2 * COLUMN_BYTES, T);
+        ahead.next(2 * COLUMN_BYTES);
         let w0 = columns::<BF16>(&ta[..COLUMN_BYTES], &tb[..COLUMN_BYTES]);
         let w1 = columns::<BF16>(&ta[COLUMN_BYTES..], &tb[COLUMN_BYTES..]);
         for t in 0..T {

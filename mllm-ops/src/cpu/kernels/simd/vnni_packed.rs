@@ -135,8 +135,9 @@ macro_rules! scaled_block_pair_tile {
             let mut acc = [_mm512_setzero_ps(); T];
             let blocks_a = a[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
             let blocks_b = b[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, T);
             for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
-                $crate::cpu::kernels::simd::prefetch::pair(a, i * $block_bytes, $block_bytes, T);
+                ahead.next($block_bytes);
                 let (sum_hi, sum_lo) =
                     $pair_sums(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..], planes.block(i));
                 let d = f16x16(&ka[..16], &kb[..16]);

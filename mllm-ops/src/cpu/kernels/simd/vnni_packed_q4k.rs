@@ -76,6 +76,7 @@ macro_rules! q4k_pair_tile {
             let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
             let d_supers = xs.map(|x| x.d.as_chunks::<SUB_BLOCKS>().0);
             let s_supers = xs.map(|x| x.s.as_chunks::<SUB_BLOCKS>().0);
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, T);
             for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
                 let (dxs, sxs) = (d_supers.map(|d| &d[s]), s_supers.map(|v| &v[s]));
                 let d = f16x16(&sa[..16], &sb[..16]);
@@ -86,7 +87,7 @@ macro_rules! q4k_pair_tile {
                 for j in 0..SUB_BLOCKS {
                     let i = s * SUB_BLOCKS + j;
                     let block_bytes = SUPER_BYTES / SUB_BLOCKS;
-                    $crate::cpu::kernels::simd::prefetch::pair(a, i * block_bytes, block_bytes, T);
+                    ahead.next(block_bytes);
                     let at = BITS_AT + BLOCK_BITS * j;
                     let (sum_hi, sum_lo) = $pair_sums(&sa[at..], &sb[at..], planes.block(i));
                     let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);

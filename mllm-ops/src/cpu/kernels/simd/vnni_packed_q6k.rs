@@ -93,6 +93,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     let d_supers = xs.map(|x| x.x.d.as_chunks::<BLOCKS>().0);
     let h_supers = xs.map(|x| x.half_sums.as_chunks::<{ 2 * BLOCKS }>().0);
+    let mut ahead = super::prefetch::Streams::new(a, 2, T);
     for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
         let (dxs, hss) = (d_supers.map(|d| &d[s]), h_supers.map(|h| &h[s]));
         let d = f16x16(&sa[..16], &sb[..16]);
@@ -100,7 +101,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
             let i = s * BLOCKS + j;
             let block = planes.block(i);
             let block_bytes = SUPER_BYTES / BLOCKS;
-            super::prefetch::pair(a, i * block_bytes, block_bytes, T);
+            ahead.next(block_bytes);
             let at = BITS_AT + BLOCK_BITS * j;
             let (ba, bb) = (&sa[at..at + BLOCK_BITS], &sb[at..at + BLOCK_BITS]);
             let mut w = [[_mm512_setzero_si512(); 4]; 2];

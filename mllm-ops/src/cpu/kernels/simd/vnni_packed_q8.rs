@@ -92,8 +92,9 @@ fn pair_tile<const SHIFT: u32, const T: usize>(
     let blocks_b = b[..nb * Q8_PACKED_BLOCK_BYTES]
         .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
         .0;
+    let mut ahead = super::prefetch::Streams::new(a, 2, T);
     for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
-        super::prefetch::pair(a, i * Q8_PACKED_BLOCK_BYTES, Q8_PACKED_BLOCK_BYTES, T);
+        ahead.next(Q8_PACKED_BLOCK_BYTES);
         let mut sum_hi = [_mm512_setzero_si512(); T];
         let mut sum_lo = [_mm512_setzero_si512(); T];
         for j in 0..BLOCK / 4 {
