@@ -8,12 +8,16 @@
 //! cargo bench -p mllm-ops --bench kernels
 //! ```
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use mllm_core::{DType, KvDtype};
 use mllm_ops::cpu::kernels::kv_rows::encode;
 use mllm_ops::cpu::kernels::{
-    attention, attention_batch, packed_linear, quant_linear, AttnShape, KvRows, PackedQ4,
-    QuantKernel, QuantMatrix, QuantPath, SeqAttention, SimdLevel,
+    attention, attention_batch, packed_linear, packed_q6k_linear, packed_q8_linear, quant_linear,
+    AttnShape, KvRows, PackedQ4, PackedQ6K, PackedQ8, QuantKernel, QuantMatrix, QuantPath,
+    SeqAttention, SimdLevel,
 };
 use mllm_ops::quant::{quantize, QuantType};
 
@@ -187,11 +191,86 @@ fn bench_streaming_decode(c: &mut Criterion) {
     g.finish();
 }
 
+/// One-row products of the packed Q8_0 and Q6_K kernels at each level
+/// this CPU has, in bytes of weights per second, to set against
+/// `examples/membw`: with the weights in L2 on one thread (what a core
+/// computes when reads cost nothing), and on two threads through a round
+/// of 1B-model FFN matrices (8192 x 2048) that together exceed 768 MiB,
+/// so that every call reads its matrix from memory, as decode does.
+fn bench_decode_roofline(c: &mut Criterion) {
+    let mut g = c.benchmark_group("decode_roofline");
+    g.sample_size(20);
+    let in_f = 2048;
+    let cases = [
+        ("in L2, 1 thread", 1, 512),
+        ("from memory, 2 threads", 2, 8192),
+    ];
+    for dtype in [DType::Q8_0, DType::Q6K] {
+        let qt = QuantType::from_dtype(dtype).expect("quantized dtype");
+        for (case, threads, out_f) in cases {
+            let (w, x) = linear_case(dtype, out_f, in_f, 1);
+            let m = QuantMatrix::new(qt, &w, out_f, in_f).expect("matrix");
+            let copies = if threads == 1 {
+                1
+            } else {
+                (768usize << 20).div_ceil(w.len())
+            };
+            let pool = pool(threads);
+            g.throughput(Throughput::Bytes(w.len() as u64));
+            let name = format!("{dtype} {out_f}x{in_f} {case}");
+            if dtype == DType::Q8_0 {
+                let packed: Vec<PackedQ8> = (0..copies)
+                    .map(|_| PackedQ8::pack(&m).expect("packed"))
+                    .collect();
+                each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
+                    packed_q8_linear(k, &x, 1, p, None, y, &pool)
+                });
+            } else {
+                let packed: Vec<PackedQ6K> = (0..copies)
+                    .map(|_| PackedQ6K::pack(&m).expect("packed"))
+                    .collect();
+                each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
+                    packed_q6k_linear(k, &x, 1, p, None, y, &pool)
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+/// Benchmarks `product` at each level this CPU has, one call per
+/// iteration on the next of the `packed` copies in turn.
+fn each_level<P: Sync>(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    pool: &rayon::ThreadPool,
+    packed: &[P],
+    out_f: usize,
+    product: impl Fn(QuantKernel, &P, &mut [f32]) + Sync,
+) {
+    let mut y = vec![0.0f32; out_f];
+    for level in [SimdLevel::Avx512, SimdLevel::Avx2] {
+        let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
+            continue;
+        };
+        let mut next = 0;
+        g.bench_function(BenchmarkId::new(name, format!("{level:?}")), |b| {
+            pool.install(|| {
+                b.iter(|| {
+                    next = (next + 1) % packed.len();
+                    product(k, &packed[next], &mut y)
+                })
+            })
+        });
+    }
+}
+
 criterion_group!(
     benches,
     bench_linear,
     bench_attention,
     bench_kv_types,
-    bench_streaming_decode
+    bench_streaming_decode,
+    bench_decode_roofline
 );
 criterion_main!(benches);
