@@ -118,12 +118,23 @@ fn linear_reads_quantized_weights_from_a_mllm_file() {
             .build()
             .unwrap(),
     );
-    for (i, &(name, dtype, in_f)) in LINEAR.iter().enumerate() {
+    // Loaded as a model is: every op first (the backend's ops repack into
+    // one arena, buffer after buffer), then `loaded` on each (which gives
+    // the arena's unused pages back), then the steps.
+    let mut ops: Vec<Box<dyn Op>> = LINEAR
+        .iter()
+        .map(|&(name, _, in_f)| {
+            let params = linear_params(name, in_f);
+            let mut op = backend.create_op(&OpDesc::Linear(params)).unwrap();
+            op.load(&file).unwrap();
+            op
+        })
+        .collect();
+    ops.iter_mut().for_each(|op| op.loaded());
+    for (i, (&(name, dtype, in_f), op)) in LINEAR.iter().zip(&mut ops).enumerate() {
         let mut wf = vec![0.0; OUT * in_f];
         dequantize(dtype, &tensors[i].1, &mut wf).unwrap();
         let params = linear_params(name, in_f);
-        let mut op = backend.create_op(&OpDesc::Linear(params.clone())).unwrap();
-        op.load(&file).unwrap();
         let mut int8 =
             LinearOp::new(params, Arc::clone(&pool)).with_quant_path(QuantPath::Int8Activations);
         int8.load(&file).unwrap();

@@ -12,13 +12,16 @@ use mllm_core::op::{Op, OpDesc};
 use mllm_core::{Backend, Error, KvDtype, Result};
 use rayon::ThreadPool;
 
-use kernels::{QuantPath, SimdLevel};
+use kernels::{QuantPath, SimdLevel, WeightArena};
 use ops::*;
 use step::PoolRunner;
 
-/// Creates CPU ops that share one worker pool.
+/// Creates CPU ops that share one worker pool and one arena for repacked
+/// weights (see `kernels::weight_memory`). The arena never reuses memory:
+/// make one backend per model.
 pub struct CpuBackend {
     pool: Arc<ThreadPool>,
+    arena: Arc<WeightArena>,
     kv_dtype: KvDtype,
     quant_path: Option<QuantPath>,
     max_simd: Option<SimdLevel>,
@@ -34,6 +37,7 @@ impl CpuBackend {
             .map_err(|e| Error::InvalidInput(format!("cannot start {threads} CPU threads: {e}")))?;
         Ok(CpuBackend {
             pool: Arc::new(pool),
+            arena: Arc::new(WeightArena::new()),
             kv_dtype: KvDtype::F32,
             quant_path: None,
             max_simd: None,
@@ -79,7 +83,8 @@ impl Backend for CpuBackend {
             OpDesc::Embedding(p) => Box::new(EmbeddingOp::new(p.clone())),
             OpDesc::PositionEmbedding(p) => Box::new(PositionEmbeddingOp::new(p.clone())),
             OpDesc::Linear(p) => {
-                let mut op = LinearOp::new(p.clone(), pool());
+                let mut op =
+                    LinearOp::new(p.clone(), pool()).with_weight_arena(Arc::clone(&self.arena));
                 if let Some(path) = self.quant_path {
                     op = op.with_quant_path(path);
                 }

@@ -51,7 +51,7 @@ pub use qkernel::{QuantKernel, QuantPath, SimdLevel};
 pub use qmatmul::{quant_linear, QuantMatrix};
 pub use rope::{apply_rope, rope_inv_freq, Llama3Scaling};
 pub use softmax::softmax_rows;
-pub use weight_memory::WeightMemory;
+pub use weight_memory::{WeightArena, WeightMemory};
 
 /// Work (in multiply-adds or comparable scalar operations) below which a
 /// kernel runs serially instead of dispatching to the thread pool.

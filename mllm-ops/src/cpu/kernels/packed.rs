@@ -24,7 +24,7 @@ use rayon::ThreadPool;
 use super::qact::{Q16Act, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::{add_bias_rows, QuantMatrix, Split};
-use super::weight_memory::WeightMemory;
+use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_0, q4_1, QuantType};
 
 /// Rows per packed group.
@@ -244,19 +244,21 @@ impl PackedQ4 {
     /// is not a multiple of eight, or when a Q4_0 offset `-8·d` overflows
     /// f16.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4> {
-        Self::pack_with(w, &|_| {})
+        Self::pack_with(w, None, &|_| {})
     }
 
-    /// [`Self::pack`], calling `copied` with each range of source rows
-    /// once it is packed (see `packed::pack_blocks`).
+    /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
+    /// without one), calling `copied` with each range of source rows once
+    /// it is packed (see `packed::pack_blocks`).
     pub fn pack_with(
         w: &QuantMatrix<'_>,
+        arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedQ4> {
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
         check_packable(w, &[QuantType::Q4_0, QuantType::Q4_1], "q4")?;
         let nb = cols / BLOCK;
-        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * nb * PACKED_BLOCK_BYTES)?;
+        let mut data = WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * nb * PACKED_BLOCK_BYTES)?;
         pack_blocks(&mut data, PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
             for r in 0..GROUP_ROWS {
                 let (d, m, qs) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;
@@ -711,7 +713,7 @@ pub(crate) mod tests {
         let seen = std::sync::Mutex::new(Vec::new());
         let record = |r: Range<usize>| seen.lock().unwrap().push(r);
         let p = pool2()
-            .install(|| PackedQ4::pack_with(&m, &record))
+            .install(|| PackedQ4::pack_with(&m, None, &record))
             .unwrap();
         check_copied_ranges(seen.into_inner().unwrap(), rows, m.row_bytes());
         assert!(p.bytes() == PackedQ4::pack(&m).unwrap().bytes());

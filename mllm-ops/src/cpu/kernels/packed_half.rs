@@ -31,7 +31,7 @@ use super::qact::BLOCK;
 use super::qkernel::QuantKernel;
 #[cfg(target_arch = "x86_64")]
 use super::simd;
-use super::weight_memory::WeightMemory;
+use super::weight_memory::{WeightArena, WeightMemory};
 
 /// Activation rows that share one pass over a pair of groups in the
 /// AVX-512 kernel: 24 accumulators of its 32 registers, each converted
@@ -58,10 +58,11 @@ impl PackedHalf {
     /// `kind`; fails when the row count is not a multiple of eight, the
     /// column count not a multiple of 32, or `bits` holds another count.
     pub fn pack(bits: &[u16], kind: HalfBits, rows: usize, cols: usize) -> Result<PackedHalf> {
-        PackedHalf::pack_with(bits, kind, [rows, cols], &|_| {})
+        PackedHalf::pack_with(bits, kind, [rows, cols], None, &|_| {})
     }
 
-    /// [`PackedHalf::pack`], calling `copied` with each range of rows (at
+    /// [`PackedHalf::pack`] into a buffer from `arena` (a buffer of its
+    /// own without one), calling `copied` with each range of rows (at
     /// most about [`RELEASE_BYTES`](super::packed::RELEASE_BYTES) of `bits`
     /// at a time) once they are packed, so that a caller reading `bits`
     /// from a map can release them as it goes. The ranges are packed in
@@ -71,6 +72,7 @@ impl PackedHalf {
         bits: &[u16],
         kind: HalfBits,
         [rows, cols]: [usize; 2],
+        arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedHalf> {
         if cols == 0 || !rows.is_multiple_of(GROUP_ROWS) || !cols.is_multiple_of(BLOCK) {
@@ -86,7 +88,7 @@ impl PackedHalf {
                 bits.len()
             )));
         }
-        let mut data = WeightMemory::zeroed(rows * cols * 2)?;
+        let mut data = WeightMemory::zeroed_in(arena, rows * cols * 2)?;
         pack_blocks(
             &mut data,
             HALF_BLOCK_BYTES,
@@ -381,8 +383,8 @@ mod tests {
         let bits: Vec<u16> = (0..rows * cols).map(|i| (i % 30011) as u16).collect();
         let seen = std::sync::Mutex::new(Vec::new());
         let record = |r: Range<usize>| seen.lock().unwrap().push(r);
-        let p =
-            pool2().install(|| PackedHalf::pack_with(&bits, HalfBits::F16, [rows, cols], &record));
+        let p = pool2()
+            .install(|| PackedHalf::pack_with(&bits, HalfBits::F16, [rows, cols], None, &record));
         let p = p.unwrap();
         check_copied_ranges(seen.into_inner().unwrap(), rows, 2 * cols);
         let mut row = vec![0.0f32; cols];

@@ -36,7 +36,7 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
-use super::weight_memory::WeightMemory;
+use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_k, QuantType};
 
 /// Sub-blocks of 32 columns per super-block.
@@ -117,19 +117,21 @@ impl<B: SubBlockBits> PackedKQuant<B> {
     /// row count is not a multiple of eight.
     #[cfg(test)]
     pub(crate) fn pack(w: &QuantMatrix<'_>) -> Result<PackedKQuant<B>> {
-        Self::pack_with(w, &|_| {})
+        Self::pack_with(w, None, &|_| {})
     }
 
-    /// [`Self::pack`], calling `copied` with each range of source rows
-    /// once it is packed (see `packed::pack_blocks`).
+    /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
+    /// without one), calling `copied` with each range of source rows once
+    /// it is packed (see `packed::pack_blocks`).
     pub(crate) fn pack_with(
         w: &QuantMatrix<'_>,
+        arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedKQuant<B>> {
         let (rows, cols) = (w.rows(), w.cols());
         check_packable(w, &[B::QT], &B::QT.to_string())?;
         let (supers, block_bytes) = (cols / B::QT.block_len(), B::QT.block_bytes());
-        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * supers * B::SUPER_BYTES)?;
+        let mut data = WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * supers * B::SUPER_BYTES)?;
         pack_blocks(&mut data, B::SUPER_BYTES, supers, copied, |g, s, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);

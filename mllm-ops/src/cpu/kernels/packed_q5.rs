@@ -24,7 +24,7 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
-use super::weight_memory::WeightMemory;
+use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q5_0, QuantType};
 
 /// Offset of the fifth bits in a block's bits (after its nibbles).
@@ -45,19 +45,22 @@ impl PackedQ5 {
     /// is not a multiple of eight, or when a Q5_0 offset `−16·d` overflows
     /// f16.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ5> {
-        Self::pack_with(w, &|_| {})
+        Self::pack_with(w, None, &|_| {})
     }
 
-    /// [`Self::pack`], calling `copied` with each range of source rows
-    /// once it is packed (see `packed::pack_blocks`).
+    /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
+    /// without one), calling `copied` with each range of source rows once
+    /// it is packed (see `packed::pack_blocks`).
     pub fn pack_with(
         w: &QuantMatrix<'_>,
+        arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedQ5> {
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
         check_packable(w, &[QuantType::Q5_0, QuantType::Q5_1], "q5")?;
         let nb = cols / BLOCK;
-        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * nb * Q5_PACKED_BLOCK_BYTES)?;
+        let mut data =
+            WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * nb * Q5_PACKED_BLOCK_BYTES)?;
         pack_blocks(&mut data, Q5_PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
             for r in 0..GROUP_ROWS {
                 let (d, m, q) = block_parts(qt, w.row(g * GROUP_ROWS + r), i)?;

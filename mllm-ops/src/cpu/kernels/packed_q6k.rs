@@ -39,7 +39,7 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
-use super::weight_memory::WeightMemory;
+use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q6_k, QuantType};
 
 /// Blocks of 32 columns per super-block.
@@ -65,19 +65,21 @@ impl PackedQ6K {
     /// Repacks `w`; fails when it is not Q6_K or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ6K> {
-        Self::pack_with(w, &|_| {})
+        Self::pack_with(w, None, &|_| {})
     }
 
-    /// [`Self::pack`], calling `copied` with each range of source rows
-    /// once it is packed (see `packed::pack_blocks`).
+    /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
+    /// without one), calling `copied` with each range of source rows once
+    /// it is packed (see `packed::pack_blocks`).
     pub fn pack_with(
         w: &QuantMatrix<'_>,
+        arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedQ6K> {
         let (rows, cols) = (w.rows(), w.cols());
         check_packable(w, &[QuantType::Q6K], "q6_k")?;
         let supers = cols / q6_k::BLOCK_LEN;
-        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * supers * SUPER_BYTES)?;
+        let mut data = WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * supers * SUPER_BYTES)?;
         pack_blocks(&mut data, SUPER_BYTES, supers, copied, |g, s, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);

@@ -30,7 +30,7 @@ use super::packed::{
 use super::qact::{Q16Row, BLOCK, BYTE, NARROW};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
-use super::weight_memory::WeightMemory;
+use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q8_0, QuantType};
 
 /// Bytes of one packed block: eight f16 scales and 8 × 32 quants.
@@ -46,19 +46,22 @@ impl PackedQ8 {
     /// Repacks `w`; fails when it is not Q8_0 or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ8> {
-        Self::pack_with(w, &|_| {})
+        Self::pack_with(w, None, &|_| {})
     }
 
-    /// [`Self::pack`], calling `copied` with each range of source rows
-    /// once it is packed (see `packed::pack_blocks`).
+    /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
+    /// without one), calling `copied` with each range of source rows once
+    /// it is packed (see `packed::pack_blocks`).
     pub fn pack_with(
         w: &QuantMatrix<'_>,
+        arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedQ8> {
         let (rows, cols) = (w.rows(), w.cols());
         check_packable(w, &[QuantType::Q8_0], "q8_0")?;
         let nb = cols / BLOCK;
-        let mut data = WeightMemory::zeroed(rows / GROUP_ROWS * nb * Q8_PACKED_BLOCK_BYTES)?;
+        let mut data =
+            WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * nb * Q8_PACKED_BLOCK_BYTES)?;
         pack_blocks(&mut data, Q8_PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
             for r in 0..GROUP_ROWS {
                 let row = w.row(g * GROUP_ROWS + r);

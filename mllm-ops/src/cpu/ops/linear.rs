@@ -20,6 +20,7 @@ use crate::cpu::kernels::packed_q6k::{packed_q6k_linear, PackedQ6K};
 use crate::cpu::kernels::packed_q8::{packed_q8_linear, PackedQ8};
 use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use crate::cpu::kernels::qmatmul::{quant_linear, QuantMatrix};
+use crate::cpu::kernels::weight_memory::WeightArena;
 use crate::cpu::weights::{
     load_f32_vector, AnyMatrix, FloatSlice, MatrixSlice, MatrixWeight, PackedMatrix,
 };
@@ -48,21 +49,33 @@ enum PackedWeight {
 }
 
 impl PackedWeight {
-    /// `m` repacked in its type's layout, if it has one and `m` fits it
-    /// (see each layout's `pack`), calling `copied` with each range of
-    /// rows once it is packed.
-    fn pack(m: &QuantMatrix<'_>, copied: &(dyn Fn(Range<usize>) + Sync)) -> Option<PackedWeight> {
+    /// `m` repacked in its type's layout into a buffer from `arena`, if
+    /// the type has one and `m` fits it (see each layout's `pack`), calling
+    /// `copied` with each range of rows once it is packed.
+    fn pack(
+        m: &QuantMatrix<'_>,
+        arena: Option<&WeightArena>,
+        copied: &(dyn Fn(Range<usize>) + Sync),
+    ) -> Option<PackedWeight> {
         match m.quant_type() {
-            QuantType::Q4_0 | QuantType::Q4_1 => {
-                PackedQ4::pack_with(m, copied).ok().map(PackedWeight::Q4)
-            }
-            QuantType::Q5_0 | QuantType::Q5_1 => {
-                PackedQ5::pack_with(m, copied).ok().map(PackedWeight::Q5)
-            }
-            QuantType::Q8_0 => PackedQ8::pack_with(m, copied).ok().map(PackedWeight::Q8),
-            QuantType::Q4K => PackedQ4K::pack_with(m, copied).ok().map(PackedWeight::Q4K),
-            QuantType::Q5K => PackedQ5K::pack_with(m, copied).ok().map(PackedWeight::Q5K),
-            QuantType::Q6K => PackedQ6K::pack_with(m, copied).ok().map(PackedWeight::Q6K),
+            QuantType::Q4_0 | QuantType::Q4_1 => PackedQ4::pack_with(m, arena, copied)
+                .ok()
+                .map(PackedWeight::Q4),
+            QuantType::Q5_0 | QuantType::Q5_1 => PackedQ5::pack_with(m, arena, copied)
+                .ok()
+                .map(PackedWeight::Q5),
+            QuantType::Q8_0 => PackedQ8::pack_with(m, arena, copied)
+                .ok()
+                .map(PackedWeight::Q8),
+            QuantType::Q4K => PackedQ4K::pack_with(m, arena, copied)
+                .ok()
+                .map(PackedWeight::Q4K),
+            QuantType::Q5K => PackedQ5K::pack_with(m, arena, copied)
+                .ok()
+                .map(PackedWeight::Q5K),
+            QuantType::Q6K => PackedQ6K::pack_with(m, arena, copied)
+                .ok()
+                .map(PackedWeight::Q6K),
             QuantType::Q2K | QuantType::Q3K | QuantType::IQ4NL | QuantType::IQ4XS => None,
         }
     }
@@ -101,6 +114,8 @@ pub struct LinearOp {
     float: QuantKernel,
     /// The fastest SIMD level both kernels may use.
     max_simd: SimdLevel,
+    /// Where repacked weights go (a buffer of their own without one).
+    arena: Option<Arc<WeightArena>>,
 }
 
 impl LinearOp {
@@ -121,7 +136,15 @@ impl LinearOp {
             quant: QuantKernel::new(QuantPath::Int16Activations),
             float: QuantKernel::new(QuantPath::F32Activations),
             max_simd: SimdLevel::FASTEST_FIRST[0],
+            arena: None,
         }
+    }
+
+    /// Repacks weights into buffers from `arena`, shared with the model's
+    /// other layers (see `weight_memory`).
+    pub fn with_weight_arena(mut self, arena: Arc<WeightArena>) -> Self {
+        self.arena = Some(arena);
+        self
     }
 
     /// Chooses how quantized weights treat the activations (the fastest
@@ -154,7 +177,11 @@ impl Op for LinearOp {
                 AnyMatrix::Packed(PackedMatrix::Q8(w)) => {
                     LinearWeight::Packed(PackedWeight::Q8(w), None)
                 }
-                AnyMatrix::Plain(w) => self.pool.install(|| pack_if_faster(w, shape, self.quant)),
+                AnyMatrix::Plain(w) => {
+                    let arena = self.arena.as_deref();
+                    self.pool
+                        .install(|| pack_if_faster(w, shape, self.quant, arena))
+                }
             },
         );
         self.bias = p
@@ -168,6 +195,9 @@ impl Op for LinearOp {
     fn loaded(&mut self) {
         if let Some(LinearWeight::Packed(_, Some(source))) = &self.weight {
             source.release_pages();
+        }
+        if let Some(arena) = &self.arena {
+            arena.trim();
         }
     }
 
@@ -217,13 +247,15 @@ impl Op for LinearOp {
 /// `weight` repacked for a packed kernel when `kernel` uses them and the
 /// weight is Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K with a
 /// row count that is a multiple of eight, or f16 / bf16 with rows in
-/// eights and columns in 32s; the mapped bytes leave memory part by part
-/// as they are copied (a large head would otherwise be resident twice
-/// while it is packed). Otherwise `weight` unchanged.
+/// eights and columns in 32s, into a buffer from `arena`; the mapped
+/// bytes leave memory part by part as they are copied (a large head would
+/// otherwise be resident twice while it is packed). Otherwise `weight`
+/// unchanged.
 fn pack_if_faster(
     weight: MatrixWeight,
     [rows, cols]: [usize; 2],
     kernel: QuantKernel,
+    arena: Option<&WeightArena>,
 ) -> LinearWeight {
     if !kernel.repacks_weights() {
         return LinearWeight::Plain(weight);
@@ -233,12 +265,12 @@ fn pack_if_faster(
         move |r: Range<usize>| weight.release_range(r.start * row_bytes..r.end * row_bytes)
     };
     let half = |bits: &[u16], kind| {
-        PackedHalf::pack_with(bits, kind, [rows, cols], &release(2 * cols))
+        PackedHalf::pack_with(bits, kind, [rows, cols], arena, &release(2 * cols))
             .ok()
             .map(PackedWeight::Half)
     };
     let packed = match weight.slice() {
-        MatrixSlice::Quant(m) => PackedWeight::pack(&m, &release(m.row_bytes())),
+        MatrixSlice::Quant(m) => PackedWeight::pack(&m, arena, &release(m.row_bytes())),
         MatrixSlice::Float(FloatSlice::F16(w)) => half(bytemuck::cast_slice(w), HalfBits::F16),
         MatrixSlice::Float(FloatSlice::BF16(w)) => half(bytemuck::cast_slice(w), HalfBits::Bf16),
         MatrixSlice::Float(FloatSlice::F32(_)) => None,
