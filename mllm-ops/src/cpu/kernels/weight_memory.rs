@@ -265,10 +265,10 @@ mod tests {
         assert!(matches!(small.0, Storage::Small(_)));
     }
 
-    /// The address range and `VmFlags` of the mapping of `/proc/self/smaps`
-    /// that holds `addr`.
+    /// The address range of the mapping of `/proc/self/smaps` that holds
+    /// `addr`, and the value of its line starting with `field`.
     #[cfg(target_os = "linux")]
-    fn mapping_of(addr: usize) -> (usize, usize, String) {
+    fn smaps_line(addr: usize, field: &str) -> (usize, usize, String) {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let mut range = None;
         for line in smaps.lines() {
@@ -280,13 +280,26 @@ mod tests {
                     continue;
                 }
             }
-            if let (Some((a, b)), Some(flags)) = (range, line.strip_prefix("VmFlags:")) {
+            if let (Some((a, b)), Some(value)) = (range, line.strip_prefix(field)) {
                 if (a..b).contains(&addr) {
-                    return (a, b, flags.to_string());
+                    return (a, b, value.to_string());
                 }
             }
         }
         panic!("no mapping holds {addr:#x}");
+    }
+
+    /// The address range and `VmFlags` of the mapping that holds `addr`.
+    #[cfg(target_os = "linux")]
+    fn mapping_of(addr: usize) -> (usize, usize, String) {
+        smaps_line(addr, "VmFlags:")
+    }
+
+    /// Resident kilobytes of the mapping that holds `addr`.
+    #[cfg(target_os = "linux")]
+    fn resident_kib(addr: usize) -> usize {
+        let (_, _, rss) = smaps_line(addr, "Rss:");
+        rss.trim().trim_end_matches("kB").trim().parse().unwrap()
     }
 
     #[cfg(target_os = "linux")]
@@ -306,28 +319,6 @@ mod tests {
             !flags.split_whitespace().any(|f| f == "hg"),
             "tail: {flags}"
         );
-    }
-
-    /// Resident kilobytes of the mapping of `/proc/self/smaps` that holds
-    /// `addr`.
-    #[cfg(target_os = "linux")]
-    fn resident_kib(addr: usize) -> usize {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            let head = line.split_whitespace().next().unwrap_or("");
-            if let Some((a, b)) = head.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                {
-                    inside = (a..b).contains(&addr);
-                    continue;
-                }
-            }
-            if let (true, Some(kib)) = (inside, line.strip_prefix("Rss:")) {
-                return kib.trim().trim_end_matches("kB").trim().parse().unwrap();
-            }
-        }
-        panic!("no mapping holds {addr:#x}");
     }
 
     /// Fills `m` with a pattern of `seed`.
