@@ -108,12 +108,8 @@ impl Streams {
     pub(crate) fn new<T>(first: &[T], streams: usize, rows: usize) -> Streams {
         let group = std::mem::size_of_val(first);
         let on = rows == 1 && group > 0;
-        let target = if on {
-            side_by_side_target(streams, group, 0, AHEAD)
-        } else {
-            0
-        };
         let (set, within) = if on {
+            let target = side_by_side_target(streams, group, 0, AHEAD);
             (target - target % group, target % group)
         } else {
             (0, 0)
