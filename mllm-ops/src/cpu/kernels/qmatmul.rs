@@ -46,12 +46,19 @@ const MAX_ROW_BLOCK: usize = 256;
 
 /// Weights (in values) below which a task is not split further.
 const MIN_TASK_WEIGHTS: usize = 16 * 1024;
-/// Tasks per thread of a one-row call (decode). Such a call streams its
-/// weights from memory once, and a thread that has run out of tasks waits
-/// for the others' last ones: small tasks keep that wait short (1.1B
-/// Q4_K_M decode 1.04x against four per thread). Several rows keep four
-/// larger tasks per thread (16 made 512-token prefill 3 % slower).
+/// Tasks per thread of a one-row call (decode) of at least
+/// [`QUEUED_WORK`]. Such a call streams its weights from memory once, and
+/// a thread that has run out of tasks waits for the others' last ones:
+/// small tasks keep that wait short (1.1B Q4_K_M decode 1.04x against four
+/// per thread). Several rows keep four larger tasks per thread (16 made
+/// 512-token prefill 3 % slower).
 const DECODE_TASKS_PER_THREAD: usize = 16;
+/// Tasks per thread of a shorter one-row call, split by rayon's
+/// fork-join: one. Each further task there costs a join and a steal, a
+/// good part of a call of a few microseconds (SmolLM2 Q4_1 decode 1.07x,
+/// its Q4_K_M 1.09x against 16 per thread); a thread that finds the other
+/// late runs both halves itself.
+const FORK_JOIN_DECODE_TASKS_PER_THREAD: usize = 1;
 /// Work (multiply-adds) from which a one-row call takes its tasks from a
 /// `task_queue`, whose caller waits for the last task without sleeping:
 /// 1.1B Q4_K_M decode 1.07x. Below it, where the queue's own cost (a
@@ -176,18 +183,19 @@ impl<'p> Split<'p> {
     }
 
     /// Output features per task for `rows` activation rows: about
-    /// [`DECODE_TASKS_PER_THREAD`] tasks per thread for one row, four for
-    /// more, none tiny.
+    /// [`DECODE_TASKS_PER_THREAD`] tasks per thread for one row of a queued
+    /// call, [`FORK_JOIN_DECODE_TASKS_PER_THREAD`] for one row of a shorter
+    /// one, four for more rows, none tiny.
     pub(crate) fn outputs_per_task(
         &self,
         out_f: usize,
         weights_per_output: usize,
         rows: usize,
     ) -> usize {
-        let per_thread = if rows == 1 {
-            DECODE_TASKS_PER_THREAD
-        } else {
-            4
+        let per_thread = match (rows, self.queued) {
+            (1, true) => DECODE_TASKS_PER_THREAD,
+            (1, false) => FORK_JOIN_DECODE_TASKS_PER_THREAD,
+            _ => 4,
         };
         let min = MIN_TASK_WEIGHTS.div_ceil(weights_per_output.max(1));
         out_f.div_ceil(per_thread * self.threads).max(min).max(1)
@@ -543,9 +551,10 @@ mod tests {
         }
     }
 
-    /// One activation row splits into about `DECODE_TASKS_PER_THREAD`
-    /// tasks per thread, more rows into four; neither below
-    /// `MIN_TASK_WEIGHTS` weights per task.
+    /// One activation row of a queued call splits into about
+    /// `DECODE_TASKS_PER_THREAD` tasks per thread, of a shorter call into
+    /// one per thread, more rows into four; none below `MIN_TASK_WEIGHTS`
+    /// weights per task.
     #[test]
     fn decode_splits_finer_than_prefill() {
         let pool = pool2();
@@ -554,6 +563,10 @@ mod tests {
         assert_eq!(split.outputs_per_task(8192, 2048, 4), 8192 / 8);
         assert_eq!(split.outputs_per_task(64, 2048, 1), 8);
         assert_eq!(split.outputs_per_task(64, 2048, 4), 8);
+        let short = Split::new(&pool, QUEUED_WORK - 1);
+        assert_eq!(short.outputs_per_task(1536, 576, 1), 1536 / 2);
+        assert_eq!(short.outputs_per_task(1536, 576, 4), 1536 / 8);
+        assert_eq!(short.outputs_per_task(16, 576, 1), 29);
     }
 
     /// The f32-activation path at every level equals the f64 product of the
