@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::op::{Op, OpDesc};
-use crate::Result;
+use crate::{DType, Result};
 
 /// Runs a whole step in a backend's execution context, e.g. on a worker of
 /// its thread pool, so that the parallel ops inside the step start their
@@ -21,6 +21,13 @@ pub trait Backend {
 
     /// Creates the op for `desc`, or an error when this backend lacks it.
     fn create_op(&self, desc: &OpDesc) -> Result<Box<dyn Op>>;
+
+    /// Whether linear layers with `dtype` weights on the same input run
+    /// faster as one [`OpDesc::StackedLinear`] on this backend (see
+    /// [`crate::stacking`]). No by default.
+    fn stacks_linears(&self, _dtype: DType) -> bool {
+        false
+    }
 
     /// Where the executor runs each step (`None`: on the calling thread).
     fn step_runner(&self) -> Option<Arc<dyn StepRunner>> {

@@ -4,8 +4,10 @@
 //! Nodes may be placed on several devices (one [`Backend`] each). Every
 //! device gets its own activation buffers, and where a node reads an
 //! activation produced on another device the executor inserts a copy (once
-//! per value and device); the graph itself never changes. A node's state
-//! (the KV cache) lives with the node, on its device.
+//! per value and device) instead of adding nodes. A node's state (the KV
+//! cache) lives with the node, on its device. Before building its ops the
+//! executor stacks sibling linear layers where their backend asks for it
+//! ([`crate::stacking`]); [`Executor::graph`] is the graph after that pass.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, StepRunner};
 use crate::graph::{Graph, Value};
-use crate::op::{Op, OpInput, ValueKind};
+use crate::op::{LinearParams, Op, OpInput, ValueKind};
+use crate::stacking::stack_sibling_linears;
 use crate::step::{LogitsMode, StepInput, StepLayout};
 use crate::tensor::TensorRef;
 use crate::weights::WeightSource;
@@ -106,7 +109,9 @@ impl Executor {
 
     /// Creates node `i`'s op on `backends[placement[i]]` and loads the
     /// weights; activations that cross devices are copied (see
-    /// [`Executor::copies`]), and the output is copied to device 0.
+    /// [`Executor::copies`]), and the output is copied to device 0. Sibling
+    /// linear layers with one weight dtype on one device are stacked first
+    /// where that device's backend [stacks](Backend::stacks_linears) it.
     pub fn with_placement(
         graph: Graph,
         backends: &[&dyn Backend],
@@ -114,9 +119,9 @@ impl Executor {
         weights: &dyn WeightSource,
         max_context: usize,
     ) -> Result<Self> {
-        let output = graph
-            .output()
-            .ok_or_else(|| Error::InvalidInput("the graph has no output".into()))?;
+        if graph.output().is_none() {
+            return Err(Error::InvalidInput("the graph has no output".into()));
+        }
         if placement.len() != graph.nodes().len() {
             return Err(Error::InvalidInput(format!(
                 "placement names {} devices for {} nodes",
@@ -130,6 +135,11 @@ impl Executor {
                 backends.len()
             )));
         }
+        let (graph, placement) = stack_sibling_linears(graph, placement, |d, layers| {
+            stacks_on(backends[d], layers, weights)
+        })?;
+        let placement = &placement[..];
+        let output = graph.output().expect("stacking keeps the output");
         let mut ops = Vec::with_capacity(graph.nodes().len());
         for (node, &d) in graph.nodes().iter().zip(placement) {
             let mut op = backends[d].create_op(&node.desc).map_err(|e| match e {
@@ -613,6 +623,18 @@ impl Schedule {
 }
 
 /// Adds the node name to shape errors, which otherwise lack context.
+/// Whether `layers` share one weight dtype that `backend` stacks (see
+/// [`crate::stacking`]). A weight that cannot be read is left to the
+/// layer's own load to report.
+fn stacks_on(backend: &dyn Backend, layers: &[&LinearParams], weights: &dyn WeightSource) -> bool {
+    let dtype = |p: &LinearParams| {
+        let shape = [p.out_features, p.in_features];
+        weights.weight(&p.weight, &shape).ok().map(|w| w.dtype())
+    };
+    let first = layers.first().and_then(|&p| dtype(p));
+    first.is_some_and(|d| backend.stacks_linears(d) && layers.iter().all(|&p| dtype(p) == Some(d)))
+}
+
 fn annotate(e: Error, node: &str) -> Error {
     match e {
         Error::ShapeMismatch { context, detail } => Error::ShapeMismatch {

@@ -5,6 +5,7 @@
 //! - [`graph`]: the [`Module`] / [`Layer`] / [`Op`] model and the traced [`Graph`].
 //! - [`executor`]: plans buffers by liveness and runs a graph step by step on one or more [`Backend`]s.
 //! - [`placement`]: which device each node runs on ([`Device`], [`Placement`]).
+//! - [`stacking`]: the graph pass that stacks linear layers sharing an input into one.
 
 pub mod atomic;
 pub mod backend;
@@ -19,6 +20,7 @@ pub mod npy;
 pub mod op;
 pub mod placement;
 pub mod shape;
+pub mod stacking;
 pub mod step;
 pub mod tensor;
 pub mod weights;

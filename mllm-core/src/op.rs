@@ -133,6 +133,11 @@ pub enum OpDesc {
     /// Learned absolute position embeddings of the step's tokens.
     PositionEmbedding(PositionEmbeddingParams),
     Linear(LinearParams),
+    /// Linear layers on the same input stacked into one (see
+    /// [`crate::stacking`]): every layer has the same `in_features`, and
+    /// the output holds each layer's outputs in turn, `[rows, Σ
+    /// out_features]`.
+    StackedLinear(Vec<LinearParams>),
     RmsNorm(NormParams),
     LayerNorm(NormParams),
     Rope(RopeParams),
@@ -140,6 +145,10 @@ pub enum OpDesc {
     /// Gated activation `act(gate) * up`, inputs `(gate, up)`: SwiGLU with
     /// `Silu`, GeGLU with `Gelu` or `GeluTanh`, ReGLU with `Relu`.
     Glu(Activation),
+    /// [`OpDesc::Glu`] of one input `[rows, 2n]` holding `gate` in its
+    /// first `n` columns and `up` in the rest (a stacked gate and up
+    /// projection, see [`crate::stacking`]); the output is `[rows, n]`.
+    GluHalves(Activation),
     /// Elementwise sum of two same-shaped inputs.
     Add,
     /// Elementwise product of two same-shaped inputs.
@@ -176,11 +185,13 @@ impl OpDesc {
             OpDesc::Embedding(_) => "embedding",
             OpDesc::PositionEmbedding(_) => "position_embedding",
             OpDesc::Linear(_) => "linear",
+            OpDesc::StackedLinear(_) => "stacked_linear",
             OpDesc::RmsNorm(_) => "rms_norm",
             OpDesc::LayerNorm(_) => "layer_norm",
             OpDesc::Rope(_) => "rope",
             OpDesc::Activation(_) => "activation",
             OpDesc::Glu(_) => "glu",
+            OpDesc::GluHalves(_) => "glu_halves",
             OpDesc::Add => "add",
             OpDesc::Mul => "mul",
             OpDesc::Scale(_) => "scale",

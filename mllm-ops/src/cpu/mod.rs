@@ -8,8 +8,8 @@ pub mod weights;
 use std::sync::Arc;
 
 use mllm_core::backend::StepRunner;
-use mllm_core::op::{Op, OpDesc};
-use mllm_core::{Backend, Error, KvDtype, Result};
+use mllm_core::op::{LinearParams, Op, OpDesc};
+use mllm_core::{Backend, DType, Error, KvDtype, Result};
 use rayon::ThreadPool;
 
 use kernels::{QuantPath, SimdLevel, WeightArena};
@@ -66,6 +66,20 @@ impl CpuBackend {
         self
     }
 
+    /// A linear op for `layers` (stacked when more than one) with this
+    /// backend's pool, arena, activation path and SIMD cap.
+    fn linear(&self, layers: Vec<LinearParams>) -> LinearOp {
+        let mut op = LinearOp::stacked(layers, Arc::clone(&self.pool))
+            .with_weight_arena(Arc::clone(&self.arena));
+        if let Some(path) = self.quant_path {
+            op = op.with_quant_path(path);
+        }
+        if let Some(max) = self.max_simd {
+            op = op.with_max_simd(max);
+        }
+        op
+    }
+
     /// Number of worker threads.
     pub fn threads(&self) -> usize {
         self.pool.current_num_threads()
@@ -82,22 +96,14 @@ impl Backend for CpuBackend {
         Ok(match desc {
             OpDesc::Embedding(p) => Box::new(EmbeddingOp::new(p.clone())),
             OpDesc::PositionEmbedding(p) => Box::new(PositionEmbeddingOp::new(p.clone())),
-            OpDesc::Linear(p) => {
-                let mut op =
-                    LinearOp::new(p.clone(), pool()).with_weight_arena(Arc::clone(&self.arena));
-                if let Some(path) = self.quant_path {
-                    op = op.with_quant_path(path);
-                }
-                if let Some(max) = self.max_simd {
-                    op = op.with_max_simd(max);
-                }
-                Box::new(op)
-            }
+            OpDesc::Linear(p) => Box::new(self.linear(vec![p.clone()])),
+            OpDesc::StackedLinear(layers) => Box::new(self.linear(layers.clone())),
             OpDesc::RmsNorm(p) => Box::new(RmsNormOp::new(p.clone())),
             OpDesc::LayerNorm(p) => Box::new(LayerNormOp::new(p.clone())),
             OpDesc::Rope(p) => Box::new(RopeOp::new(p.clone())?),
             OpDesc::Activation(a) => Box::new(ActivationOp::new(*a)),
             OpDesc::Glu(a) => Box::new(GluOp::new(*a, pool())),
+            OpDesc::GluHalves(a) => Box::new(GluOp::of_halves(*a, pool())),
             OpDesc::Add => Box::new(BinaryOp::add(pool())),
             OpDesc::Mul => Box::new(BinaryOp::mul(pool())),
             OpDesc::Scale(f) => Box::new(ScaleOp::new(*f)),
@@ -117,6 +123,12 @@ impl Backend for CpuBackend {
     /// for the hand-off not to matter, and their large scratch buffers then
     /// come from the caller's allocator arena instead of growing a worker's
     /// (measured: +35 MiB peak RSS, and slower prefill, when they did not).
+    /// Where the linear kernels repack `dtype` weights (see
+    /// [`LinearOp::stacked`]): one packed call then replaces several.
+    fn stacks_linears(&self, dtype: DType) -> bool {
+        self.linear(Vec::new()).repacks(dtype)
+    }
+
     fn step_runner(&self) -> Option<Arc<dyn StepRunner>> {
         Some(Arc::new(PoolRunner::new(Arc::clone(&self.pool))))
     }

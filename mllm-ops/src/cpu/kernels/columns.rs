@@ -14,6 +14,20 @@ pub fn slice_columns(x: &[f32], cols: usize, start: usize, len: usize, out: &mut
     }
 }
 
+/// Copies each row of `part` (`[rows, len]`) into columns
+/// `start..start + len` of the same row of `out` (`[rows, cols]`), the
+/// inverse of [`slice_columns`]. The caller guarantees `start + len <= cols`.
+pub fn place_columns(part: &[f32], len: usize, out: &mut [f32], cols: usize, start: usize) {
+    debug_assert!(start + len <= cols, "columns out of range");
+    if len == 0 || cols == 0 {
+        return;
+    }
+    debug_assert_eq!(part.len() / len, out.len() / cols, "one part row per row");
+    for (src, row) in part.chunks_exact(len).zip(out.chunks_exact_mut(cols)) {
+        row[start..start + len].copy_from_slice(src);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -30,5 +44,23 @@ mod tests {
         let mut all = vec![f32::NAN; 15];
         slice_columns(&x, 5, 0, 5, &mut all);
         assert_eq!(all, x);
+    }
+
+    #[test]
+    fn placed_columns_are_sliced_back() {
+        let x: Vec<f32> = (0..15).map(|v| v as f32).collect();
+        let mut out = vec![f32::NAN; 15];
+        for (start, len) in [(0, 2), (2, 1), (3, 2)] {
+            let mut part = vec![0.0; 3 * len];
+            slice_columns(&x, 5, start, len, &mut part);
+            place_columns(&part, len, &mut out, 5, start);
+        }
+        assert_eq!(out, x);
+        let mut one = vec![-1.0; 15];
+        place_columns(&[7.0, 8.0, 9.0], 1, &mut one, 5, 4);
+        let want: Vec<f32> = (0..15)
+            .map(|i| [7.0, 8.0, 9.0][i / 5] * f32::from(i % 5 == 4) - f32::from(i % 5 != 4))
+            .collect();
+        assert_eq!(one, want);
     }
 }

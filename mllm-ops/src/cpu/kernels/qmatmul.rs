@@ -64,7 +64,9 @@ const FORK_JOIN_DECODE_TASKS_PER_THREAD: usize = 1;
 /// 1.1B Q4_K_M decode 1.07x. Below it, where the queue's own cost (a
 /// spawned job, a lock per task) is not small against the call, rayon's
 /// fork-join stays: SmolLM2 decode was 15 % slower with every call queued.
-const QUEUED_WORK: usize = 1 << 20;
+/// Two million, so that SmolLM2's stacked gate and up projections (1.8M)
+/// still split in two halves (its decode 1.06x against one million).
+const QUEUED_WORK: usize = 1 << 21;
 /// Activation rows per call of an integer-path tile.
 const TILE_ROWS: usize = 4;
 
@@ -141,6 +143,11 @@ impl<'a> QuantMatrix<'a> {
     /// Bytes per row.
     pub fn row_bytes(&self) -> usize {
         self.row_bytes
+    }
+
+    /// Every row's blocks.
+    pub(crate) fn bytes(&self) -> &'a [u8] {
+        self.data
     }
 
     /// The blocks of row `r`.

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use mllm_core::op::{LinearParams, Op, OpInput};
 use mllm_core::step::StepLayout;
 use mllm_core::weights::WeightSource;
-use mllm_core::{Error, Result, Shape};
+use mllm_core::{DType, Error, Result, Shape};
 use rayon::ThreadPool;
 
 use super::expect_rows;
+use crate::cpu::kernels::columns::place_columns;
 use crate::cpu::kernels::matmul::{linear_at, HalfBits};
 use crate::cpu::kernels::packed::{packed_linear, PackedQ4};
 use crate::cpu::kernels::packed_half::{packed_half_linear, PackedHalf};
@@ -35,6 +36,10 @@ enum LinearWeight {
     /// pages; `None` for a copy, which is dropped), or stored packed in the
     /// file and read in place (`None`).
     Packed(PackedWeight, Option<MatrixWeight>),
+    /// The weights of stacked layers that could not become one matrix
+    /// (see [`LinearOp::stacked`]), each with its output width, run one
+    /// after another.
+    Parts(Vec<(LinearWeight, usize)>),
 }
 
 /// A weight in one of the packed layouts.
@@ -80,6 +85,21 @@ impl PackedWeight {
         }
     }
 
+    /// Whether block type `qt` has a packed layout.
+    fn has_layout(qt: QuantType) -> bool {
+        match qt {
+            QuantType::Q4_0
+            | QuantType::Q4_1
+            | QuantType::Q5_0
+            | QuantType::Q5_1
+            | QuantType::Q8_0
+            | QuantType::Q4K
+            | QuantType::Q5K
+            | QuantType::Q6K => true,
+            QuantType::Q2K | QuantType::Q3K | QuantType::IQ4NL | QuantType::IQ4XS => false,
+        }
+    }
+
     /// The layer's product with this weight (see `packed_linear`).
     fn linear(
         &self,
@@ -102,10 +122,16 @@ impl PackedWeight {
     }
 }
 
-/// The CPU linear layer.
+/// The CPU linear layer, or several stacked into one.
 pub struct LinearOp {
-    params: LinearParams,
+    /// The layer, or the stacked layers in output order.
+    layers: Vec<LinearParams>,
+    in_features: usize,
+    /// The output width: every layer's outputs.
+    out_features: usize,
     weight: Option<LinearWeight>,
+    /// One part's outputs, before they go to their columns (`Parts` only).
+    part_out: Vec<f32>,
     bias: Option<Vec<f32>>,
     pool: Arc<ThreadPool>,
     /// The variant used for quantized weights, chosen once for this CPU.
@@ -128,9 +154,23 @@ impl LinearOp {
     /// integer dot products with 16-bit activations, the other block types
     /// the f32 path.
     pub fn new(params: LinearParams, pool: Arc<ThreadPool>) -> Self {
+        Self::stacked(vec![params], pool)
+    }
+
+    /// One op for `layers` (at least one, all with the same
+    /// `in_features`), its outputs each layer's in turn: at load, weights
+    /// of one type that its kernels repack become one packed matrix
+    /// (their bytes stacked, packed once); otherwise each layer keeps its
+    /// weight and runs on its own.
+    pub fn stacked(layers: Vec<LinearParams>, pool: Arc<ThreadPool>) -> Self {
+        let in_features = layers.first().map_or(0, |p| p.in_features);
+        let out_features = layers.iter().map(|p| p.out_features).sum();
         LinearOp {
-            params,
+            layers,
+            in_features,
+            out_features,
             weight: None,
+            part_out: Vec::new(),
             bias: None,
             pool,
             quant: QuantKernel::new(QuantPath::Int16Activations),
@@ -155,6 +195,26 @@ impl LinearOp {
         self
     }
 
+    /// Whether the loaded weights are one matrix: always for one layer;
+    /// for stacked layers, whether they could be packed together (see
+    /// [`LinearOp::stacked`]).
+    pub fn is_one_matrix(&self) -> bool {
+        matches!(
+            self.weight,
+            Some(LinearWeight::Plain(_) | LinearWeight::Packed(..))
+        )
+    }
+
+    /// Whether this op repacks weights of `dtype` for its kernels (rows
+    /// and columns permitting).
+    pub fn repacks(&self, dtype: DType) -> bool {
+        let packed_type = match QuantType::from_dtype(dtype) {
+            Some(qt) => PackedWeight::has_layout(qt),
+            None => matches!(dtype, DType::F16 | DType::BF16),
+        };
+        self.quant.repacks_weights() && packed_type
+    }
+
     /// Runs every kernel of this layer at `max` or a slower level (see
     /// [`QuantKernel::capped`]), whichever activation path it takes.
     pub fn with_max_simd(mut self, max: SimdLevel) -> Self {
@@ -167,34 +227,41 @@ impl LinearOp {
 
 impl Op for LinearOp {
     fn load(&mut self, weights: &dyn WeightSource) -> Result<()> {
-        let p = &self.params;
-        let shape = [p.out_features, p.in_features];
-        self.weight = Some(
-            match AnyMatrix::load(weights, &p.weight, shape, "linear")? {
-                AnyMatrix::Packed(PackedMatrix::Q4(w)) => {
-                    LinearWeight::Packed(PackedWeight::Q4(w), None)
-                }
-                AnyMatrix::Packed(PackedMatrix::Q8(w)) => {
-                    LinearWeight::Packed(PackedWeight::Q8(w), None)
-                }
-                AnyMatrix::Plain(w) => {
-                    let arena = self.arena.as_deref();
-                    self.pool
-                        .install(|| pack_if_faster(w, shape, self.quant, arena))
-                }
-            },
-        );
-        self.bias = p
-            .bias
-            .as_ref()
-            .map(|b| load_f32_vector(weights, b, p.out_features))
-            .transpose()?;
+        let in_f = self.in_features;
+        if let Some(p) = self.layers.iter().find(|p| p.in_features != in_f) {
+            return Err(Error::shape(
+                format!("linear '{}'", p.weight),
+                format!(
+                    "stacked with layers of {in_f} inputs, it has {}",
+                    p.in_features
+                ),
+            ));
+        }
+        let mut matrices = Vec::with_capacity(self.layers.len());
+        for p in &self.layers {
+            let shape = [p.out_features, in_f];
+            matrices.push((AnyMatrix::load(weights, &p.weight, shape, "linear")?, shape));
+        }
+        let arena = self.arena.as_deref();
+        let (kernel, pool) = (self.quant, &*self.pool);
+        self.weight = Some(match <[_; 1]>::try_from(matrices) {
+            Ok([(m, shape)]) => bind(m, shape, kernel, arena, pool),
+            Err(parts) => pool
+                .install(|| pack_stacked(&parts, in_f, kernel, arena))
+                .unwrap_or_else(|| {
+                    let parts = parts
+                        .into_iter()
+                        .map(|(m, shape)| (bind(m, shape, kernel, arena, pool), shape[0]));
+                    LinearWeight::Parts(parts.collect())
+                }),
+        });
+        self.bias = self.load_bias(weights)?;
         Ok(())
     }
 
     fn loaded(&mut self) {
-        if let Some(LinearWeight::Packed(_, Some(source))) = &self.weight {
-            source.release_pages();
+        if let Some(w) = &self.weight {
+            w.release_sources();
         }
         if let Some(arena) = &self.arena {
             arena.trim();
@@ -202,8 +269,8 @@ impl Op for LinearOp {
     }
 
     fn reshape(&mut self, inputs: &[&Shape], _step: &StepLayout) -> Result<Shape> {
-        let rows = expect_rows("linear", "input", inputs[0], self.params.in_features)?;
-        Ok(Shape::new([rows, self.params.out_features]))
+        let rows = expect_rows("linear", "input", inputs[0], self.in_features)?;
+        Ok(Shape::new([rows, self.out_features]))
     }
 
     fn execute(
@@ -213,35 +280,197 @@ impl Op for LinearOp {
         _step: &StepLayout,
     ) -> Result<()> {
         let x = inputs[0].tensor("linear")?;
-        let p = &self.params;
-        let w = self
-            .weight
-            .as_ref()
-            .ok_or_else(|| Error::InvalidInput(format!("linear '{}' ran before load", p.weight)))?;
+        let w = self.weight.as_ref().ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "linear '{}' ran before load",
+                self.layers[0].weight
+            ))
+        })?;
         let rows = x.shape.rows();
         let bias = self.bias.as_deref();
-        let (inf, outf, pool, fk) = (p.in_features, p.out_features, &*self.pool, self.float);
-        let w = match w {
-            LinearWeight::Packed(w, _) => {
-                w.linear(self.quant, x.data, rows, bias, output, pool);
-                return Ok(());
-            }
-            LinearWeight::Plain(w) => w,
+        let kernels = Kernels {
+            quant: self.quant,
+            float: self.float,
+            pool: &self.pool,
         };
-        match w.slice() {
-            MatrixSlice::Float(FloatSlice::F32(w)) => {
-                linear_at(fk, x.data, rows, inf, w, outf, bias, output, pool)
-            }
-            MatrixSlice::Float(FloatSlice::F16(w)) => {
-                linear_at(fk, x.data, rows, inf, w, outf, bias, output, pool)
-            }
-            MatrixSlice::Float(FloatSlice::BF16(w)) => {
-                linear_at(fk, x.data, rows, inf, w, outf, bias, output, pool)
-            }
-            MatrixSlice::Quant(w) => quant_linear(self.quant, x.data, rows, &w, bias, output, pool),
+        let LinearWeight::Parts(parts) = w else {
+            kernels.product(w, x.data, rows, self.in_features, bias, output);
+            return Ok(());
+        };
+        let mut start = 0;
+        for (part, out_f) in parts {
+            let part_bias = bias.map(|b| &b[start..start + out_f]);
+            self.part_out.resize(rows * out_f, 0.0);
+            kernels.product(
+                part,
+                x.data,
+                rows,
+                self.in_features,
+                part_bias,
+                &mut self.part_out,
+            );
+            place_columns(&self.part_out, *out_f, output, self.out_features, start);
+            start += out_f;
         }
         Ok(())
     }
+}
+
+impl LinearOp {
+    /// Every layer's bias, stacked, or `None` when no layer has one; a
+    /// stack of layers with and without bias is refused.
+    fn load_bias(&self, weights: &dyn WeightSource) -> Result<Option<Vec<f32>>> {
+        let with_bias = self.layers.iter().filter(|p| p.bias.is_some()).count();
+        if with_bias == 0 {
+            return Ok(None);
+        }
+        if with_bias < self.layers.len() {
+            return Err(Error::InvalidInput(format!(
+                "linear '{}': stacked layers must all have a bias or none",
+                self.layers[0].weight
+            )));
+        }
+        let mut bias = Vec::with_capacity(self.out_features);
+        for p in &self.layers {
+            let name = p.bias.as_deref().unwrap_or_default();
+            bias.extend(load_f32_vector(weights, name, p.out_features)?);
+        }
+        Ok(Some(bias))
+    }
+}
+
+/// What a linear op multiplies with: its kernel variants and pool.
+struct Kernels<'a> {
+    quant: QuantKernel,
+    float: QuantKernel,
+    pool: &'a ThreadPool,
+}
+
+impl Kernels<'_> {
+    /// `y = x w^T + bias` for one weight (not `Parts`): `x` is `[rows,
+    /// in_f]`, `y` `[rows, w's rows]`.
+    fn product(
+        &self,
+        w: &LinearWeight,
+        x: &[f32],
+        rows: usize,
+        in_f: usize,
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let (pool, fk) = (self.pool, self.float);
+        let out_f = y.len() / rows.max(1);
+        match w {
+            LinearWeight::Packed(w, _) => w.linear(self.quant, x, rows, bias, y, pool),
+            LinearWeight::Plain(w) => match w.slice() {
+                MatrixSlice::Float(FloatSlice::F32(w)) => {
+                    linear_at(fk, x, rows, in_f, w, out_f, bias, y, pool)
+                }
+                MatrixSlice::Float(FloatSlice::F16(w)) => {
+                    linear_at(fk, x, rows, in_f, w, out_f, bias, y, pool)
+                }
+                MatrixSlice::Float(FloatSlice::BF16(w)) => {
+                    linear_at(fk, x, rows, in_f, w, out_f, bias, y, pool)
+                }
+                MatrixSlice::Quant(w) => quant_linear(self.quant, x, rows, &w, bias, y, pool),
+            },
+            LinearWeight::Parts(_) => unreachable!("parts run one by one"),
+        }
+    }
+}
+
+impl LinearWeight {
+    /// Drops the mapped pages of the weights this one was repacked from.
+    fn release_sources(&self) {
+        match self {
+            LinearWeight::Packed(_, Some(source)) => source.release_pages(),
+            LinearWeight::Parts(parts) => parts.iter().for_each(|(w, _)| w.release_sources()),
+            LinearWeight::Packed(_, None) | LinearWeight::Plain(_) => {}
+        }
+    }
+}
+
+/// A layer's weight as its kernels read it: a packed file's layout as it
+/// is, any other repacked when `kernel` gains by it (see `pack_if_faster`).
+fn bind(
+    m: AnyMatrix,
+    shape: [usize; 2],
+    kernel: QuantKernel,
+    arena: Option<&WeightArena>,
+    pool: &ThreadPool,
+) -> LinearWeight {
+    match m {
+        AnyMatrix::Packed(PackedMatrix::Q4(w)) => LinearWeight::Packed(PackedWeight::Q4(w), None),
+        AnyMatrix::Packed(PackedMatrix::Q8(w)) => LinearWeight::Packed(PackedWeight::Q8(w), None),
+        AnyMatrix::Plain(w) => pool.install(|| pack_if_faster(w, shape, kernel, arena)),
+    }
+}
+
+/// The stacked weights `parts` (each `[rows, in_f]`) as one packed matrix,
+/// when they are plain weights of one type that `kernel` repacks and the
+/// stack fits its layout: their bytes are copied one after another into a
+/// temporary buffer, their mapped pages given back, and the buffer packed
+/// into `arena`. `None` otherwise.
+fn pack_stacked(
+    parts: &[(AnyMatrix, [usize; 2])],
+    in_f: usize,
+    kernel: QuantKernel,
+    arena: Option<&WeightArena>,
+) -> Option<LinearWeight> {
+    if !kernel.repacks_weights() {
+        return None;
+    }
+    let plain: Vec<&MatrixWeight> = parts
+        .iter()
+        .map(|(m, _)| match m {
+            AnyMatrix::Plain(w) => Some(w),
+            AnyMatrix::Packed(_) => None,
+        })
+        .collect::<Option<_>>()?;
+    let rows: usize = parts.iter().map(|(_, [r, _])| r).sum();
+    let slices: Vec<MatrixSlice<'_>> = plain.iter().map(|w| w.slice()).collect();
+    let nothing = |_: Range<usize>| {};
+    let packed = match slices[0] {
+        MatrixSlice::Quant(first) => {
+            let qt = first.quant_type();
+            let mut bytes = Vec::new();
+            for s in &slices {
+                match s {
+                    MatrixSlice::Quant(m) if m.quant_type() == qt => {
+                        bytes.extend_from_slice(m.bytes())
+                    }
+                    _ => return None,
+                }
+            }
+            let m = QuantMatrix::new(qt, &bytes, rows, in_f).ok()?;
+            PackedWeight::pack(&m, arena, &nothing)?
+        }
+        MatrixSlice::Float(FloatSlice::F16(_)) | MatrixSlice::Float(FloatSlice::BF16(_)) => {
+            let kind = match slices[0] {
+                MatrixSlice::Float(FloatSlice::F16(_)) => HalfBits::F16,
+                _ => HalfBits::Bf16,
+            };
+            let mut bits: Vec<u16> = Vec::new();
+            for s in &slices {
+                match (s, kind) {
+                    (MatrixSlice::Float(FloatSlice::F16(w)), HalfBits::F16) => {
+                        bits.extend_from_slice(bytemuck::cast_slice(w))
+                    }
+                    (MatrixSlice::Float(FloatSlice::BF16(w)), HalfBits::Bf16) => {
+                        bits.extend_from_slice(bytemuck::cast_slice(w))
+                    }
+                    _ => return None,
+                }
+            }
+            let packed = PackedHalf::pack_with(&bits, kind, [rows, in_f], arena, &nothing);
+            PackedWeight::Half(packed.ok()?)
+        }
+        MatrixSlice::Float(FloatSlice::F32(_)) => return None,
+    };
+    for w in plain {
+        w.release_pages();
+    }
+    Some(LinearWeight::Packed(packed, None))
 }
 
 /// `weight` repacked for a packed kernel when `kernel` uses them and the

@@ -1,0 +1,413 @@
+//! A graph pass that stacks sibling linear layers: layers that read the
+//! same activation on the same device, such as an attention block's q, k
+//! and v projections or an MLP's gate and up projections, become one
+//! [`OpDesc::StackedLinear`] node followed by one column slice per layer.
+//!
+//! One larger product instead of several small ones pays for its hand-over
+//! to the threads and for quantizing its input once: in a decode step of a
+//! small model each projection is a call of a few microseconds, and that
+//! fixed cost is a good part of it. A layer's outputs are the same numbers
+//! either way (each output is its own weight row's dot product), so the
+//! backend decides where it pays ([`crate::Backend::stacks_linears`]) and
+//! the executor applies the pass when it builds its ops.
+//!
+//! A gated MLP's gate and up layers, read only by their `Glu`, need no
+//! slices: the `Glu` becomes an [`OpDesc::GluHalves`] of the stacked
+//! output, so a long prompt's step does not copy its widest activations.
+
+use indexmap::IndexMap;
+
+use crate::graph::{Graph, Value};
+use crate::op::{ColumnSlice, LinearParams, OpDesc};
+use crate::Result;
+
+/// Linear nodes that may share one stacked node: same input, device,
+/// input width and bias presence.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct SiblingKey {
+    input: Value,
+    device: usize,
+    in_features: usize,
+    bias: bool,
+}
+
+/// Rewrites `graph` (whose node `i` runs on device `placement[i]`) with
+/// every group of two or more sibling linear layers stacked where
+/// `may_stack(device, layers)` agrees, and returns it with the placement
+/// of its nodes. Each group's stacked node takes the place of its first
+/// layer; the slices that give each layer's output follow it, named after
+/// the layer. Without such a group, the graph comes back unchanged.
+pub fn stack_sibling_linears(
+    graph: Graph,
+    placement: &[usize],
+    may_stack: impl Fn(usize, &[&LinearParams]) -> bool,
+) -> Result<(Graph, Vec<usize>)> {
+    let groups = sibling_groups(&graph, placement, may_stack);
+    if groups.is_empty() {
+        return Ok((graph, placement.to_vec()));
+    }
+    // The group each node belongs to, and whether it is the group's first.
+    let mut member_of = vec![None; graph.nodes().len()];
+    for (g, members) in groups.iter().enumerate() {
+        for (k, &i) in members.iter().enumerate() {
+            member_of[i] = Some((g, k == 0));
+        }
+    }
+    // The `Glu` nodes that read a group's two halves directly, by group.
+    let glu_of: Vec<Option<usize>> = groups.iter().map(|m| halves_glu(&graph, m)).collect();
+    let mut stacked_value = vec![None; groups.len()];
+    let (mut out, tokens) = Graph::new();
+    let mut new_placement = Vec::with_capacity(placement.len() + groups.len());
+    let mut remap: Vec<Option<Value>> = vec![None; graph.n_values()];
+    remap[0] = Some(tokens);
+    let mapped = |remap: &[Option<Value>], v: Value| {
+        remap[v.index()].expect("a node's inputs come before it")
+    };
+    for (i, node) in graph.nodes().iter().enumerate() {
+        let inputs = |remap: &[Option<Value>]| -> Vec<Value> {
+            node.inputs.iter().map(|&v| mapped(remap, v)).collect()
+        };
+        let glu_group = glu_of.iter().position(|&glu| glu == Some(i));
+        match (member_of[i], glu_group) {
+            (None, Some(g)) => {
+                let OpDesc::Glu(act) = node.desc else {
+                    unreachable!("halves_glu finds Glu nodes")
+                };
+                let stacked = stacked_value[g].expect("a group's stacked node comes first");
+                let desc = OpDesc::GluHalves(act);
+                remap[node.output.index()] =
+                    Some(out.add_node(node.name.clone(), desc, &[stacked])?);
+                new_placement.push(placement[i]);
+            }
+            (None, None) => {
+                let inputs = inputs(&remap);
+                remap[node.output.index()] =
+                    Some(out.add_node(node.name.clone(), node.desc.clone(), &inputs)?);
+                new_placement.push(placement[i]);
+            }
+            (Some((_, false)), _) => {}
+            (Some((g, true)), _) => {
+                let members = &groups[g];
+                let layers: Vec<LinearParams> =
+                    members.iter().map(|&m| linear(&graph, m).clone()).collect();
+                let names: Vec<&str> = members
+                    .iter()
+                    .map(|&m| graph.nodes()[m].name.as_str())
+                    .collect();
+                let stacked = out.add_node(
+                    stacked_name(&names),
+                    OpDesc::StackedLinear(layers.clone()),
+                    &inputs(&remap),
+                )?;
+                new_placement.push(placement[i]);
+                stacked_value[g] = Some(stacked);
+                if glu_of[g].is_some() {
+                    continue;
+                }
+                let mut start = 0;
+                for (&m, layer) in members.iter().zip(&layers) {
+                    let len = layer.out_features;
+                    let slice = OpDesc::SliceColumns(ColumnSlice { start, len });
+                    let name = format!("{}.columns", graph.nodes()[m].name);
+                    remap[graph.nodes()[m].output.index()] =
+                        Some(out.add_node(name, slice, &[stacked])?);
+                    new_placement.push(placement[i]);
+                    start += len;
+                }
+            }
+        }
+    }
+    if let Some(v) = graph.output() {
+        out.set_output(mapped(&remap, v))?;
+    }
+    Ok((out, new_placement))
+}
+
+/// The groups of sibling linear nodes that `may_stack` accepts, each in
+/// graph order, in the order of their first nodes.
+fn sibling_groups(
+    graph: &Graph,
+    placement: &[usize],
+    may_stack: impl Fn(usize, &[&LinearParams]) -> bool,
+) -> Vec<Vec<usize>> {
+    let mut by_key: IndexMap<SiblingKey, Vec<usize>> = IndexMap::new();
+    for (i, node) in graph.nodes().iter().enumerate() {
+        if let OpDesc::Linear(p) = &node.desc {
+            let key = SiblingKey {
+                input: node.inputs[0],
+                device: placement[i],
+                in_features: p.in_features,
+                bias: p.bias.is_some(),
+            };
+            by_key.entry(key).or_default().push(i);
+        }
+    }
+    by_key
+        .into_iter()
+        .filter(|(key, members)| {
+            let layers: Vec<&LinearParams> = members.iter().map(|&m| linear(graph, m)).collect();
+            members.len() > 1 && may_stack(key.device, &layers)
+        })
+        .map(|(_, members)| members)
+        .collect()
+}
+
+/// The `Glu` node that reads the outputs of `members` as its gate and up
+/// (two layers of one width), when nothing else reads them.
+fn halves_glu(graph: &Graph, members: &[usize]) -> Option<usize> {
+    let [gate, up] = members else {
+        return None;
+    };
+    if linear(graph, *gate).out_features != linear(graph, *up).out_features {
+        return None;
+    }
+    let (gate, up) = (graph.nodes()[*gate].output, graph.nodes()[*up].output);
+    if graph.output() == Some(gate) || graph.output() == Some(up) {
+        return None;
+    }
+    let readers = |v: Value| {
+        graph
+            .nodes()
+            .iter()
+            .filter(|n| n.inputs.contains(&v))
+            .count()
+    };
+    let glu = graph
+        .nodes()
+        .iter()
+        .position(|n| matches!(n.desc, OpDesc::Glu(_)) && n.inputs[..] == [gate, up])?;
+    (readers(gate) == 1 && readers(up) == 1).then_some(glu)
+}
+
+/// The parameters of linear node `i`.
+fn linear(graph: &Graph, i: usize) -> &LinearParams {
+    match &graph.nodes()[i].desc {
+        OpDesc::Linear(p) => p,
+        _ => unreachable!("sibling groups hold linear nodes only"),
+    }
+}
+
+/// `a.b.q_proj+k_proj+v_proj` for layers `a.b.q_proj`, `a.b.k_proj` and
+/// `a.b.v_proj`; the full names joined by `+` when their parents differ.
+fn stacked_name(names: &[&str]) -> String {
+    let parent = |n: &'_ str| n.rsplit_once('.').map(|(p, _)| p.to_string());
+    let first = parent(names[0]);
+    match first {
+        Some(p)
+            if names
+                .iter()
+                .all(|n| parent(n).as_deref() == Some(p.as_str())) =>
+        {
+            let leaves: Vec<&str> = names.iter().map(|n| &n[p.len() + 1..]).collect();
+            format!("{p}.{}", leaves.join("+"))
+        }
+        _ => names.join("+"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::Linear;
+    use crate::op::Activation;
+
+    /// Twelve nodes: q, k and v on the embedding `x`, gate and up on
+    /// `h = q + q`, a lone linear on `k + v`, and down.
+    fn toy() -> (Graph, Vec<String>) {
+        let (mut g, tokens) = Graph::new();
+        let embed = crate::layers::Embedding::new(10, 8, "embed");
+        let x = embed.call(&mut g, tokens).unwrap();
+        let q = Linear::new(8, 8, false, "attn.q").call(&mut g, x).unwrap();
+        let k = Linear::new(8, 4, false, "attn.k").call(&mut g, x).unwrap();
+        let h = g.add(q, q).unwrap();
+        let v = Linear::new(8, 4, false, "attn.v").call(&mut g, x).unwrap();
+        let kv = g.add(k, v).unwrap();
+        let gate = Linear::new(8, 16, false, "mlp.gate")
+            .call(&mut g, h)
+            .unwrap();
+        let up = Linear::new(8, 16, false, "mlp.up").call(&mut g, h).unwrap();
+        let a = g.glu(Activation::Silu, gate, up).unwrap();
+        let lone = Linear::new(4, 8, false, "lone").call(&mut g, kv).unwrap();
+        let y = Linear::new(16, 8, false, "down").call(&mut g, a).unwrap();
+        let out = g.add(y, lone).unwrap();
+        g.set_output(out).unwrap();
+        let names = g.nodes().iter().map(|n| n.name.clone()).collect();
+        (g, names)
+    }
+
+    fn names(g: &Graph) -> Vec<&str> {
+        g.nodes().iter().map(|n| n.name.as_str()).collect()
+    }
+
+    /// The node `name` and its inputs' producers' names.
+    fn inputs_of<'g>(g: &'g Graph, name: &str) -> Vec<&'g str> {
+        let node = g.nodes().iter().find(|n| n.name == name).unwrap();
+        node.inputs
+            .iter()
+            .map(|&v| {
+                g.producer(v)
+                    .map_or("tokens", |p| g.nodes()[p].name.as_str())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn siblings_become_one_stacked_node_and_slices() {
+        let (g, _) = toy();
+        let (s, placement) = stack_sibling_linears(g, &[0; 12], |_, _| true).unwrap();
+        assert_eq!(
+            names(&s),
+            [
+                "embed",
+                "attn.q+k+v",
+                "attn.q.columns",
+                "attn.k.columns",
+                "attn.v.columns",
+                "add.3",
+                "add.5",
+                "mlp.gate+up",
+                "glu.8",
+                "lone",
+                "down",
+                "add.11",
+            ]
+        );
+        assert_eq!(placement, vec![0; 12]);
+        let layers = |name: &str| match &s.nodes().iter().find(|n| n.name == name).unwrap().desc {
+            OpDesc::StackedLinear(l) => l.iter().map(|p| p.weight.clone()).collect::<Vec<_>>(),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!(
+            layers("attn.q+k+v"),
+            ["attn.q.weight", "attn.k.weight", "attn.v.weight"]
+        );
+        assert_eq!(layers("mlp.gate+up"), ["mlp.gate.weight", "mlp.up.weight"]);
+        let slice = |name: &str| match s.nodes().iter().find(|n| n.name == name).unwrap().desc {
+            OpDesc::SliceColumns(c) => (c.start, c.len),
+            ref other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!(slice("attn.q.columns"), (0, 8));
+        assert_eq!(slice("attn.k.columns"), (8, 4));
+        assert_eq!(slice("attn.v.columns"), (12, 4));
+        assert_eq!(inputs_of(&s, "attn.q+k+v"), ["embed"]);
+        assert_eq!(inputs_of(&s, "add.5"), ["attn.k.columns", "attn.v.columns"]);
+        assert_eq!(inputs_of(&s, "glu.8"), ["mlp.gate+up"]);
+        let glu = s.nodes().iter().find(|n| n.name == "glu.8").unwrap();
+        assert_eq!(glu.desc, OpDesc::GluHalves(Activation::Silu));
+        assert_eq!(inputs_of(&s, "add.11"), ["down", "lone"]);
+        let out = s.producer(s.output().unwrap()).unwrap();
+        assert_eq!(s.nodes()[out].name, "add.11");
+    }
+
+    /// A gate or up output that something besides its `Glu` reads keeps
+    /// its slice, and so does a `Glu` of two layers of different widths.
+    #[test]
+    fn glu_inputs_read_elsewhere_stay_sliced() {
+        let (mut g, tokens) = Graph::new();
+        let x = crate::layers::Embedding::new(10, 8, "embed")
+            .call(&mut g, tokens)
+            .unwrap();
+        let gate = Linear::new(8, 16, false, "gate").call(&mut g, x).unwrap();
+        let up = Linear::new(8, 16, false, "up").call(&mut g, x).unwrap();
+        let a = g.glu(Activation::Silu, gate, up).unwrap();
+        let out = g.add(a, up).unwrap();
+        g.set_output(out).unwrap();
+        let (s, _) = stack_sibling_linears(g, &[0; 5], |_, _| true).unwrap();
+        assert_eq!(
+            names(&s),
+            [
+                "embed",
+                "gate+up",
+                "gate.columns",
+                "up.columns",
+                "glu.3",
+                "add.4"
+            ]
+        );
+        assert_eq!(inputs_of(&s, "glu.3"), ["gate.columns", "up.columns"]);
+
+        let (mut g, tokens) = Graph::new();
+        let x = crate::layers::Embedding::new(10, 8, "embed")
+            .call(&mut g, tokens)
+            .unwrap();
+        let gate = Linear::new(8, 16, false, "gate").call(&mut g, x).unwrap();
+        let up = Linear::new(8, 8, false, "up").call(&mut g, x).unwrap();
+        let gate = g.slice_columns(gate, 0, 8).unwrap();
+        let a = g.glu(Activation::Silu, gate, up).unwrap();
+        g.set_output(a).unwrap();
+        let (s, _) = stack_sibling_linears(g, &[0; 5], |_, _| true).unwrap();
+        assert_eq!(inputs_of(&s, "glu.4"), ["slice_columns.3", "up.columns"]);
+    }
+
+    #[test]
+    fn nothing_changes_where_stacking_is_refused() {
+        let (g, before) = toy();
+        let (s, placement) = stack_sibling_linears(g, &[0; 12], |_, _| false).unwrap();
+        assert_eq!(names(&s), before);
+        assert_eq!(placement, vec![0; 12]);
+    }
+
+    #[test]
+    fn the_backend_is_asked_per_group_with_its_device_and_layers() {
+        let (g, _) = toy();
+        let mut placement = vec![0; 12];
+        placement[7] = 1; // mlp.up on another device than mlp.gate
+        let asked = std::cell::RefCell::new(Vec::new());
+        let (s, new_placement) = stack_sibling_linears(g, &placement, |d, layers| {
+            let names: Vec<String> = layers.iter().map(|p| p.weight.clone()).collect();
+            asked.borrow_mut().push((d, names));
+            true
+        })
+        .unwrap();
+        assert_eq!(
+            asked.into_inner(),
+            [(
+                0,
+                vec![
+                    "attn.q.weight".to_string(),
+                    "attn.k.weight".into(),
+                    "attn.v.weight".into()
+                ]
+            )]
+        );
+        assert!(names(&s).contains(&"mlp.gate") && names(&s).contains(&"mlp.up"));
+        let up = names(&s).iter().position(|&n| n == "mlp.up").unwrap();
+        assert_eq!(new_placement[up], 1);
+        assert_eq!(new_placement.iter().filter(|&&d| d == 1).count(), 1);
+    }
+
+    #[test]
+    fn layers_with_and_without_bias_stay_apart() {
+        let (mut g, tokens) = Graph::new();
+        let x = crate::layers::Embedding::new(10, 8, "embed")
+            .call(&mut g, tokens)
+            .unwrap();
+        let a = Linear::new(8, 8, true, "a").call(&mut g, x).unwrap();
+        let b = Linear::new(8, 8, false, "b").call(&mut g, x).unwrap();
+        let c = Linear::new(8, 8, true, "c").call(&mut g, x).unwrap();
+        let ab = g.add(a, b).unwrap();
+        let out = g.add(ab, c).unwrap();
+        g.set_output(out).unwrap();
+        let (s, _) = stack_sibling_linears(g, &[0; 6], |_, _| true).unwrap();
+        assert_eq!(
+            names(&s),
+            [
+                "embed",
+                "a+c",
+                "a.columns",
+                "c.columns",
+                "b",
+                "add.4",
+                "add.5"
+            ]
+        );
+        assert_eq!(inputs_of(&s, "add.4"), ["a.columns", "b"]);
+    }
+
+    #[test]
+    fn stacked_names_share_their_parent() {
+        assert_eq!(stacked_name(&["l.0.q", "l.0.k"]), "l.0.q+k");
+        assert_eq!(stacked_name(&["l.0.q", "l.1.k"]), "l.0.q+l.1.k");
+        assert_eq!(stacked_name(&["q", "k"]), "q+k");
+    }
+}

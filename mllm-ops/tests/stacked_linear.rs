@@ -1,0 +1,283 @@
+//! Stacked linear layers (`OpDesc::StackedLinear`): one op over several
+//! layers' weights gives, column for column, the bits of each layer run on
+//! its own, whether the weights could be packed into one matrix or run
+//! one after another (mixed types, row counts the packed layouts do not
+//! take, kernels that do not repack); and it refuses stacks it cannot run.
+
+mod common;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use mllm_core::file::{MllmFile, MllmWriter, TensorSpec};
+use mllm_core::op::{LinearParams, Op, OpDesc, OpInput};
+use mllm_core::step::StepLayout;
+use mllm_core::tensor::TensorRef;
+use mllm_core::{Backend, DType, Error, Shape};
+use mllm_ops::cpu::kernels::{QuantPath, SimdLevel};
+use mllm_ops::cpu::ops::LinearOp;
+use mllm_ops::cpu::CpuBackend;
+use mllm_ops::quant::quantize;
+
+use common::{values, TempFile};
+
+/// Input width of every layer (whole blocks of every type).
+const IN: usize = 256;
+
+/// Every weight type a stack can hold, and its rows in the packed layouts
+/// (multiples of eight) and in rows they do not take.
+const TYPES: [DType; 10] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+    DType::F16,
+    DType::F32,
+];
+
+/// The row counts of the three layers of each stack.
+const ROWS: [usize; 3] = [24, 8, 16];
+
+fn name(dtype: DType, layer: usize) -> String {
+    format!("{}.{layer}", dtype.name())
+}
+
+/// Writes three layers of each type (rows [`ROWS`]), a layer of 12 rows
+/// of Q4_0 and a BF16 layer, with a bias for each.
+fn write_file() -> TempFile {
+    let mut tensors: Vec<(TensorSpec, Vec<u8>)> = Vec::new();
+    let mut seed = 0;
+    let mut add = |tensors: &mut Vec<_>, n: String, dtype: DType, rows: usize| {
+        seed += 1;
+        let vals = values(seed, rows * IN);
+        let bytes = match dtype {
+            DType::F32 => bytemuck::cast_slice(&vals).to_vec(),
+            DType::F16 => vals
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect(),
+            DType::BF16 => vals
+                .iter()
+                .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+            q => quantize(q, &vals).unwrap(),
+        };
+        tensors.push((
+            TensorSpec::new(format!("{n}.weight"), dtype, [rows, IN]),
+            bytes,
+        ));
+        let bias = bytemuck::cast_slice(&values(seed + 1000, rows)).to_vec();
+        tensors.push((
+            TensorSpec::new(format!("{n}.bias"), DType::F32, [rows]),
+            bias,
+        ));
+    };
+    for dtype in TYPES {
+        for (layer, rows) in ROWS.into_iter().enumerate() {
+            add(&mut tensors, name(dtype, layer), dtype, rows);
+        }
+    }
+    add(&mut tensors, "rows12".into(), DType::Q4_0, 12);
+    add(&mut tensors, "bf16".into(), DType::BF16, 16);
+    let mut writer = MllmWriter::new();
+    for (spec, _) in &tensors {
+        writer.add_tensor(spec.clone()).unwrap();
+    }
+    let path = std::env::temp_dir().join(format!("mllm-stacked-{}.mllm", std::process::id()));
+    writer
+        .write(&path, |i, _| Ok(Cow::Borrowed(&tensors[i].1[..])))
+        .unwrap();
+    TempFile(path)
+}
+
+fn layer(n: &str, rows: usize, bias: bool) -> LinearParams {
+    LinearParams {
+        in_features: IN,
+        out_features: rows,
+        weight: format!("{n}.weight"),
+        bias: bias.then(|| format!("{n}.bias")),
+    }
+}
+
+/// `op`'s output for `x` (`[rows, IN]`), `out_f` wide.
+fn run(op: &mut dyn Op, x: &[f32], rows: usize, out_f: usize) -> Vec<f32> {
+    let step = StepLayout::default();
+    let shape = Shape::new([rows, IN]);
+    assert_eq!(op.reshape(&[&shape], &step).unwrap().dims(), [rows, out_f]);
+    let mut y = vec![f32::NAN; rows * out_f];
+    let input = OpInput::Tensor(TensorRef {
+        shape: &shape,
+        data: x,
+    });
+    op.execute(&[input], &mut y, &step).unwrap();
+    y
+}
+
+/// A linear op over `layers` at SIMD level `level` or below, on two
+/// threads.
+fn linear(layers: &[LinearParams], level: SimdLevel) -> LinearOp {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    LinearOp::stacked(layers.to_vec(), Arc::new(pool)).with_max_simd(level)
+}
+
+/// The stack of `layers` equals each layer alone, bit for bit, for 1, 3
+/// and 9 activation rows, at SIMD level `level` or below; returns whether
+/// the stack became one matrix.
+fn check_stack(file: &MllmFile, layers: &[LinearParams], level: SimdLevel) -> bool {
+    let total: usize = layers.iter().map(|p| p.out_features).sum();
+    let mut stacked = linear(layers, level);
+    stacked.load(file).unwrap();
+    stacked.loaded();
+    let mut alone: Vec<LinearOp> = layers
+        .iter()
+        .map(|p| {
+            let mut op = linear(std::slice::from_ref(p), level);
+            op.load(file).unwrap();
+            op
+        })
+        .collect();
+    for rows in [1, 3, 9, 40, 300] {
+        let x = values(rows as u64 + 77, rows * IN);
+        let y = run(&mut stacked, &x, rows, total);
+        let mut start = 0;
+        for (p, one) in layers.iter().zip(&mut alone) {
+            let want = run(one, &x, rows, p.out_features);
+            for r in 0..rows {
+                let got = &y[r * total + start..][..p.out_features];
+                let want = &want[r * p.out_features..][..p.out_features];
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{} in a stack of {} at {level:?}, row {r} of {rows}",
+                    p.weight,
+                    layers.len()
+                );
+            }
+            start += p.out_features;
+        }
+    }
+    stacked.is_one_matrix()
+}
+
+/// The levels this CPU runs, fastest first.
+fn levels() -> Vec<SimdLevel> {
+    SimdLevel::FASTEST_FIRST
+        .into_iter()
+        .filter(|l| l.is_available(QuantPath::Int16Activations))
+        .collect()
+}
+
+#[test]
+fn stacks_of_one_type_equal_their_layers_and_pack_into_one_matrix() {
+    let tmp = write_file();
+    let file = MllmFile::open(&tmp.0).unwrap();
+    for level in levels() {
+        for dtype in TYPES {
+            for bias in [false, true] {
+                let layers: Vec<LinearParams> = (0..3)
+                    .map(|l| layer(&name(dtype, l), ROWS[l], bias))
+                    .collect();
+                let one = check_stack(&file, &layers, level);
+                let packs = linear(&layers, level).repacks(dtype);
+                assert_eq!(one, packs, "{dtype} at {level:?}");
+                let two = check_stack(&file, &layers[1..], level);
+                assert_eq!(two, packs, "{dtype} at {level:?}, two layers");
+            }
+        }
+    }
+}
+
+#[test]
+fn stacks_that_cannot_be_one_matrix_run_layer_by_layer() {
+    let tmp = write_file();
+    let file = MllmFile::open(&tmp.0).unwrap();
+    let stacks = [
+        // Two block types.
+        vec![layer("q4_k.0", 24, true), layer("q6_k.1", 8, true)],
+        // 24 + 12 rows: not whole groups of eight.
+        vec![layer("q4_0.0", 24, false), layer("rows12", 12, false)],
+        // f16 and bf16.
+        vec![layer("f16.2", 16, false), layer("bf16", 16, false)],
+        // f32 is not repacked.
+        vec![layer("f32.0", 24, false), layer("f32.1", 8, false)],
+    ];
+    for level in levels() {
+        for layers in &stacks {
+            assert!(!check_stack(&file, layers, level), "{:?}", layers[0].weight);
+        }
+    }
+}
+
+#[test]
+fn bad_stacks_are_named_errors() {
+    let tmp = write_file();
+    let file = MllmFile::open(&tmp.0).unwrap();
+    let level = SimdLevel::FASTEST_FIRST[0];
+    let mixed = [layer("q8_0.0", 24, true), layer("q8_0.1", 8, false)];
+    let err = linear(&mixed, level).load(&file).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput(m) if m.contains("'q8_0.0.weight'") && m.contains("a bias or none")),
+        "{err:?}"
+    );
+    let mut narrow = layer("q8_0.1", 8, false);
+    narrow.in_features = 128;
+    let widths = [layer("q8_0.0", 24, false), narrow];
+    let err = linear(&widths, level).load(&file).unwrap_err();
+    assert!(err.to_string().contains("q8_0.1.weight"), "{err}");
+    assert!(err.to_string().contains("256 inputs, it has 128"), "{err}");
+    let missing = [layer("q8_0.0", 24, false), layer("nothing", 8, false)];
+    let err = linear(&missing, level).load(&file).unwrap_err();
+    assert!(err.to_string().contains("nothing.weight"), "{err}");
+}
+
+#[test]
+fn the_backend_makes_stacked_ops_and_stacks_the_types_it_repacks() {
+    let tmp = write_file();
+    let file = MllmFile::open(&tmp.0).unwrap();
+    let layers: Vec<LinearParams> = (0..3)
+        .map(|l| layer(&name(DType::Q4K, l), ROWS[l], true))
+        .collect();
+    for level in levels() {
+        let backend = CpuBackend::new(2).unwrap().with_max_simd(level);
+        let mut op = backend
+            .create_op(&OpDesc::StackedLinear(layers.clone()))
+            .unwrap();
+        op.load(&file).unwrap();
+        let x = values(5, 2 * IN);
+        let mut direct = linear(&layers, level);
+        direct.load(&file).unwrap();
+        let (a, b) = (run(op.as_mut(), &x, 2, 48), run(&mut direct, &x, 2, 48));
+        assert_eq!(a, b, "{level:?}");
+        let repacks = matches!(level, SimdLevel::Avx2 | SimdLevel::Avx512);
+        for dtype in [
+            DType::Q4_0,
+            DType::Q8_0,
+            DType::Q4K,
+            DType::Q6K,
+            DType::F16,
+            DType::BF16,
+        ] {
+            assert_eq!(
+                backend.stacks_linears(dtype),
+                repacks,
+                "{dtype} at {level:?}"
+            );
+        }
+        for dtype in [
+            DType::F32,
+            DType::Q2K,
+            DType::Q3K,
+            DType::IQ4NL,
+            DType::Q4Packed,
+        ] {
+            assert!(!backend.stacks_linears(dtype), "{dtype} at {level:?}");
+        }
+    }
+}

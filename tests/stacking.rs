@@ -1,0 +1,132 @@
+//! Sibling linear layers stacked by the executor (`mllm::core::stacking`):
+//! a model whose q/k/v and gate/up projections run as stacked ops (the
+//! gate/up one read by a `GluHalves`) gives the logits of the same model
+//! run layer by layer, bit for bit, in prefill, batched and decode steps;
+//! only weight types the CPU kernels repack are stacked.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use mllm::convert::{convert, ConvertOptions};
+use mllm::core::backend::StepRunner;
+use mllm::core::file::MllmFile;
+use mllm::core::op::{Op, OpDesc};
+use mllm::core::{Backend, DType, Executor, Graph, LogitsMode, Result, SeqChunk, StepInput};
+use mllm::models::registry;
+use mllm::ops::cpu::CpuBackend;
+
+/// The CPU backend without stacking.
+struct Unstacked(CpuBackend);
+
+impl Backend for Unstacked {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn create_op(&self, desc: &OpDesc) -> Result<Box<dyn Op>> {
+        self.0.create_op(desc)
+    }
+    fn step_runner(&self) -> Option<Arc<dyn StepRunner>> {
+        self.0.step_runner()
+    }
+}
+
+/// An executor for the model in `path` on `backend`.
+fn executor(path: &std::path::Path, backend: &dyn Backend) -> Executor {
+    let file = MllmFile::open(path).unwrap();
+    let meta = file.metadata().unwrap();
+    let model = (registry::find(&meta.architecture).unwrap().build)(&meta.config).unwrap();
+    let graph = Graph::trace(model.as_ref()).unwrap();
+    Executor::new(graph, backend, &file, 256).unwrap()
+}
+
+/// A prefill of two sequences, then batched and single decode steps:
+/// every logits row.
+fn run(ex: &mut Executor) -> Vec<Vec<f32>> {
+    let chunk = |slot, tokens: Vec<u32>| SeqChunk { slot, tokens };
+    let mut rows = Vec::new();
+    let mut step = |chunks: Vec<SeqChunk>, logits| {
+        let out = ex.step(&StepInput { chunks, logits }).unwrap();
+        rows.extend((0..out.rows()).map(|r| out.row(r).to_vec()));
+    };
+    step(
+        vec![chunk(0, (1..40).collect()), chunk(1, vec![5, 6, 7])],
+        LogitsMode::All,
+    );
+    for t in [3, 8, 13] {
+        step(
+            vec![chunk(0, vec![t]), chunk(1, vec![t + 1])],
+            LogitsMode::Last,
+        );
+        step(vec![chunk(1, vec![t + 2])], LogitsMode::Last);
+    }
+    rows
+}
+
+/// The names of the executor's stacked nodes.
+fn stacked_nodes(ex: &Executor) -> Vec<String> {
+    let nodes = ex.graph().nodes().iter();
+    let stacked = nodes.filter(|n| matches!(n.desc, OpDesc::StackedLinear(_)));
+    stacked.map(|n| n.name.clone()).collect()
+}
+
+#[test]
+fn stacked_projections_give_the_unstacked_logits() {
+    for dtype in [DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::F16] {
+        let c = convert_to(&fixture("tiny-llama"), dtype);
+        for threads in [1, 2] {
+            let cpu = CpuBackend::new(threads).unwrap();
+            let mut stacked = executor(&c.path, &cpu);
+            let mut plain = executor(&c.path, &Unstacked(CpuBackend::new(threads).unwrap()));
+            let what = format!("{dtype}, {threads} threads");
+            let repacks = cpu.stacks_linears(dtype);
+            let want: &[&str] = if repacks {
+                &[
+                    "model.layers.0.self_attn.q_proj+k_proj+v_proj",
+                    "model.layers.0.mlp.gate_proj+up_proj",
+                    "model.layers.1.self_attn.q_proj+k_proj+v_proj",
+                    "model.layers.1.mlp.gate_proj+up_proj",
+                ]
+            } else {
+                &[]
+            };
+            assert_eq!(stacked_nodes(&stacked), want, "{what}");
+            let glus = stacked.graph().nodes().iter();
+            let glus = glus.filter(|n| matches!(n.desc, OpDesc::GluHalves(_)));
+            assert_eq!(glus.count(), if repacks { 2 } else { 0 }, "{what}");
+            assert!(stacked_nodes(&plain).is_empty(), "{what}");
+            assert_eq!(run(&mut stacked), run(&mut plain), "{what}");
+        }
+    }
+}
+
+/// Qwen2's q, k and v projections have biases, stacked with them; Qwen3
+/// adds per-head q/k norms after the slices.
+#[test]
+fn stacked_projections_with_biases_give_the_unstacked_logits() {
+    for name in ["tiny-qwen2", "tiny-qwen3", "tiny-gemma"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.mllm");
+        let gguf = fixture("gguf").join(format!("{name}.q8_0.gguf"));
+        convert(&gguf, &path, &ConvertOptions::default()).unwrap();
+        let mut stacked = executor(&path, &CpuBackend::new(2).unwrap());
+        let mut plain = executor(&path, &Unstacked(CpuBackend::new(2).unwrap()));
+        let nodes = stacked_nodes(&stacked);
+        let stacks = CpuBackend::new(1).unwrap().stacks_linears(DType::Q8_0);
+        let qkv = nodes.iter().any(|n| n.ends_with("q_proj+k_proj+v_proj"));
+        assert_eq!(qkv, stacks, "{name}: {nodes:?}");
+        assert_eq!(run(&mut stacked), run(&mut plain), "{name}");
+    }
+}
+
+#[test]
+fn f32_weights_and_fused_files_are_not_stacked() {
+    let cpu = CpuBackend::new(1).unwrap();
+    let c = convert_to(&fixture("tiny-llama"), DType::F32);
+    assert!(stacked_nodes(&executor(&c.path, &cpu)).is_empty());
+    // GPT-2's q, k and v are one matrix in the file already, and its MLP
+    // has no gate.
+    let c = convert_to(&fixture("tiny-gpt2"), DType::Q8_0);
+    assert!(stacked_nodes(&executor(&c.path, &cpu)).is_empty());
+}
