@@ -32,10 +32,10 @@ enum LinearWeight {
     /// In the file's layout (mostly read in place from the map).
     Plain(MatrixWeight),
     /// In a packed layout for an integer or f16/bf16 kernel: repacked at
-    /// load, with the mapped weight it was copied from (kept to release its
-    /// pages; `None` for a copy, which is dropped), or stored packed in the
-    /// file and read in place (`None`).
-    Packed(PackedWeight, Option<MatrixWeight>),
+    /// load, with the mapped weights it was copied from (kept to release
+    /// their pages; copies are dropped), or stored packed in the file and
+    /// read in place (no sources).
+    Packed(PackedWeight, Vec<MatrixWeight>),
     /// The weights of stacked layers that could not become one matrix
     /// (see [`LinearOp::stacked`]), each with its output width, run one
     /// after another.
@@ -246,14 +246,21 @@ impl Op for LinearOp {
         let (kernel, pool) = (self.quant, &*self.pool);
         self.weight = Some(match <[_; 1]>::try_from(matrices) {
             Ok([(m, shape)]) => bind(m, shape, kernel, arena, pool),
-            Err(parts) => pool
-                .install(|| pack_stacked(&parts, in_f, kernel, arena))
-                .unwrap_or_else(|| {
+            Err(parts) => match pool.install(|| pack_stacked(&parts, in_f, kernel, arena)) {
+                Some(packed) => {
+                    let sources = parts.into_iter().filter_map(|(m, _)| match m {
+                        AnyMatrix::Plain(w) if w.is_mapped() => Some(w),
+                        _ => None,
+                    });
+                    LinearWeight::Packed(packed, sources.collect())
+                }
+                None => {
                     let parts = parts
                         .into_iter()
                         .map(|(m, shape)| (bind(m, shape, kernel, arena, pool), shape[0]));
                     LinearWeight::Parts(parts.collect())
-                }),
+                }
+            },
         });
         self.bias = self.load_bias(weights)?;
         Ok(())
@@ -383,9 +390,9 @@ impl LinearWeight {
     /// Drops the mapped pages of the weights this one was repacked from.
     fn release_sources(&self) {
         match self {
-            LinearWeight::Packed(_, Some(source)) => source.release_pages(),
+            LinearWeight::Packed(_, sources) => sources.iter().for_each(|w| w.release_pages()),
             LinearWeight::Parts(parts) => parts.iter().for_each(|(w, _)| w.release_sources()),
-            LinearWeight::Packed(_, None) | LinearWeight::Plain(_) => {}
+            LinearWeight::Plain(_) => {}
         }
     }
 }
@@ -400,23 +407,46 @@ fn bind(
     pool: &ThreadPool,
 ) -> LinearWeight {
     match m {
-        AnyMatrix::Packed(PackedMatrix::Q4(w)) => LinearWeight::Packed(PackedWeight::Q4(w), None),
-        AnyMatrix::Packed(PackedMatrix::Q8(w)) => LinearWeight::Packed(PackedWeight::Q8(w), None),
+        AnyMatrix::Packed(PackedMatrix::Q4(w)) => LinearWeight::Packed(PackedWeight::Q4(w), vec![]),
+        AnyMatrix::Packed(PackedMatrix::Q8(w)) => LinearWeight::Packed(PackedWeight::Q8(w), vec![]),
         AnyMatrix::Plain(w) => pool.install(|| pack_if_faster(w, shape, kernel, arena)),
     }
 }
 
-/// The stacked weights `parts` (each `[rows, in_f]`) as one packed matrix,
-/// when they are plain weights of one type that `kernel` repacks and the
-/// stack fits its layout: their bytes are copied one after another into a
-/// temporary buffer, their mapped pages given back, and the buffer packed
-/// into `arena`. `None` otherwise.
+/// The weight types a stack can pack as one matrix.
+#[derive(Clone, Copy, PartialEq)]
+enum StackedType {
+    Blocks(QuantType),
+    Half(HalfBits),
+}
+
+/// A weight's type and bytes, for the types a stack can pack.
+fn stackable_bytes<'a>(m: &MatrixSlice<'a>) -> Option<(StackedType, &'a [u8])> {
+    match *m {
+        MatrixSlice::Quant(m) => Some((StackedType::Blocks(m.quant_type()), m.bytes())),
+        MatrixSlice::Float(FloatSlice::F16(w)) => {
+            Some((StackedType::Half(HalfBits::F16), bytemuck::cast_slice(w)))
+        }
+        MatrixSlice::Float(FloatSlice::BF16(w)) => {
+            Some((StackedType::Half(HalfBits::Bf16), bytemuck::cast_slice(w)))
+        }
+        MatrixSlice::Float(FloatSlice::F32(_)) => None,
+    }
+}
+
+/// The stacked weights `parts` (each `[rows, in_f]`) packed as one
+/// matrix into `arena`, when they are plain weights of one type that
+/// `kernel` repacks and the stack fits its layout; their mapped pages are
+/// given back. The parts' bytes are first copied one after another into
+/// a temporary anonymous mapping, whose memory goes back to the system
+/// when it is dropped (a heap buffer's might stay with the allocator).
+/// `None` otherwise.
 fn pack_stacked(
     parts: &[(AnyMatrix, [usize; 2])],
     in_f: usize,
     kernel: QuantKernel,
     arena: Option<&WeightArena>,
-) -> Option<LinearWeight> {
+) -> Option<PackedWeight> {
     if !kernel.repacks_weights() {
         return None;
     }
@@ -429,48 +459,32 @@ fn pack_stacked(
         .collect::<Option<_>>()?;
     let rows: usize = parts.iter().map(|(_, [r, _])| r).sum();
     let slices: Vec<MatrixSlice<'_>> = plain.iter().map(|w| w.slice()).collect();
+    let kinds: Vec<_> = slices.iter().map(stackable_bytes).collect::<Option<_>>()?;
+    let first = kinds[0].0;
+    if kinds.iter().any(|(k, _)| *k != first) {
+        return None;
+    }
+    let total = kinds.iter().map(|(_, b)| b.len()).sum();
+    let mut stacked = memmap2::MmapMut::map_anon(total).ok()?;
+    let mut at = 0;
+    for (_, bytes) in &kinds {
+        stacked[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    }
     let nothing = |_: Range<usize>| {};
-    let packed = match slices[0] {
-        MatrixSlice::Quant(first) => {
-            let qt = first.quant_type();
-            let mut bytes = Vec::new();
-            for s in &slices {
-                match s {
-                    MatrixSlice::Quant(m) if m.quant_type() == qt => {
-                        bytes.extend_from_slice(m.bytes())
-                    }
-                    _ => return None,
-                }
-            }
-            let m = QuantMatrix::new(qt, &bytes, rows, in_f).ok()?;
+    let packed = match first {
+        StackedType::Blocks(qt) => {
+            let m = QuantMatrix::new(qt, &stacked, rows, in_f).ok()?;
             PackedWeight::pack(&m, arena, &nothing)?
         }
-        MatrixSlice::Float(FloatSlice::F16(_)) | MatrixSlice::Float(FloatSlice::BF16(_)) => {
-            let kind = match slices[0] {
-                MatrixSlice::Float(FloatSlice::F16(_)) => HalfBits::F16,
-                _ => HalfBits::Bf16,
-            };
-            let mut bits: Vec<u16> = Vec::new();
-            for s in &slices {
-                match (s, kind) {
-                    (MatrixSlice::Float(FloatSlice::F16(w)), HalfBits::F16) => {
-                        bits.extend_from_slice(bytemuck::cast_slice(w))
-                    }
-                    (MatrixSlice::Float(FloatSlice::BF16(w)), HalfBits::Bf16) => {
-                        bits.extend_from_slice(bytemuck::cast_slice(w))
-                    }
-                    _ => return None,
-                }
-            }
-            let packed = PackedHalf::pack_with(&bits, kind, [rows, in_f], arena, &nothing);
+        StackedType::Half(half) => {
+            let bits = bytemuck::try_cast_slice(&stacked).ok()?;
+            let packed = PackedHalf::pack_with(bits, half, [rows, in_f], arena, &nothing);
             PackedWeight::Half(packed.ok()?)
         }
-        MatrixSlice::Float(FloatSlice::F32(_)) => return None,
     };
-    for w in plain {
-        w.release_pages();
-    }
-    Some(LinearWeight::Packed(packed, None))
+    plain.iter().for_each(|w| w.release_pages());
+    Some(packed)
 }
 
 /// `weight` repacked for a packed kernel when `kernel` uses them and the
@@ -507,7 +521,10 @@ fn pack_if_faster(
     match packed {
         Some(p) => {
             weight.release_pages();
-            LinearWeight::Packed(p, weight.is_mapped().then_some(weight))
+            LinearWeight::Packed(
+                p,
+                weight.is_mapped().then_some(weight).into_iter().collect(),
+            )
         }
         None => LinearWeight::Plain(weight),
     }
