@@ -244,19 +244,19 @@ impl PackedQ4 {
     /// is not a multiple of eight, or when a Q4_0 offset `-8·d` overflows
     /// f16.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4> {
-        Self::pack_with(w, None, &|_| {})
+        Self::pack_with(std::slice::from_ref(w), None, &|_| {})
     }
 
     /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
     /// without one), calling `copied` with each range of source rows once
     /// it is packed (see `packed::pack_blocks`).
     pub fn pack_with(
-        w: &QuantMatrix<'_>,
+        parts: &[QuantMatrix<'_>],
         arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedQ4> {
+        let w = SourceRows::new(parts, &[QuantType::Q4_0, QuantType::Q4_1], "q4")?;
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
-        check_packable(w, &[QuantType::Q4_0, QuantType::Q4_1], "q4")?;
         let nb = cols / BLOCK;
         let mut data = WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * nb * PACKED_BLOCK_BYTES)?;
         pack_blocks(&mut data, PACKED_BLOCK_BYTES, nb, copied, |g, i, out| {
@@ -316,25 +316,81 @@ impl PackedQ4 {
     }
 }
 
-/// Checks that `w` can take the packed layout `layout` made for the block
-/// types `types`: its type is one of them and its rows fill whole groups
-/// of [`GROUP_ROWS`].
-pub(crate) fn check_packable(w: &QuantMatrix<'_>, types: &[QuantType], layout: &str) -> Result<()> {
-    let qt = w.quant_type();
-    if !types.contains(&qt) {
-        let names: Vec<String> = types.iter().map(|t| t.to_string()).collect();
-        return Err(Error::UnsupportedDType(format!(
-            "only {} weights can be packed as {layout}, not {qt}",
-            names.join(" and ")
-        )));
+/// The rows of one or more quantized matrices of one block type and
+/// width, one after another: what a packer reads (several for stacked
+/// linear layers, packed as one matrix).
+#[derive(Clone, Copy)]
+pub(crate) struct SourceRows<'p, 'a> {
+    parts: &'p [QuantMatrix<'a>],
+}
+
+impl<'p, 'a> SourceRows<'p, 'a> {
+    /// `parts` as the source of the packed layout `layout` made for the
+    /// block types `types`: at least one, each of one of those types (all
+    /// the same, of one width) and with rows that fill whole groups of
+    /// [`GROUP_ROWS`].
+    pub(crate) fn new(
+        parts: &'p [QuantMatrix<'a>],
+        types: &[QuantType],
+        layout: &str,
+    ) -> Result<Self> {
+        let Some(first) = parts.first() else {
+            return Err(Error::InvalidInput(format!(
+                "no matrix to pack as {layout}"
+            )));
+        };
+        for w in parts {
+            let qt = w.quant_type();
+            if !types.contains(&qt) {
+                let names: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+                return Err(Error::UnsupportedDType(format!(
+                    "only {} weights can be packed as {layout}, not {qt}",
+                    names.join(" and ")
+                )));
+            }
+            if qt != first.quant_type() || w.cols() != first.cols() {
+                return Err(Error::InvalidInput(format!(
+                    "matrices packed as one must share a type and a width: {} x {} and {qt} x {}",
+                    first.quant_type(),
+                    first.cols(),
+                    w.cols()
+                )));
+            }
+            if !w.rows().is_multiple_of(GROUP_ROWS) {
+                return Err(Error::InvalidInput(format!(
+                    "{} rows are not a whole number of {GROUP_ROWS}-row groups",
+                    w.rows()
+                )));
+            }
+        }
+        Ok(SourceRows { parts })
     }
-    if !w.rows().is_multiple_of(GROUP_ROWS) {
-        return Err(Error::InvalidInput(format!(
-            "{} rows are not a whole number of {GROUP_ROWS}-row groups",
-            w.rows()
-        )));
+
+    /// The block type.
+    pub(crate) fn quant_type(&self) -> QuantType {
+        self.parts[0].quant_type()
     }
-    Ok(())
+
+    /// Values per row.
+    pub(crate) fn cols(&self) -> usize {
+        self.parts[0].cols()
+    }
+
+    /// Rows of every part.
+    pub(crate) fn rows(&self) -> usize {
+        self.parts.iter().map(|w| w.rows()).sum()
+    }
+
+    /// The blocks of row `r` of the stack.
+    pub(crate) fn row(&self, mut r: usize) -> &'a [u8] {
+        for w in self.parts {
+            if r < w.rows() {
+                return w.row(r);
+            }
+            r -= w.rows();
+        }
+        panic!("row {r} past the stacked rows")
+    }
 }
 
 /// The f16 scale, the f16 offset and the 16 nibble bytes of block `i` of a
@@ -713,10 +769,65 @@ pub(crate) mod tests {
         let seen = std::sync::Mutex::new(Vec::new());
         let record = |r: Range<usize>| seen.lock().unwrap().push(r);
         let p = pool2()
-            .install(|| PackedQ4::pack_with(&m, None, &record))
+            .install(|| PackedQ4::pack_with(&[m], None, &record))
             .unwrap();
         check_copied_ranges(seen.into_inner().unwrap(), rows, m.row_bytes());
         assert!(p.bytes() == PackedQ4::pack(&m).unwrap().bytes());
+    }
+
+    /// Matrices packed as one stack give the bytes of their rows packed
+    /// as one matrix, report the stacked rows they copied, and are refused
+    /// with named errors when they differ in type or width or a part's
+    /// rows are not whole groups.
+    #[test]
+    fn stacked_sources_pack_as_one_matrix() {
+        let mut rng = Rng::new(58);
+        let (cols, qt) = (4 * BLOCK, QuantType::Q4_0);
+        let rows = [8 * 300, 16, 8 * 200];
+        let blocks: Vec<Vec<u8>> = rows
+            .iter()
+            .map(|r| random_blocks(&mut rng, qt, r * cols / BLOCK))
+            .collect();
+        let parts: Vec<QuantMatrix<'_>> = blocks
+            .iter()
+            .zip(rows)
+            .map(|(b, r)| QuantMatrix::new(qt, b, r, cols).unwrap())
+            .collect();
+        let all = blocks.concat();
+        let total = rows.iter().sum();
+        let one = QuantMatrix::new(qt, &all, total, cols).unwrap();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let record = |r: Range<usize>| seen.lock().unwrap().push(r);
+        let p = pool2()
+            .install(|| PackedQ4::pack_with(&parts, None, &record))
+            .unwrap();
+        check_copied_ranges(seen.into_inner().unwrap(), total, one.row_bytes());
+        assert!(p.bytes() == PackedQ4::pack(&one).unwrap().bytes());
+
+        let other = random_blocks(&mut rng, QuantType::Q4_1, 8 * cols / BLOCK);
+        let q4_1 = QuantMatrix::new(QuantType::Q4_1, &other, 8, cols).unwrap();
+        let err = PackedQ4::pack_with(&[parts[1], q4_1], None, &|_| {})
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("share a type and a width"),
+            "{err}"
+        );
+        let narrow = QuantMatrix::new(qt, &blocks[1][..blocks[1].len() / 2], 16, cols / 2).unwrap();
+        let err = PackedQ4::pack_with(&[parts[1], narrow], None, &|_| {})
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("share a type and a width"),
+            "{err}"
+        );
+        let odd = QuantMatrix::new(qt, &blocks[1][..blocks[1].len() / 16 * 12], 12, cols).unwrap();
+        let err = PackedQ4::pack_with(&[parts[1], odd], None, &|_| {})
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("12 rows"), "{err}");
+        let err = PackedQ4::pack_with(&[], None, &|_| {}).err().unwrap();
+        assert!(err.to_string().contains("no matrix"), "{err}");
     }
 
     /// The integer paths whose packed 4-, 5- and 6-bit kernels differ:

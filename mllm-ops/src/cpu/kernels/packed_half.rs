@@ -58,18 +58,20 @@ impl PackedHalf {
     /// `kind`; fails when the row count is not a multiple of eight, the
     /// column count not a multiple of 32, or `bits` holds another count.
     pub fn pack(bits: &[u16], kind: HalfBits, rows: usize, cols: usize) -> Result<PackedHalf> {
-        PackedHalf::pack_with(bits, kind, [rows, cols], None, &|_| {})
+        PackedHalf::pack_with(&[bits], kind, [rows, cols], None, &|_| {})
     }
 
-    /// [`PackedHalf::pack`] into a buffer from `arena` (a buffer of its
-    /// own without one), calling `copied` with each range of rows (at
-    /// most about [`RELEASE_BYTES`](super::packed::RELEASE_BYTES) of `bits`
-    /// at a time) once they are packed, so that a caller reading `bits`
+    /// [`PackedHalf::pack`] of `parts`, matrices of `cols` columns each
+    /// with whole groups of rows, stacked into one of `rows` rows, into a
+    /// buffer from `arena` (a buffer of its own without one), calling
+    /// `copied` with each range of stacked rows (at most about
+    /// [`RELEASE_BYTES`](super::packed::RELEASE_BYTES) of values at a
+    /// time) once they are packed, so that a caller reading the values
     /// from a map can release them as it goes. The ranges are packed in
     /// parallel (in the current rayon pool), so they arrive in any order,
     /// from any thread.
     pub fn pack_with(
-        bits: &[u16],
+        parts: &[&[u16]],
         kind: HalfBits,
         [rows, cols]: [usize; 2],
         arena: Option<&WeightArena>,
@@ -81,13 +83,32 @@ impl PackedHalf {
                  {GROUP_ROWS} and columns in whole blocks of {BLOCK}"
             )));
         }
-        if bits.len() != rows * cols {
+        let values: usize = parts.iter().map(|p| p.len()).sum();
+        if values != rows * cols {
             return Err(Error::InvalidInput(format!(
-                "a [{rows}, {cols}] {kind:?} matrix needs {} values, not {}",
+                "a [{rows}, {cols}] {kind:?} matrix needs {} values, not {values}",
                 rows * cols,
-                bits.len()
             )));
         }
+        if let Some(p) = parts
+            .iter()
+            .find(|p| !p.len().is_multiple_of(GROUP_ROWS * cols))
+        {
+            return Err(Error::InvalidInput(format!(
+                "a part of {} {kind:?} values is not whole groups of {GROUP_ROWS} rows of {cols}",
+                p.len()
+            )));
+        }
+        // Row `r` of the stack.
+        let row = |mut r: usize| {
+            for p in parts {
+                if r < p.len() / cols {
+                    return &p[r * cols..][..cols];
+                }
+                r -= p.len() / cols;
+            }
+            unreachable!("the parts hold every row")
+        };
         let mut data = WeightMemory::zeroed_in(arena, rows * cols * 2)?;
         pack_blocks(
             &mut data,
@@ -96,7 +117,7 @@ impl PackedHalf {
             copied,
             |g, i, out| {
                 for r in 0..GROUP_ROWS {
-                    let row = &bits[(g * GROUP_ROWS + r) * cols + i * BLOCK..][..BLOCK];
+                    let row = &row(g * GROUP_ROWS + r)[i * BLOCK..][..BLOCK];
                     for (col, v) in row.iter().enumerate() {
                         out[COLUMN_BYTES * col + 2 * r..][..2].copy_from_slice(&v.to_le_bytes());
                     }
@@ -383,8 +404,9 @@ mod tests {
         let bits: Vec<u16> = (0..rows * cols).map(|i| (i % 30011) as u16).collect();
         let seen = std::sync::Mutex::new(Vec::new());
         let record = |r: Range<usize>| seen.lock().unwrap().push(r);
-        let p = pool2()
-            .install(|| PackedHalf::pack_with(&bits, HalfBits::F16, [rows, cols], None, &record));
+        let p = pool2().install(|| {
+            PackedHalf::pack_with(&[&bits], HalfBits::F16, [rows, cols], None, &record)
+        });
         let p = p.unwrap();
         check_copied_ranges(seen.into_inner().unwrap(), rows, 2 * cols);
         let mut row = vec![0.0f32; cols];

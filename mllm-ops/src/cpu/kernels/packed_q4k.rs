@@ -30,7 +30,7 @@ use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    check_packable, nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat,
+    nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat, SourceRows,
     GROUP_ROWS,
 };
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
@@ -117,19 +117,19 @@ impl<B: SubBlockBits> PackedKQuant<B> {
     /// row count is not a multiple of eight.
     #[cfg(test)]
     pub(crate) fn pack(w: &QuantMatrix<'_>) -> Result<PackedKQuant<B>> {
-        Self::pack_with(w, None, &|_| {})
+        Self::pack_with(std::slice::from_ref(w), None, &|_| {})
     }
 
     /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
     /// without one), calling `copied` with each range of source rows once
     /// it is packed (see `packed::pack_blocks`).
     pub(crate) fn pack_with(
-        w: &QuantMatrix<'_>,
+        parts: &[QuantMatrix<'_>],
         arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedKQuant<B>> {
+        let w = SourceRows::new(parts, &[B::QT], &B::QT.to_string())?;
         let (rows, cols) = (w.rows(), w.cols());
-        check_packable(w, &[B::QT], &B::QT.to_string())?;
         let (supers, block_bytes) = (cols / B::QT.block_len(), B::QT.block_bytes());
         let mut data = WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * supers * B::SUPER_BYTES)?;
         pack_blocks(&mut data, B::SUPER_BYTES, supers, copied, |g, s, out| {

@@ -18,8 +18,7 @@ use mllm_core::{Error, Result};
 use rayon::ThreadPool;
 
 use super::packed::{
-    check_packable, pack_blocks, wide_packed_linear, PackedData, PackedFormat, GROUP_ROWS,
-    NIBBLES_AT,
+    pack_blocks, wide_packed_linear, PackedData, PackedFormat, SourceRows, GROUP_ROWS, NIBBLES_AT,
 };
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
@@ -45,19 +44,19 @@ impl PackedQ5 {
     /// is not a multiple of eight, or when a Q5_0 offset `−16·d` overflows
     /// f16.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ5> {
-        Self::pack_with(w, None, &|_| {})
+        Self::pack_with(std::slice::from_ref(w), None, &|_| {})
     }
 
     /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
     /// without one), calling `copied` with each range of source rows once
     /// it is packed (see `packed::pack_blocks`).
     pub fn pack_with(
-        w: &QuantMatrix<'_>,
+        parts: &[QuantMatrix<'_>],
         arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedQ5> {
+        let w = SourceRows::new(parts, &[QuantType::Q5_0, QuantType::Q5_1], "q5")?;
         let (rows, cols, qt) = (w.rows(), w.cols(), w.quant_type());
-        check_packable(w, &[QuantType::Q5_0, QuantType::Q5_1], "q5")?;
         let nb = cols / BLOCK;
         let mut data =
             WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * nb * Q5_PACKED_BLOCK_BYTES)?;

@@ -33,8 +33,8 @@ use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, check_packable, group_outputs, pack_blocks, quantize_rows, PackedData,
-    PackedFormat, GROUP_ROWS, TILE_TOKENS,
+    by_row_blocks, group_outputs, pack_blocks, quantize_rows, PackedData, PackedFormat, SourceRows,
+    GROUP_ROWS, TILE_TOKENS,
 };
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
@@ -65,19 +65,19 @@ impl PackedQ6K {
     /// Repacks `w`; fails when it is not Q6_K or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ6K> {
-        Self::pack_with(w, None, &|_| {})
+        Self::pack_with(std::slice::from_ref(w), None, &|_| {})
     }
 
     /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
     /// without one), calling `copied` with each range of source rows once
     /// it is packed (see `packed::pack_blocks`).
     pub fn pack_with(
-        w: &QuantMatrix<'_>,
+        parts: &[QuantMatrix<'_>],
         arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedQ6K> {
+        let w = SourceRows::new(parts, &[QuantType::Q6K], "q6_k")?;
         let (rows, cols) = (w.rows(), w.cols());
-        check_packable(w, &[QuantType::Q6K], "q6_k")?;
         let supers = cols / q6_k::BLOCK_LEN;
         let mut data = WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * supers * SUPER_BYTES)?;
         pack_blocks(&mut data, SUPER_BYTES, supers, copied, |g, s, out| {

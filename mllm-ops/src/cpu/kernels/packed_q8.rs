@@ -24,8 +24,8 @@ use mllm_core::{DType, Result};
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, check_packable, group_outputs, pack_blocks, quantize_rows, PackedData,
-    PackedFormat, GROUP_ROWS, TILE_TOKENS,
+    by_row_blocks, group_outputs, pack_blocks, quantize_rows, PackedData, PackedFormat, SourceRows,
+    GROUP_ROWS, TILE_TOKENS,
 };
 use super::qact::{Q16Row, BLOCK, BYTE, NARROW};
 use super::qkernel::{QuantKernel, QuantPath};
@@ -46,19 +46,19 @@ impl PackedQ8 {
     /// Repacks `w`; fails when it is not Q8_0 or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ8> {
-        Self::pack_with(w, None, &|_| {})
+        Self::pack_with(std::slice::from_ref(w), None, &|_| {})
     }
 
     /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
     /// without one), calling `copied` with each range of source rows once
     /// it is packed (see `packed::pack_blocks`).
     pub fn pack_with(
-        w: &QuantMatrix<'_>,
+        parts: &[QuantMatrix<'_>],
         arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Result<PackedQ8> {
+        let w = SourceRows::new(parts, &[QuantType::Q8_0], "q8_0")?;
         let (rows, cols) = (w.rows(), w.cols());
-        check_packable(w, &[QuantType::Q8_0], "q8_0")?;
         let nb = cols / BLOCK;
         let mut data =
             WeightMemory::zeroed_in(arena, rows / GROUP_ROWS * nb * Q8_PACKED_BLOCK_BYTES)?;

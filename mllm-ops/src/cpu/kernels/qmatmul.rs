@@ -145,11 +145,6 @@ impl<'a> QuantMatrix<'a> {
         self.row_bytes
     }
 
-    /// Every row's blocks.
-    pub(crate) fn bytes(&self) -> &'a [u8] {
-        self.data
-    }
-
     /// The blocks of row `r`.
     pub fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]

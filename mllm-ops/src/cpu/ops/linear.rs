@@ -54,35 +54,30 @@ enum PackedWeight {
 }
 
 impl PackedWeight {
-    /// `m` repacked in its type's layout into a buffer from `arena`, if
-    /// the type has one and `m` fits it (see each layout's `pack`), calling
-    /// `copied` with each range of rows once it is packed.
+    /// `parts` (one matrix, or several of one type and width stacked)
+    /// repacked as one matrix in their type's layout into a buffer from
+    /// `arena`, if the type has one and every part fits it (see each
+    /// layout's `pack_with`), calling `copied` with each range of stacked
+    /// rows once it is packed.
     fn pack(
-        m: &QuantMatrix<'_>,
+        parts: &[QuantMatrix<'_>],
         arena: Option<&WeightArena>,
         copied: &(dyn Fn(Range<usize>) + Sync),
     ) -> Option<PackedWeight> {
-        match m.quant_type() {
-            QuantType::Q4_0 | QuantType::Q4_1 => PackedQ4::pack_with(m, arena, copied)
-                .ok()
-                .map(PackedWeight::Q4),
-            QuantType::Q5_0 | QuantType::Q5_1 => PackedQ5::pack_with(m, arena, copied)
-                .ok()
-                .map(PackedWeight::Q5),
-            QuantType::Q8_0 => PackedQ8::pack_with(m, arena, copied)
-                .ok()
-                .map(PackedWeight::Q8),
-            QuantType::Q4K => PackedQ4K::pack_with(m, arena, copied)
-                .ok()
-                .map(PackedWeight::Q4K),
-            QuantType::Q5K => PackedQ5K::pack_with(m, arena, copied)
-                .ok()
-                .map(PackedWeight::Q5K),
-            QuantType::Q6K => PackedQ6K::pack_with(m, arena, copied)
-                .ok()
-                .map(PackedWeight::Q6K),
-            QuantType::Q2K | QuantType::Q3K | QuantType::IQ4NL | QuantType::IQ4XS => None,
-        }
+        let packed = match parts.first()?.quant_type() {
+            QuantType::Q4_0 | QuantType::Q4_1 => {
+                PackedQ4::pack_with(parts, arena, copied).map(PackedWeight::Q4)
+            }
+            QuantType::Q5_0 | QuantType::Q5_1 => {
+                PackedQ5::pack_with(parts, arena, copied).map(PackedWeight::Q5)
+            }
+            QuantType::Q8_0 => PackedQ8::pack_with(parts, arena, copied).map(PackedWeight::Q8),
+            QuantType::Q4K => PackedQ4K::pack_with(parts, arena, copied).map(PackedWeight::Q4K),
+            QuantType::Q5K => PackedQ5K::pack_with(parts, arena, copied).map(PackedWeight::Q5K),
+            QuantType::Q6K => PackedQ6K::pack_with(parts, arena, copied).map(PackedWeight::Q6K),
+            QuantType::Q2K | QuantType::Q3K | QuantType::IQ4NL | QuantType::IQ4XS => return None,
+        };
+        packed.ok()
     }
 
     /// Whether block type `qt` has a packed layout.
@@ -246,21 +241,33 @@ impl Op for LinearOp {
         let (kernel, pool) = (self.quant, &*self.pool);
         self.weight = Some(match <[_; 1]>::try_from(matrices) {
             Ok([(m, shape)]) => bind(m, shape, kernel, arena, pool),
-            Err(parts) => match pool.install(|| pack_stacked(&parts, in_f, kernel, arena)) {
-                Some(packed) => {
-                    let sources = parts.into_iter().filter_map(|(m, _)| match m {
-                        AnyMatrix::Plain(w) if w.is_mapped() => Some(w),
-                        _ => None,
-                    });
-                    LinearWeight::Packed(packed, sources.collect())
+            Err(parts) => {
+                let plain: Option<Vec<&MatrixWeight>> = parts
+                    .iter()
+                    .map(|(m, _)| match m {
+                        AnyMatrix::Plain(w) => Some(w),
+                        AnyMatrix::Packed(_) => None,
+                    })
+                    .collect();
+                let packed = plain.and_then(|weights| {
+                    pool.install(|| pack_weights(&weights, in_f, kernel, arena))
+                });
+                match packed {
+                    Some(packed) => {
+                        let sources = parts.into_iter().filter_map(|(m, _)| match m {
+                            AnyMatrix::Plain(w) if w.is_mapped() => Some(w),
+                            _ => None,
+                        });
+                        LinearWeight::Packed(packed, sources.collect())
+                    }
+                    None => {
+                        let parts = parts
+                            .into_iter()
+                            .map(|(m, shape)| (bind(m, shape, kernel, arena, pool), shape[0]));
+                        LinearWeight::Parts(parts.collect())
+                    }
                 }
-                None => {
-                    let parts = parts
-                        .into_iter()
-                        .map(|(m, shape)| (bind(m, shape, kernel, arena, pool), shape[0]));
-                    LinearWeight::Parts(parts.collect())
-                }
-            },
+            }
         });
         self.bias = self.load_bias(weights)?;
         Ok(())
@@ -413,120 +420,108 @@ fn bind(
     }
 }
 
-/// The weight types a stack can pack as one matrix.
-#[derive(Clone, Copy, PartialEq)]
-enum StackedType {
-    Blocks(QuantType),
-    Half(HalfBits),
-}
-
-/// A weight's type and bytes, for the types a stack can pack.
-fn stackable_bytes<'a>(m: &MatrixSlice<'a>) -> Option<(StackedType, &'a [u8])> {
-    match *m {
-        MatrixSlice::Quant(m) => Some((StackedType::Blocks(m.quant_type()), m.bytes())),
-        MatrixSlice::Float(FloatSlice::F16(w)) => {
-            Some((StackedType::Half(HalfBits::F16), bytemuck::cast_slice(w)))
-        }
-        MatrixSlice::Float(FloatSlice::BF16(w)) => {
-            Some((StackedType::Half(HalfBits::Bf16), bytemuck::cast_slice(w)))
-        }
-        MatrixSlice::Float(FloatSlice::F32(_)) => None,
+/// `weight` repacked for a packed kernel when `kernel` uses them and the
+/// weight is Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K with a
+/// row count that is a multiple of eight, or f16 / bf16 with rows in
+/// eights and columns in 32s, into a buffer from `arena` (see
+/// [`pack_weights`]). Otherwise `weight` unchanged.
+fn pack_if_faster(
+    weight: MatrixWeight,
+    [_, cols]: [usize; 2],
+    kernel: QuantKernel,
+    arena: Option<&WeightArena>,
+) -> LinearWeight {
+    match pack_weights(&[&weight], cols, kernel, arena) {
+        Some(p) => LinearWeight::Packed(
+            p,
+            weight.is_mapped().then_some(weight).into_iter().collect(),
+        ),
+        None => LinearWeight::Plain(weight),
     }
 }
 
-/// The stacked weights `parts` (each `[rows, in_f]`) packed as one
-/// matrix into `arena`, when they are plain weights of one type that
-/// `kernel` repacks and the stack fits its layout; their mapped pages are
-/// given back. The parts' bytes are first copied one after another into
-/// a temporary anonymous mapping, whose memory goes back to the system
-/// when it is dropped (a heap buffer's might stay with the allocator).
-/// `None` otherwise.
-fn pack_stacked(
-    parts: &[(AnyMatrix, [usize; 2])],
-    in_f: usize,
+/// `weights` (one matrix, or the stacked layers' matrices of `cols`
+/// columns) repacked as one matrix for a packed kernel into a buffer from
+/// `arena`, when `kernel` uses packed weights and they are all of one
+/// type that has a packed layout, with rows in whole groups; `None`
+/// otherwise. The mapped bytes leave memory part by part as they are
+/// copied (a large head would otherwise be resident twice while it is
+/// packed), and all of them once packing is done.
+fn pack_weights(
+    weights: &[&MatrixWeight],
+    cols: usize,
     kernel: QuantKernel,
     arena: Option<&WeightArena>,
 ) -> Option<PackedWeight> {
     if !kernel.repacks_weights() {
         return None;
     }
-    let plain: Vec<&MatrixWeight> = parts
-        .iter()
-        .map(|(m, _)| match m {
-            AnyMatrix::Plain(w) => Some(w),
-            AnyMatrix::Packed(_) => None,
-        })
-        .collect::<Option<_>>()?;
-    let rows: usize = parts.iter().map(|(_, [r, _])| r).sum();
-    let slices: Vec<MatrixSlice<'_>> = plain.iter().map(|w| w.slice()).collect();
-    let kinds: Vec<_> = slices.iter().map(stackable_bytes).collect::<Option<_>>()?;
-    let first = kinds[0].0;
-    if kinds.iter().any(|(k, _)| *k != first) {
-        return None;
-    }
-    let total = kinds.iter().map(|(_, b)| b.len()).sum();
-    let mut stacked = memmap2::MmapMut::map_anon(total).ok()?;
-    let mut at = 0;
-    for (_, bytes) in &kinds {
-        stacked[at..at + bytes.len()].copy_from_slice(bytes);
-        at += bytes.len();
-    }
-    let nothing = |_: Range<usize>| {};
-    let packed = match first {
-        StackedType::Blocks(qt) => {
-            let m = QuantMatrix::new(qt, &stacked, rows, in_f).ok()?;
-            PackedWeight::pack(&m, arena, &nothing)?
-        }
-        StackedType::Half(half) => {
-            let bits = bytemuck::try_cast_slice(&stacked).ok()?;
-            let packed = PackedHalf::pack_with(bits, half, [rows, in_f], arena, &nothing);
-            PackedWeight::Half(packed.ok()?)
+    let slices: Vec<MatrixSlice<'_>> = weights.iter().map(|w| w.slice()).collect();
+    let rows: Vec<usize> = slices.iter().map(|s| slice_rows(s, cols)).collect();
+    // Gives back the mapped bytes of the stacked rows `r`, `row_bytes`
+    // per row, in every part they cover.
+    let release = |row_bytes: usize| {
+        let rows = &rows;
+        move |r: Range<usize>| {
+            let mut first = 0;
+            for (w, &n) in weights.iter().zip(rows) {
+                let (lo, hi) = (r.start.max(first), r.end.min(first + n));
+                if lo < hi {
+                    w.release_range((lo - first) * row_bytes..(hi - first) * row_bytes);
+                }
+                first += n;
+            }
         }
     };
-    plain.iter().for_each(|w| w.release_pages());
+    let total: usize = rows.iter().sum();
+    let packed = match slices[0] {
+        MatrixSlice::Quant(first) => {
+            let parts: Vec<QuantMatrix<'_>> = slices
+                .iter()
+                .map(|s| match s {
+                    MatrixSlice::Quant(m) => Some(*m),
+                    MatrixSlice::Float(_) => None,
+                })
+                .collect::<Option<_>>()?;
+            PackedWeight::pack(&parts, arena, &release(first.row_bytes()))?
+        }
+        MatrixSlice::Float(FloatSlice::F16(_) | FloatSlice::BF16(_)) => {
+            let kind = half_bits(&slices[0])?.0;
+            let parts: Vec<&[u16]> = slices
+                .iter()
+                .map(|s| {
+                    half_bits(s)
+                        .filter(|(k, _)| *k == kind)
+                        .map(|(_, bits)| bits)
+                })
+                .collect::<Option<_>>()?;
+            let release = release(2 * cols);
+            PackedHalf::pack_with(&parts, kind, [total, cols], arena, &release)
+                .ok()
+                .map(PackedWeight::Half)?
+        }
+        MatrixSlice::Float(FloatSlice::F32(_)) => return None,
+    };
+    weights.iter().for_each(|w| w.release_pages());
     Some(packed)
 }
 
-/// `weight` repacked for a packed kernel when `kernel` uses them and the
-/// weight is Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K with a
-/// row count that is a multiple of eight, or f16 / bf16 with rows in
-/// eights and columns in 32s, into a buffer from `arena`; the mapped
-/// bytes leave memory part by part as they are copied (a large head would
-/// otherwise be resident twice while it is packed). Otherwise `weight`
-/// unchanged.
-fn pack_if_faster(
-    weight: MatrixWeight,
-    [rows, cols]: [usize; 2],
-    kernel: QuantKernel,
-    arena: Option<&WeightArena>,
-) -> LinearWeight {
-    if !kernel.repacks_weights() {
-        return LinearWeight::Plain(weight);
+/// The rows of a weight of `cols` columns.
+fn slice_rows(s: &MatrixSlice<'_>, cols: usize) -> usize {
+    match s {
+        MatrixSlice::Quant(m) => m.rows(),
+        MatrixSlice::Float(FloatSlice::F32(w)) => w.len() / cols.max(1),
+        MatrixSlice::Float(FloatSlice::F16(w)) => w.len() / cols.max(1),
+        MatrixSlice::Float(FloatSlice::BF16(w)) => w.len() / cols.max(1),
     }
-    let release = |row_bytes: usize| {
-        let weight = &weight;
-        move |r: Range<usize>| weight.release_range(r.start * row_bytes..r.end * row_bytes)
-    };
-    let half = |bits: &[u16], kind| {
-        PackedHalf::pack_with(bits, kind, [rows, cols], arena, &release(2 * cols))
-            .ok()
-            .map(PackedWeight::Half)
-    };
-    let packed = match weight.slice() {
-        MatrixSlice::Quant(m) => PackedWeight::pack(&m, arena, &release(m.row_bytes())),
-        MatrixSlice::Float(FloatSlice::F16(w)) => half(bytemuck::cast_slice(w), HalfBits::F16),
-        MatrixSlice::Float(FloatSlice::BF16(w)) => half(bytemuck::cast_slice(w), HalfBits::Bf16),
-        MatrixSlice::Float(FloatSlice::F32(_)) => None,
-    };
-    match packed {
-        Some(p) => {
-            weight.release_pages();
-            LinearWeight::Packed(
-                p,
-                weight.is_mapped().then_some(weight).into_iter().collect(),
-            )
-        }
-        None => LinearWeight::Plain(weight),
+}
+
+/// An f16 or bf16 weight's kind and raw 16-bit values.
+fn half_bits<'a>(s: &MatrixSlice<'a>) -> Option<(HalfBits, &'a [u16])> {
+    match *s {
+        MatrixSlice::Float(FloatSlice::F16(w)) => Some((HalfBits::F16, bytemuck::cast_slice(w))),
+        MatrixSlice::Float(FloatSlice::BF16(w)) => Some((HalfBits::Bf16, bytemuck::cast_slice(w))),
+        _ => None,
     }
 }
 
