@@ -145,10 +145,6 @@ pub enum OpDesc {
     /// Gated activation `act(gate) * up`, inputs `(gate, up)`: SwiGLU with
     /// `Silu`, GeGLU with `Gelu` or `GeluTanh`, ReGLU with `Relu`.
     Glu(Activation),
-    /// [`OpDesc::Glu`] of one input `[rows, 2n]` holding `gate` in its
-    /// first `n` columns and `up` in the rest (a stacked gate and up
-    /// projection, see [`crate::stacking`]); the output is `[rows, n]`.
-    GluHalves(Activation),
     /// Elementwise sum of two same-shaped inputs.
     Add,
     /// Elementwise product of two same-shaped inputs.
@@ -191,7 +187,6 @@ impl OpDesc {
             OpDesc::Rope(_) => "rope",
             OpDesc::Activation(_) => "activation",
             OpDesc::Glu(_) => "glu",
-            OpDesc::GluHalves(_) => "glu_halves",
             OpDesc::Add => "add",
             OpDesc::Mul => "mul",
             OpDesc::Scale(_) => "scale",

@@ -1,7 +1,7 @@
 //! A graph pass that stacks sibling linear layers: layers that read the
 //! same activation on the same device, such as an attention block's q, k
-//! and v projections or an MLP's gate and up projections, become one
-//! [`OpDesc::StackedLinear`] node followed by one column slice per layer.
+//! and v projections, become one [`OpDesc::StackedLinear`] node followed
+//! by one column slice per layer.
 //!
 //! One larger product instead of several small ones pays for its hand-over
 //! to the threads and for quantizing its input once: in a decode step of a
@@ -11,9 +11,11 @@
 //! backend decides where it pays ([`crate::Backend::stacks_linears`]) and
 //! the executor applies the pass when it builds its ops.
 //!
-//! A gated MLP's gate and up layers, read only by their `Glu`, need no
-//! slices: the `Glu` becomes an [`OpDesc::GluHalves`] of the stacked
-//! output, so a long prompt's step does not copy its widest activations.
+//! A gated MLP's gate and up layers stay apart: stacked, the `Glu` would
+//! read them through slices or as the two halves of one value, and could
+//! no longer write its output over its input, so a long prompt's step
+//! would hold the whole stacked output next to the `Glu`'s (17 MiB more
+//! at 512 tokens of a 1B model), for no speed that could be measured.
 
 use indexmap::IndexMap;
 
@@ -53,9 +55,6 @@ pub fn stack_sibling_linears(
             member_of[i] = Some((g, k == 0));
         }
     }
-    // The `Glu` nodes that read a group's two halves directly, by group.
-    let glu_of: Vec<Option<usize>> = groups.iter().map(|m| halves_glu(&graph, m)).collect();
-    let mut stacked_value = vec![None; groups.len()];
     let (mut out, tokens) = Graph::new();
     let mut new_placement = Vec::with_capacity(placement.len() + groups.len());
     let mut remap: Vec<Option<Value>> = vec![None; graph.n_values()];
@@ -67,26 +66,15 @@ pub fn stack_sibling_linears(
         let inputs = |remap: &[Option<Value>]| -> Vec<Value> {
             node.inputs.iter().map(|&v| mapped(remap, v)).collect()
         };
-        let glu_group = glu_of.iter().position(|&glu| glu == Some(i));
-        match (member_of[i], glu_group) {
-            (None, Some(g)) => {
-                let OpDesc::Glu(act) = node.desc else {
-                    unreachable!("halves_glu finds Glu nodes")
-                };
-                let stacked = stacked_value[g].expect("a group's stacked node comes first");
-                let desc = OpDesc::GluHalves(act);
-                remap[node.output.index()] =
-                    Some(out.add_node(node.name.clone(), desc, &[stacked])?);
-                new_placement.push(placement[i]);
-            }
-            (None, None) => {
+        match member_of[i] {
+            None => {
                 let inputs = inputs(&remap);
                 remap[node.output.index()] =
                     Some(out.add_node(node.name.clone(), node.desc.clone(), &inputs)?);
                 new_placement.push(placement[i]);
             }
-            (Some((_, false)), _) => {}
-            (Some((g, true)), _) => {
+            Some((_, false)) => {}
+            Some((g, true)) => {
                 let members = &groups[g];
                 let layers: Vec<LinearParams> =
                     members.iter().map(|&m| linear(&graph, m).clone()).collect();
@@ -100,10 +88,6 @@ pub fn stack_sibling_linears(
                     &inputs(&remap),
                 )?;
                 new_placement.push(placement[i]);
-                stacked_value[g] = Some(stacked);
-                if glu_of[g].is_some() {
-                    continue;
-                }
                 let mut start = 0;
                 for (&m, layer) in members.iter().zip(&layers) {
                     let len = layer.out_features;
@@ -146,37 +130,25 @@ fn sibling_groups(
         .into_iter()
         .filter(|(key, members)| {
             let layers: Vec<&LinearParams> = members.iter().map(|&m| linear(graph, m)).collect();
-            members.len() > 1 && may_stack(key.device, &layers)
+            members.len() > 1 && !feed_one_glu(graph, members) && may_stack(key.device, &layers)
         })
         .map(|(_, members)| members)
         .collect()
 }
 
-/// The `Glu` node that reads the outputs of `members` as its gate and up
-/// (two layers of one width), when nothing else reads them.
-fn halves_glu(graph: &Graph, members: &[usize]) -> Option<usize> {
-    let [gate, up] = members else {
-        return None;
-    };
-    if linear(graph, *gate).out_features != linear(graph, *up).out_features {
-        return None;
-    }
-    let (gate, up) = (graph.nodes()[*gate].output, graph.nodes()[*up].output);
-    if graph.output() == Some(gate) || graph.output() == Some(up) {
-        return None;
-    }
-    let readers = |v: Value| {
-        graph
-            .nodes()
-            .iter()
-            .filter(|n| n.inputs.contains(&v))
-            .count()
-    };
-    let glu = graph
+/// Whether some `Glu` reads two different outputs of `members` (a gated
+/// MLP's gate and up layers).
+fn feed_one_glu(graph: &Graph, members: &[usize]) -> bool {
+    let outputs: Vec<Value> = members.iter().map(|&m| graph.nodes()[m].output).collect();
+    graph
         .nodes()
         .iter()
-        .position(|n| matches!(n.desc, OpDesc::Glu(_)) && n.inputs[..] == [gate, up])?;
-    (readers(gate) == 1 && readers(up) == 1).then_some(glu)
+        .any(|n| match (&n.desc, &n.inputs[..]) {
+            (OpDesc::Glu(_), [gate, up]) => {
+                gate != up && outputs.contains(gate) && outputs.contains(up)
+            }
+            _ => false,
+        })
 }
 
 /// The parameters of linear node `i`.
@@ -265,14 +237,15 @@ mod tests {
                 "attn.v.columns",
                 "add.3",
                 "add.5",
-                "mlp.gate+up",
+                "mlp.gate",
+                "mlp.up",
                 "glu.8",
                 "lone",
                 "down",
                 "add.11",
             ]
         );
-        assert_eq!(placement, vec![0; 12]);
+        assert_eq!(placement, vec![0; 13]);
         let layers = |name: &str| match &s.nodes().iter().find(|n| n.name == name).unwrap().desc {
             OpDesc::StackedLinear(l) => l.iter().map(|p| p.weight.clone()).collect::<Vec<_>>(),
             other => panic!("{name}: {other:?}"),
@@ -281,7 +254,6 @@ mod tests {
             layers("attn.q+k+v"),
             ["attn.q.weight", "attn.k.weight", "attn.v.weight"]
         );
-        assert_eq!(layers("mlp.gate+up"), ["mlp.gate.weight", "mlp.up.weight"]);
         let slice = |name: &str| match s.nodes().iter().find(|n| n.name == name).unwrap().desc {
             OpDesc::SliceColumns(c) => (c.start, c.len),
             ref other => panic!("{name}: {other:?}"),
@@ -291,26 +263,23 @@ mod tests {
         assert_eq!(slice("attn.v.columns"), (12, 4));
         assert_eq!(inputs_of(&s, "attn.q+k+v"), ["embed"]);
         assert_eq!(inputs_of(&s, "add.5"), ["attn.k.columns", "attn.v.columns"]);
-        assert_eq!(inputs_of(&s, "glu.8"), ["mlp.gate+up"]);
-        let glu = s.nodes().iter().find(|n| n.name == "glu.8").unwrap();
-        assert_eq!(glu.desc, OpDesc::GluHalves(Activation::Silu));
+        assert_eq!(inputs_of(&s, "glu.8"), ["mlp.gate", "mlp.up"]);
         assert_eq!(inputs_of(&s, "add.11"), ["down", "lone"]);
         let out = s.producer(s.output().unwrap()).unwrap();
         assert_eq!(s.nodes()[out].name, "add.11");
     }
 
-    /// A gate or up output that something besides its `Glu` reads keeps
-    /// its slice, and so does a `Glu` of two layers of different widths.
+    /// Gate and up layers stay apart only when one `Glu` reads them both.
     #[test]
-    fn glu_inputs_read_elsewhere_stay_sliced() {
+    fn only_the_inputs_of_one_glu_stay_apart() {
         let (mut g, tokens) = Graph::new();
         let x = crate::layers::Embedding::new(10, 8, "embed")
             .call(&mut g, tokens)
             .unwrap();
         let gate = Linear::new(8, 16, false, "gate").call(&mut g, x).unwrap();
         let up = Linear::new(8, 16, false, "up").call(&mut g, x).unwrap();
-        let a = g.glu(Activation::Silu, gate, up).unwrap();
-        let out = g.add(a, up).unwrap();
+        let a = g.glu(Activation::Silu, up, up).unwrap();
+        let out = g.add(a, gate).unwrap();
         g.set_output(out).unwrap();
         let (s, _) = stack_sibling_linears(g, &[0; 5], |_, _| true).unwrap();
         assert_eq!(
@@ -324,19 +293,7 @@ mod tests {
                 "add.4"
             ]
         );
-        assert_eq!(inputs_of(&s, "glu.3"), ["gate.columns", "up.columns"]);
-
-        let (mut g, tokens) = Graph::new();
-        let x = crate::layers::Embedding::new(10, 8, "embed")
-            .call(&mut g, tokens)
-            .unwrap();
-        let gate = Linear::new(8, 16, false, "gate").call(&mut g, x).unwrap();
-        let up = Linear::new(8, 8, false, "up").call(&mut g, x).unwrap();
-        let gate = g.slice_columns(gate, 0, 8).unwrap();
-        let a = g.glu(Activation::Silu, gate, up).unwrap();
-        g.set_output(a).unwrap();
-        let (s, _) = stack_sibling_linears(g, &[0; 5], |_, _| true).unwrap();
-        assert_eq!(inputs_of(&s, "glu.4"), ["slice_columns.3", "up.columns"]);
+        assert_eq!(inputs_of(&s, "glu.3"), ["up.columns", "up.columns"]);
     }
 
     #[test]
@@ -370,7 +327,6 @@ mod tests {
                 ]
             )]
         );
-        assert!(names(&s).contains(&"mlp.gate") && names(&s).contains(&"mlp.up"));
         let up = names(&s).iter().position(|&n| n == "mlp.up").unwrap();
         assert_eq!(new_placement[up], 1);
         assert_eq!(new_placement.iter().filter(|&&d| d == 1).count(), 1);

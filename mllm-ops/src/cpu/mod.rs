@@ -103,7 +103,6 @@ impl Backend for CpuBackend {
             OpDesc::Rope(p) => Box::new(RopeOp::new(p.clone())?),
             OpDesc::Activation(a) => Box::new(ActivationOp::new(*a)),
             OpDesc::Glu(a) => Box::new(GluOp::new(*a, pool())),
-            OpDesc::GluHalves(a) => Box::new(GluOp::of_halves(*a, pool())),
             OpDesc::Add => Box::new(BinaryOp::add(pool())),
             OpDesc::Mul => Box::new(BinaryOp::mul(pool())),
             OpDesc::Scale(f) => Box::new(ScaleOp::new(*f)),

@@ -64,9 +64,7 @@ const FORK_JOIN_DECODE_TASKS_PER_THREAD: usize = 1;
 /// 1.1B Q4_K_M decode 1.07x. Below it, where the queue's own cost (a
 /// spawned job, a lock per task) is not small against the call, rayon's
 /// fork-join stays: SmolLM2 decode was 15 % slower with every call queued.
-/// Two million, so that SmolLM2's stacked gate and up projections (1.8M)
-/// still split in two halves (its decode 1.06x against one million).
-const QUEUED_WORK: usize = 1 << 21;
+const QUEUED_WORK: usize = 1 << 20;
 /// Activation rows per call of an integer-path tile.
 const TILE_ROWS: usize = 4;
 

@@ -7,7 +7,7 @@ use mllm_core::step::StepLayout;
 use mllm_core::{Error, Result, Shape};
 use rayon::ThreadPool;
 
-use super::pieces::{for_pieces, for_row_pieces, PIECE};
+use super::pieces::{for_pieces, PIECE};
 use crate::cpu::kernels::{activation, elementwise, softmax};
 
 fn same_shapes(op: &str, inputs: &[&Shape]) -> Result<Shape> {
@@ -79,8 +79,6 @@ impl Op for BinaryOp {
 /// over `up`'s buffer.
 pub struct GluOp {
     act: Activation,
-    /// Whether gate and up are the two halves of one input's rows.
-    halves: bool,
     pool: Arc<ThreadPool>,
 }
 
@@ -92,23 +90,9 @@ const IN_PLACE_CHUNK: usize = 1024;
 const _: () = assert!(PIECE.is_multiple_of(IN_PLACE_CHUNK));
 
 impl GluOp {
-    /// The gated form of `act`, of two inputs `(gate, up)`.
+    /// The gated form of `act`.
     pub fn new(act: Activation, pool: Arc<ThreadPool>) -> Self {
-        GluOp {
-            act,
-            halves: false,
-            pool,
-        }
-    }
-
-    /// The gated form of `act`, of one input `[rows, 2n]` whose rows hold
-    /// gate then up (`OpDesc::GluHalves`).
-    pub fn of_halves(act: Activation, pool: Arc<ThreadPool>) -> Self {
-        GluOp {
-            act,
-            halves: true,
-            pool,
-        }
+        GluOp { act, pool }
     }
 
     fn apply(&self, gate: &[f32], up: &[f32], output: &mut [f32]) {
@@ -123,20 +107,11 @@ impl GluOp {
 
 impl Op for GluOp {
     fn reshape(&mut self, inputs: &[&Shape], _step: &StepLayout) -> Result<Shape> {
-        if !self.halves {
-            return same_shapes("glu", inputs);
-        }
-        match inputs[0].dims() {
-            &[rows, cols] if cols.is_multiple_of(2) => Ok(Shape::new([rows, cols / 2])),
-            _ => Err(Error::shape(
-                "glu_halves",
-                format!("input must be [rows, 2n], got {}", inputs[0]),
-            )),
-        }
+        same_shapes("glu", inputs)
     }
 
     fn overwritable_input(&self) -> Option<usize> {
-        (!self.halves).then_some(1)
+        Some(1)
     }
 
     fn execute(
@@ -145,20 +120,6 @@ impl Op for GluOp {
         output: &mut [f32],
         _step: &StepLayout,
     ) -> Result<()> {
-        if self.halves {
-            let x = inputs[0].tensor("glu_halves")?;
-            let n = x.shape.last() / 2;
-            for_row_pieces(&self.pool, output, n, |row, out| {
-                for (x, o) in x.data[row * 2 * n..]
-                    .chunks_exact(2 * n)
-                    .zip(out.chunks_exact_mut(n))
-                {
-                    let (gate, up) = x.split_at(n);
-                    self.apply(gate, up, o);
-                }
-            });
-            return Ok(());
-        }
         let gate = inputs[0].tensor("glu")?.data;
         let up = match inputs[1] {
             OpInput::InOutput => None,
@@ -330,59 +291,5 @@ mod tests {
                 .unwrap();
             assert_eq!(bits(&split), bits(&one_call), "{}", op.name());
         }
-    }
-
-    /// The GLU of one `[rows, 2n]` input gives, split over two threads,
-    /// the GLU of its two halves as separate inputs for every activation,
-    /// for one row and for many pieces of rows: bit for bit when rows are
-    /// whole vectors; an `n` that ends in a partial vector takes the
-    /// scalar path at the end of every row instead of only at the end of
-    /// the tensor, which moves results by at most a few ulps.
-    #[test]
-    fn glu_of_halves_equals_glu_of_its_two_halves() {
-        let mut rng = Rng::new(11);
-        let pool = Arc::new(crate::cpu::kernels::test_util::pool2());
-        let step = StepLayout::default();
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        for (rows, n) in [(1, 1536), (40, 1536), (3, 37), (2000, 48)] {
-            let x = rng.vec(rows * 2 * n, 4.0);
-            let (mut gate, mut up) = (Vec::new(), Vec::new());
-            for row in x.chunks_exact(2 * n) {
-                gate.extend_from_slice(&row[..n]);
-                up.extend_from_slice(&row[n..]);
-            }
-            let (wide, half) = (Shape::new([rows, 2 * n]), Shape::new([rows, n]));
-            let input = |shape, data| OpInput::Tensor(TensorRef { shape, data });
-            for act in [
-                Activation::Silu,
-                Activation::GeluTanh,
-                Activation::Gelu,
-                Activation::Relu,
-            ] {
-                let mut halves = GluOp::of_halves(act, Arc::clone(&pool));
-                assert_eq!(halves.reshape(&[&wide], &step).unwrap(), half);
-                assert_eq!(halves.overwritable_input(), None);
-                let mut got = vec![f32::NAN; rows * n];
-                halves
-                    .execute(&[input(&wide, &x)], &mut got, &step)
-                    .unwrap();
-                let mut want = vec![f32::NAN; rows * n];
-                GluOp::new(act, Arc::clone(&pool))
-                    .execute(&[input(&half, &gate), input(&half, &up)], &mut want, &step)
-                    .unwrap();
-                if n.is_multiple_of(16) {
-                    assert_eq!(bits(&got), bits(&want), "{act:?} {rows}x{n}");
-                }
-                for (g, w) in got.iter().zip(&want) {
-                    assert!(
-                        (g - w).abs() <= 1e-6 * w.abs(),
-                        "{act:?} {rows}x{n}: {g} vs {w}"
-                    );
-                }
-            }
-        }
-        let mut halves = GluOp::of_halves(Activation::Silu, pool);
-        let err = halves.reshape(&[&Shape::new([2, 7])], &step).unwrap_err();
-        assert!(err.to_string().contains("[rows, 2n]"), "{err}");
     }
 }

@@ -28,26 +28,3 @@ pub(crate) fn for_pieces(
             .for_each(|(i, piece)| f(i * PIECE, piece))
     });
 }
-
-/// Runs `f(first_row, rows)` over consecutive pieces of whole rows of
-/// `output` (rows of `width` elements), each about [`PIECE`] elements or
-/// one row: in `pool` when there is more than one piece.
-pub(crate) fn for_row_pieces(
-    pool: &ThreadPool,
-    output: &mut [f32],
-    width: usize,
-    f: impl Fn(usize, &mut [f32]) + Sync + Send,
-) {
-    let rows_per_piece = (PIECE / width.max(1)).max(1);
-    let piece = rows_per_piece * width;
-    if output.len() <= piece || width == 0 {
-        f(0, output);
-        return;
-    }
-    pool.install(|| {
-        output
-            .par_chunks_mut(piece)
-            .enumerate()
-            .for_each(|(i, rows)| f(i * rows_per_piece, rows))
-    });
-}
