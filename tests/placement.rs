@@ -11,7 +11,7 @@ use common::*;
 use mllm::core::executor::PlannedCopy;
 use mllm::core::file::MllmFile;
 use mllm::core::placement::node_layers;
-use mllm::core::{Backend, Device, Executor, Graph, LogitsMode, Placement, SeqChunk, StepInput};
+use mllm::core::{Backend, Device, Executor, Graph, Placement};
 use mllm::models::registry;
 use mllm::models::{LoadOptions, Model};
 use mllm::ops::cpu::CpuBackend;
@@ -27,34 +27,13 @@ fn executor(path: &std::path::Path, backends: &[&dyn Backend], placement: Placem
     Executor::with_placement(graph, backends, &nodes, &file, 256).unwrap()
 }
 
-/// A prefill of two sequences, then decode steps: every logits row.
-fn run(ex: &mut Executor) -> Vec<Vec<f32>> {
-    let chunk = |slot, tokens: Vec<u32>| SeqChunk { slot, tokens };
-    let mut rows = Vec::new();
-    let mut step = |chunks: Vec<SeqChunk>, logits| {
-        let out = ex.step(&StepInput { chunks, logits }).unwrap();
-        rows.extend((0..out.rows()).map(|r| out.row(r).to_vec()));
-    };
-    step(
-        vec![chunk(0, (1..12).collect()), chunk(1, vec![5, 6, 7])],
-        LogitsMode::All,
-    );
-    for t in [3, 8, 13] {
-        step(
-            vec![chunk(0, vec![t]), chunk(1, vec![t + 1])],
-            LogitsMode::Last,
-        );
-    }
-    rows
-}
-
 #[test]
 fn a_split_run_equals_the_single_device_run_and_shows_its_copies() {
     let c = convert_to(&fixture("tiny-llama"), mllm::core::DType::F32);
     let (cpu, other) = (CpuBackend::new(2).unwrap(), CpuBackend::new(1).unwrap());
     let mut single = executor(&c.path, &[&cpu], Placement::default());
     assert!(single.copies().is_empty());
-    let want = run(&mut single);
+    let want = two_sequence_logits(&mut single, 11);
 
     // The first decoder layer on the second device: copies into it before
     // layer 0, and back out of it after.
@@ -63,7 +42,7 @@ fn a_split_run_equals_the_single_device_run_and_shows_its_copies() {
         layers: Some(1),
     };
     let mut split = executor(&c.path, &[&cpu, &other], first_layer);
-    assert_eq!(run(&mut split), want);
+    assert_eq!(two_sequence_logits(&mut split, 11), want);
     let copies = split.copies();
     assert!(!copies.is_empty());
     let graph = split.graph();
@@ -96,7 +75,7 @@ fn a_split_run_equals_the_single_device_run_and_shows_its_copies() {
         layers: None,
     };
     let mut moved = executor(&c.path, &[&cpu, &other], all);
-    assert_eq!(run(&mut moved), want);
+    assert_eq!(two_sequence_logits(&mut moved, 11), want);
     assert_eq!(moved.copies().len(), 1);
 }
 

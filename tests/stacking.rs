@@ -13,7 +13,7 @@ use mllm::convert::{convert, ConvertOptions};
 use mllm::core::backend::StepRunner;
 use mllm::core::file::MllmFile;
 use mllm::core::op::{Op, OpDesc};
-use mllm::core::{Backend, DType, Executor, Graph, LogitsMode, Result, SeqChunk, StepInput};
+use mllm::core::{Backend, DType, Executor, Graph, Result};
 use mllm::models::registry;
 use mllm::ops::cpu::CpuBackend;
 
@@ -39,29 +39,6 @@ fn executor(path: &std::path::Path, backend: &dyn Backend) -> Executor {
     let model = (registry::find(&meta.architecture).unwrap().build)(&meta.config).unwrap();
     let graph = Graph::trace(model.as_ref()).unwrap();
     Executor::new(graph, backend, &file, 256).unwrap()
-}
-
-/// A prefill of two sequences, then batched and single decode steps:
-/// every logits row.
-fn run(ex: &mut Executor) -> Vec<Vec<f32>> {
-    let chunk = |slot, tokens: Vec<u32>| SeqChunk { slot, tokens };
-    let mut rows = Vec::new();
-    let mut step = |chunks: Vec<SeqChunk>, logits| {
-        let out = ex.step(&StepInput { chunks, logits }).unwrap();
-        rows.extend((0..out.rows()).map(|r| out.row(r).to_vec()));
-    };
-    step(
-        vec![chunk(0, (1..40).collect()), chunk(1, vec![5, 6, 7])],
-        LogitsMode::All,
-    );
-    for t in [3, 8, 13] {
-        step(
-            vec![chunk(0, vec![t]), chunk(1, vec![t + 1])],
-            LogitsMode::Last,
-        );
-        step(vec![chunk(1, vec![t + 2])], LogitsMode::Last);
-    }
-    rows
 }
 
 /// The names of the executor's stacked nodes.
@@ -91,7 +68,11 @@ fn stacked_projections_give_the_unstacked_logits() {
             };
             assert_eq!(stacked_nodes(&stacked), want, "{what}");
             assert!(stacked_nodes(&plain).is_empty(), "{what}");
-            assert_eq!(run(&mut stacked), run(&mut plain), "{what}");
+            assert_eq!(
+                two_sequence_logits(&mut stacked, 39),
+                two_sequence_logits(&mut plain, 39),
+                "{what}"
+            );
         }
     }
 }
@@ -111,7 +92,11 @@ fn stacked_projections_with_biases_give_the_unstacked_logits() {
         let stacks = CpuBackend::new(1).unwrap().stacks_linears(DType::Q8_0);
         let qkv = nodes.iter().any(|n| n.ends_with("q_proj+k_proj+v_proj"));
         assert_eq!(qkv, stacks, "{name}: {nodes:?}");
-        assert_eq!(run(&mut stacked), run(&mut plain), "{name}");
+        assert_eq!(
+            two_sequence_logits(&mut stacked, 39),
+            two_sequence_logits(&mut plain, 39),
+            "{name}"
+        );
     }
 }
 

@@ -11,13 +11,12 @@ use std::borrow::Cow;
 
 use half::{bf16, f16};
 use mllm_core::file::{MllmFile, MllmWriter, TensorSpec};
-use mllm_core::op::{EmbeddingParams, LinearParams, Op, OpDesc, OpInput};
+use mllm_core::op::{EmbeddingParams, LinearParams, OpDesc, OpInput};
 use mllm_core::step::StepLayout;
-use mllm_core::tensor::TensorRef;
-use mllm_core::{Backend, DType, Error, Shape};
+use mllm_core::{Backend, DType, Error};
 use mllm_ops::cpu::CpuBackend;
 
-use common::{values, TempFile};
+use common::{run_linear, values, TempFile};
 
 /// `x` stored as `dtype` (f32, f16 or bf16): the bytes and the values the
 /// stored elements hold.
@@ -63,20 +62,6 @@ fn write_file(
         TempFile(path),
         encoded.into_iter().map(|(_, v)| v).collect(),
     )
-}
-
-/// Runs a loaded linear op on `rows` activation rows of `in_f`.
-fn run_linear(op: &mut dyn Op, x: &[f32], rows: usize, in_f: usize, out_f: usize) -> Vec<f32> {
-    let step = StepLayout::default();
-    let shape = Shape::new([rows, in_f]);
-    assert_eq!(op.reshape(&[&shape], &step).unwrap().dims(), [rows, out_f]);
-    let mut y = vec![f32::NAN; rows * out_f];
-    let input = OpInput::Tensor(TensorRef {
-        shape: &shape,
-        data: x,
-    });
-    op.execute(&[input], &mut y, &step).unwrap();
-    y
 }
 
 #[test]

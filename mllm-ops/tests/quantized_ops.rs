@@ -10,13 +10,12 @@ use std::sync::Arc;
 use mllm_core::file::{MllmFile, MllmWriter, TensorSpec};
 use mllm_core::op::{EmbeddingParams, LinearParams, Op, OpDesc, OpInput};
 use mllm_core::step::StepLayout;
-use mllm_core::tensor::TensorRef;
-use mllm_core::{Backend, DType, Error, Shape};
+use mllm_core::{Backend, DType, Error};
 use mllm_ops::cpu::kernels::QuantPath;
 use mllm_ops::cpu::ops::LinearOp;
 use mllm_ops::cpu::CpuBackend;
 
-use common::{values, TempFile};
+use common::{run_linear, values, TempFile};
 use mllm_ops::quant::{dequantize, quantize};
 
 const OUT: usize = 40;
@@ -74,21 +73,6 @@ fn linear_params(name: &str, in_f: usize) -> LinearParams {
     }
 }
 
-/// Runs a loaded linear op on `rows` activation rows.
-fn run_linear(op: &mut dyn Op, x: &[f32], rows: usize, in_f: usize) -> Vec<f32> {
-    let step = StepLayout::default();
-    let shape = Shape::new([rows, in_f]);
-    let out_shape = op.reshape(&[&shape], &step).unwrap();
-    assert_eq!(out_shape.dims(), [rows, OUT]);
-    let mut y = vec![f32::NAN; rows * OUT];
-    let input = OpInput::Tensor(TensorRef {
-        shape: &shape,
-        data: x,
-    });
-    op.execute(&[input], &mut y, &step).unwrap();
-    y
-}
-
 /// Checks `y` against the f64 product of the dequantized weights:
 /// `|y − ref| ≤ tol · (Σ|x·w| + |b|)`.
 fn check(y: &[f32], x: &[f32], rows: usize, w: &[f32], in_f: usize, tol: f64, what: &str) {
@@ -141,7 +125,7 @@ fn linear_reads_quantized_weights_from_a_mllm_file() {
         // Decode (one row) and prefill (several rows) take different kernels.
         for rows in [1, 5] {
             let x = values(50 + rows as u64, rows * in_f);
-            let y = run_linear(op.as_mut(), &x, rows, in_f);
+            let y = run_linear(op.as_mut(), &x, rows, in_f, OUT);
             check(
                 &y,
                 &x,
@@ -154,7 +138,7 @@ fn linear_reads_quantized_weights_from_a_mllm_file() {
             // On one row, 8-bit activations add their rounding error (about
             // 0.4 % of each value), so the bound is looser; several rows
             // take the f32 path.
-            let y = run_linear(&mut int8, &x, rows, in_f);
+            let y = run_linear(&mut int8, &x, rows, in_f, OUT);
             check(
                 &y,
                 &x,

@@ -10,16 +10,14 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use mllm_core::file::{MllmFile, MllmWriter, TensorSpec};
-use mllm_core::op::{LinearParams, Op, OpDesc, OpInput};
-use mllm_core::step::StepLayout;
-use mllm_core::tensor::TensorRef;
-use mllm_core::{Backend, DType, Error, Shape};
+use mllm_core::op::{LinearParams, Op, OpDesc};
+use mllm_core::{Backend, DType, Error};
 use mllm_ops::cpu::kernels::{QuantPath, SimdLevel};
 use mllm_ops::cpu::ops::LinearOp;
 use mllm_ops::cpu::CpuBackend;
 use mllm_ops::quant::quantize;
 
-use common::{values, TempFile};
+use common::{run_linear, values, TempFile};
 
 /// Input width of every layer (whole blocks of every type).
 const IN: usize = 256;
@@ -103,20 +101,6 @@ fn layer(n: &str, rows: usize, bias: bool) -> LinearParams {
     }
 }
 
-/// `op`'s output for `x` (`[rows, IN]`), `out_f` wide.
-fn run(op: &mut dyn Op, x: &[f32], rows: usize, out_f: usize) -> Vec<f32> {
-    let step = StepLayout::default();
-    let shape = Shape::new([rows, IN]);
-    assert_eq!(op.reshape(&[&shape], &step).unwrap().dims(), [rows, out_f]);
-    let mut y = vec![f32::NAN; rows * out_f];
-    let input = OpInput::Tensor(TensorRef {
-        shape: &shape,
-        data: x,
-    });
-    op.execute(&[input], &mut y, &step).unwrap();
-    y
-}
-
 /// A linear op over `layers` at SIMD level `level` or below, on two
 /// threads.
 fn linear(layers: &[LinearParams], level: SimdLevel) -> LinearOp {
@@ -145,10 +129,10 @@ fn check_stack(file: &MllmFile, layers: &[LinearParams], level: SimdLevel) -> bo
         .collect();
     for rows in [1, 3, 9, 40, 300] {
         let x = values(rows as u64 + 77, rows * IN);
-        let y = run(&mut stacked, &x, rows, total);
+        let y = run_linear(&mut stacked, &x, rows, IN, total);
         let mut start = 0;
         for (p, one) in layers.iter().zip(&mut alone) {
-            let want = run(one, &x, rows, p.out_features);
+            let want = run_linear(one, &x, rows, IN, p.out_features);
             for r in 0..rows {
                 let got = &y[r * total + start..][..p.out_features];
                 let want = &want[r * p.out_features..][..p.out_features];
@@ -253,7 +237,10 @@ fn the_backend_makes_stacked_ops_and_stacks_the_types_it_repacks() {
         let x = values(5, 2 * IN);
         let mut direct = linear(&layers, level);
         direct.load(&file).unwrap();
-        let (a, b) = (run(op.as_mut(), &x, 2, 48), run(&mut direct, &x, 2, 48));
+        let (a, b) = (
+            run_linear(op.as_mut(), &x, 2, IN, 48),
+            run_linear(&mut direct, &x, 2, IN, 48),
+        );
         assert_eq!(a, b, "{level:?}");
         let repacks = matches!(level, SimdLevel::Avx2 | SimdLevel::Avx512);
         for dtype in [

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use mllm::convert::{convert, ConvertOptions};
-use mllm::core::{DType, LogitsMode, StepInput};
+use mllm::core::{DType, Executor, LogitsMode, SeqChunk, StepInput};
 use mllm::models::{LoadOptions, Model};
 pub use mllm::ops::cpu::kernels::QuantPath;
 
@@ -218,4 +218,27 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 pub fn assert_close(what: &str, a: &[f32], b: &[f32], tol: f32) {
     let d = max_abs_diff(a, b);
     assert!(d <= tol, "{what}: max abs diff {d} exceeds {tol}");
+}
+
+/// Every logits row of a prefill of two sequences on `ex` (the first
+/// `prompt` tokens long), then of batched and single decode steps.
+pub fn two_sequence_logits(ex: &mut Executor, prompt: u32) -> Vec<Vec<f32>> {
+    let chunk = |slot, tokens: Vec<u32>| SeqChunk { slot, tokens };
+    let mut rows = Vec::new();
+    let mut step = |chunks: Vec<SeqChunk>, logits| {
+        let out = ex.step(&StepInput { chunks, logits }).unwrap();
+        rows.extend((0..out.rows()).map(|r| out.row(r).to_vec()));
+    };
+    step(
+        vec![chunk(0, (1..=prompt).collect()), chunk(1, vec![5, 6, 7])],
+        LogitsMode::All,
+    );
+    for t in [3, 8, 13] {
+        step(
+            vec![chunk(0, vec![t]), chunk(1, vec![t + 1])],
+            LogitsMode::Last,
+        );
+        step(vec![chunk(1, vec![t + 2])], LogitsMode::Last);
+    }
+    rows
 }

@@ -2,6 +2,11 @@
 
 use std::path::PathBuf;
 
+use mllm_core::op::{Op, OpInput};
+use mllm_core::step::StepLayout;
+use mllm_core::tensor::TensorRef;
+use mllm_core::Shape;
+
 /// Deterministic values in `[-1, 1)` (xorshift64*).
 pub fn values(seed: u64, n: usize) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -23,4 +28,19 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
+}
+
+/// Runs a loaded linear op on `rows` activation rows of `in_f`, checking
+/// that its output is `[rows, out_f]`.
+pub fn run_linear(op: &mut dyn Op, x: &[f32], rows: usize, in_f: usize, out_f: usize) -> Vec<f32> {
+    let step = StepLayout::default();
+    let shape = Shape::new([rows, in_f]);
+    assert_eq!(op.reshape(&[&shape], &step).unwrap().dims(), [rows, out_f]);
+    let mut y = vec![f32::NAN; rows * out_f];
+    let input = OpInput::Tensor(TensorRef {
+        shape: &shape,
+        data: x,
+    });
+    op.execute(&[input], &mut y, &step).unwrap();
+    y
 }
