@@ -154,9 +154,8 @@ impl LinearOp {
 
     /// One op for `layers` (at least one, all with the same
     /// `in_features`), its outputs each layer's in turn: at load, weights
-    /// of one type that its kernels repack become one packed matrix
-    /// (their bytes stacked, packed once); otherwise each layer keeps its
-    /// weight and runs on its own.
+    /// of one type that its kernels repack are packed together as one
+    /// matrix; otherwise each layer keeps its weight and runs on its own.
     pub fn stacked(layers: Vec<LinearParams>, pool: Arc<ThreadPool>) -> Self {
         let in_features = layers.first().map_or(0, |p| p.in_features);
         let out_features = layers.iter().map(|p| p.out_features).sum();
@@ -308,21 +307,16 @@ impl Op for LinearOp {
             pool: &self.pool,
         };
         let LinearWeight::Parts(parts) = w else {
-            kernels.product(w, x.data, rows, self.in_features, bias, output);
+            let shape = [self.out_features, self.in_features];
+            kernels.product(w, x.data, rows, shape, bias, output);
             return Ok(());
         };
         let mut start = 0;
         for (part, out_f) in parts {
             let part_bias = bias.map(|b| &b[start..start + out_f]);
             self.part_out.resize(rows * out_f, 0.0);
-            kernels.product(
-                part,
-                x.data,
-                rows,
-                self.in_features,
-                part_bias,
-                &mut self.part_out,
-            );
+            let shape = [*out_f, self.in_features];
+            kernels.product(part, x.data, rows, shape, part_bias, &mut self.part_out);
             place_columns(&self.part_out, *out_f, output, self.out_features, start);
             start += out_f;
         }
@@ -361,19 +355,18 @@ struct Kernels<'a> {
 }
 
 impl Kernels<'_> {
-    /// `y = x w^T + bias` for one weight (not `Parts`): `x` is `[rows,
-    /// in_f]`, `y` `[rows, w's rows]`.
+    /// `y = x w^T + bias` for one weight `w` (not `Parts`) of `[out_f,
+    /// in_f]`: `x` is `[rows, in_f]`, `y` `[rows, out_f]`.
     fn product(
         &self,
         w: &LinearWeight,
         x: &[f32],
         rows: usize,
-        in_f: usize,
+        [out_f, in_f]: [usize; 2],
         bias: Option<&[f32]>,
         y: &mut [f32],
     ) {
         let (pool, fk) = (self.pool, self.float);
-        let out_f = y.len() / rows.max(1);
         match w {
             LinearWeight::Packed(w, _) => w.linear(self.quant, x, rows, bias, y, pool),
             LinearWeight::Plain(w) => match w.slice() {
