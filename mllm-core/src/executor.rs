@@ -627,12 +627,16 @@ impl Schedule {
 /// [`crate::stacking`]). A weight that cannot be read is left to the
 /// layer's own load to report.
 fn stacks_on(backend: &dyn Backend, layers: &[&LinearParams], weights: &dyn WeightSource) -> bool {
-    let dtype = |p: &LinearParams| {
+    let dtype = |p: &&LinearParams| {
         let shape = [p.out_features, p.in_features];
         weights.weight(&p.weight, &shape).ok().map(|w| w.dtype())
     };
-    let first = layers.first().and_then(|&p| dtype(p));
-    first.is_some_and(|d| backend.stacks_linears(d) && layers.iter().all(|&p| dtype(p) == Some(d)))
+    let Some(dtypes) = layers.iter().map(dtype).collect::<Option<Vec<_>>>() else {
+        return false;
+    };
+    dtypes
+        .first()
+        .is_some_and(|&d| backend.stacks_linears(d) && dtypes.iter().all(|&other| other == d))
 }
 
 fn annotate(e: Error, node: &str) -> Error {

@@ -129,8 +129,11 @@ fn sibling_groups(
     by_key
         .into_iter()
         .filter(|(key, members)| {
+            if members.len() < 2 || feed_one_glu(graph, members) {
+                return false;
+            }
             let layers: Vec<&LinearParams> = members.iter().map(|&m| linear(graph, m)).collect();
-            members.len() > 1 && !feed_one_glu(graph, members) && may_stack(key.device, &layers)
+            may_stack(key.device, &layers)
         })
         .map(|(_, members)| members)
         .collect()

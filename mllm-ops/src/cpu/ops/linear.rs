@@ -240,33 +240,7 @@ impl Op for LinearOp {
         let (kernel, pool) = (self.quant, &*self.pool);
         self.weight = Some(match <[_; 1]>::try_from(matrices) {
             Ok([(m, shape)]) => bind(m, shape, kernel, arena, pool),
-            Err(parts) => {
-                let plain: Option<Vec<&MatrixWeight>> = parts
-                    .iter()
-                    .map(|(m, _)| match m {
-                        AnyMatrix::Plain(w) => Some(w),
-                        AnyMatrix::Packed(_) => None,
-                    })
-                    .collect();
-                let packed = plain.and_then(|weights| {
-                    pool.install(|| pack_weights(&weights, in_f, kernel, arena))
-                });
-                match packed {
-                    Some(packed) => {
-                        let sources = parts.into_iter().filter_map(|(m, _)| match m {
-                            AnyMatrix::Plain(w) if w.is_mapped() => Some(w),
-                            _ => None,
-                        });
-                        LinearWeight::Packed(packed, sources.collect())
-                    }
-                    None => {
-                        let parts = parts
-                            .into_iter()
-                            .map(|(m, shape)| (bind(m, shape, kernel, arena, pool), shape[0]));
-                        LinearWeight::Parts(parts.collect())
-                    }
-                }
-            }
+            Err(parts) => bind_stacked(parts, in_f, kernel, arena, pool),
         });
         self.bias = self.load_bias(weights)?;
         Ok(())
@@ -413,6 +387,44 @@ fn bind(
     }
 }
 
+/// Stacked layers' weights (`[rows, in_f]` each) as one packed matrix
+/// where [`pack_weights`] can make one of them, otherwise each bound on
+/// its own and run in turn (`Parts`).
+fn bind_stacked(
+    parts: Vec<(AnyMatrix, [usize; 2])>,
+    in_f: usize,
+    kernel: QuantKernel,
+    arena: Option<&WeightArena>,
+    pool: &ThreadPool,
+) -> LinearWeight {
+    let weights: Option<Vec<&MatrixWeight>> = parts
+        .iter()
+        .map(|(m, _)| match m {
+            AnyMatrix::Plain(w) => Some(w),
+            AnyMatrix::Packed(_) => None,
+        })
+        .collect();
+    let packed =
+        weights.and_then(|weights| pool.install(|| pack_weights(&weights, in_f, kernel, arena)));
+    let Some(packed) = packed else {
+        let parts = parts
+            .into_iter()
+            .map(|(m, shape)| (bind(m, shape, kernel, arena, pool), shape[0]));
+        return LinearWeight::Parts(parts.collect());
+    };
+    let sources = parts.into_iter().filter_map(|(m, _)| match m {
+        AnyMatrix::Plain(w) => Some(w),
+        AnyMatrix::Packed(_) => None,
+    });
+    repacked(packed, sources)
+}
+
+/// A repacked weight, kept with the mapped weights it was copied from.
+fn repacked(packed: PackedWeight, sources: impl IntoIterator<Item = MatrixWeight>) -> LinearWeight {
+    let mapped = sources.into_iter().filter(|w| w.is_mapped());
+    LinearWeight::Packed(packed, mapped.collect())
+}
+
 /// `weight` repacked for a packed kernel when `kernel` uses them and the
 /// weight is Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / Q4_K / Q5_K / Q6_K with a
 /// row count that is a multiple of eight, or f16 / bf16 with rows in
@@ -425,10 +437,7 @@ fn pack_if_faster(
     arena: Option<&WeightArena>,
 ) -> LinearWeight {
     match pack_weights(&[&weight], cols, kernel, arena) {
-        Some(p) => LinearWeight::Packed(
-            p,
-            weight.is_mapped().then_some(weight).into_iter().collect(),
-        ),
+        Some(p) => repacked(p, [weight]),
         None => LinearWeight::Plain(weight),
     }
 }
