@@ -114,6 +114,12 @@ impl Backend for CpuBackend {
         })
     }
 
+    /// Where the linear kernels repack `dtype` weights (see
+    /// [`LinearOp::stacked`]): one packed call then replaces several.
+    fn stacks_linears(&self, dtype: DType) -> bool {
+        self.linear(Vec::new()).repacks(dtype)
+    }
+
     /// Small steps (decode) run on a worker of the pool: every parallel op
     /// inside then splits its work from there (the caller helps and steals
     /// instead of sleeping until another thread wakes it), which is what
@@ -122,12 +128,6 @@ impl Backend for CpuBackend {
     /// for the hand-off not to matter, and their large scratch buffers then
     /// come from the caller's allocator arena instead of growing a worker's
     /// (measured: +35 MiB peak RSS, and slower prefill, when they did not).
-    /// Where the linear kernels repack `dtype` weights (see
-    /// [`LinearOp::stacked`]): one packed call then replaces several.
-    fn stacks_linears(&self, dtype: DType) -> bool {
-        self.linear(Vec::new()).repacks(dtype)
-    }
-
     fn step_runner(&self) -> Option<Arc<dyn StepRunner>> {
         Some(Arc::new(PoolRunner::new(Arc::clone(&self.pool))))
     }

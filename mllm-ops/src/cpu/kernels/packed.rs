@@ -247,9 +247,10 @@ impl PackedQ4 {
         Self::pack_with(std::slice::from_ref(w), None, &|_| {})
     }
 
-    /// [`Self::pack`] into a buffer from `arena` (a buffer of its own
-    /// without one), calling `copied` with each range of source rows once
-    /// it is packed (see `packed::pack_blocks`).
+    /// [`Self::pack`] of `parts`, matrices of one type and width stacked
+    /// into one (see `packed::SourceRows`), into a buffer from `arena` (a
+    /// buffer of its own without one), calling `copied` with each range of
+    /// stacked rows once it is packed (see `packed::pack_blocks`).
     pub fn pack_with(
         parts: &[QuantMatrix<'_>],
         arena: Option<&WeightArena>,

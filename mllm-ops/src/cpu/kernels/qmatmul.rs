@@ -55,7 +55,7 @@ const MIN_TASK_WEIGHTS: usize = 16 * 1024;
 const DECODE_TASKS_PER_THREAD: usize = 16;
 /// Tasks per thread of a shorter one-row call, split by rayon's
 /// fork-join: one. Each further task there costs a join and a steal, a
-/// good part of a call of a few microseconds (SmolLM2 Q4_1 decode 1.07x,
+/// good part of a call of a few microseconds (SmolLM2 Q4_1 decode 1.08x,
 /// its Q4_K_M 1.09x against 16 per thread); a thread that finds the other
 /// late runs both halves itself.
 const FORK_JOIN_DECODE_TASKS_PER_THREAD: usize = 1;
