@@ -77,8 +77,8 @@ fn stacked_projections_give_the_unstacked_logits() {
     }
 }
 
-/// Qwen2's q, k and v projections have biases, stacked with them; Qwen3
-/// adds per-head q/k norms after the slices.
+/// Imported Qwen2 (q, k and v projections with biases, stacked with
+/// them), Qwen3 (per-head q/k norms after the slices) and Gemma.
 #[test]
 fn stacked_projections_with_biases_give_the_unstacked_logits() {
     for name in ["tiny-qwen2", "tiny-qwen3", "tiny-gemma"] {

@@ -186,12 +186,18 @@ mod tests {
     use crate::layers::Linear;
     use crate::op::Activation;
 
-    /// Twelve nodes: q, k and v on the embedding `x`, gate and up on
-    /// `h = q + q`, a lone linear on `k + v`, and down.
-    fn toy() -> (Graph, Vec<String>) {
+    /// A graph of one node, `embed`, and its output (8 wide).
+    fn embedded() -> (Graph, Value) {
         let (mut g, tokens) = Graph::new();
         let embed = crate::layers::Embedding::new(10, 8, "embed");
         let x = embed.call(&mut g, tokens).unwrap();
+        (g, x)
+    }
+
+    /// Twelve nodes: q, k and v on the embedding `x`, gate and up on
+    /// `h = q + q`, a lone linear on `k + v`, and down.
+    fn toy() -> (Graph, Vec<String>) {
+        let (mut g, x) = embedded();
         let q = Linear::new(8, 8, false, "attn.q").call(&mut g, x).unwrap();
         let k = Linear::new(8, 4, false, "attn.k").call(&mut g, x).unwrap();
         let h = g.add(q, q).unwrap();
@@ -275,10 +281,7 @@ mod tests {
     /// Gate and up layers stay apart only when one `Glu` reads them both.
     #[test]
     fn only_the_inputs_of_one_glu_stay_apart() {
-        let (mut g, tokens) = Graph::new();
-        let x = crate::layers::Embedding::new(10, 8, "embed")
-            .call(&mut g, tokens)
-            .unwrap();
+        let (mut g, x) = embedded();
         let gate = Linear::new(8, 16, false, "gate").call(&mut g, x).unwrap();
         let up = Linear::new(8, 16, false, "up").call(&mut g, x).unwrap();
         let a = g.glu(Activation::Silu, up, up).unwrap();
@@ -337,10 +340,7 @@ mod tests {
 
     #[test]
     fn layers_with_and_without_bias_stay_apart() {
-        let (mut g, tokens) = Graph::new();
-        let x = crate::layers::Embedding::new(10, 8, "embed")
-            .call(&mut g, tokens)
-            .unwrap();
+        let (mut g, x) = embedded();
         let a = Linear::new(8, 8, true, "a").call(&mut g, x).unwrap();
         let b = Linear::new(8, 8, false, "b").call(&mut g, x).unwrap();
         let c = Linear::new(8, 8, true, "c").call(&mut g, x).unwrap();
