@@ -383,15 +383,25 @@ impl<'p, 'a> SourceRows<'p, 'a> {
     }
 
     /// The blocks of row `r` of the stack.
-    pub(crate) fn row(&self, mut r: usize) -> &'a [u8] {
-        for w in self.parts {
-            if r < w.rows() {
-                return w.row(r);
-            }
-            r -= w.rows();
-        }
-        panic!("row {r} past the stacked rows")
+    pub(crate) fn row(&self, r: usize) -> &'a [u8] {
+        let (part, r) = stacked_row(self.parts.iter().map(|w| w.rows()), r);
+        self.parts[part].row(r)
     }
+}
+
+/// Which part holds row `r` of parts of `part_rows` rows stacked one after
+/// another, and the row's index within it.
+pub(crate) fn stacked_row(
+    part_rows: impl IntoIterator<Item = usize>,
+    mut r: usize,
+) -> (usize, usize) {
+    for (part, rows) in part_rows.into_iter().enumerate() {
+        if r < rows {
+            return (part, r);
+        }
+        r -= rows;
+    }
+    panic!("row {r} past the stacked rows")
 }
 
 /// The f16 scale, the f16 offset and the 16 nibble bytes of block `i` of a
@@ -805,30 +815,18 @@ pub(crate) mod tests {
         check_copied_ranges(seen.into_inner().unwrap(), total, one.row_bytes());
         assert!(p.bytes() == PackedQ4::pack(&one).unwrap().bytes());
 
+        let refused = |parts: &[QuantMatrix<'_>], want: &str| {
+            let err = PackedQ4::pack_with(parts, None, &|_| {}).err().unwrap();
+            assert!(err.to_string().contains(want), "{err}");
+        };
         let other = random_blocks(&mut rng, QuantType::Q4_1, 8 * cols / BLOCK);
         let q4_1 = QuantMatrix::new(QuantType::Q4_1, &other, 8, cols).unwrap();
-        let err = PackedQ4::pack_with(&[parts[1], q4_1], None, &|_| {})
-            .err()
-            .unwrap();
-        assert!(
-            err.to_string().contains("share a type and a width"),
-            "{err}"
-        );
+        refused(&[parts[1], q4_1], "share a type and a width");
         let narrow = QuantMatrix::new(qt, &blocks[1][..blocks[1].len() / 2], 16, cols / 2).unwrap();
-        let err = PackedQ4::pack_with(&[parts[1], narrow], None, &|_| {})
-            .err()
-            .unwrap();
-        assert!(
-            err.to_string().contains("share a type and a width"),
-            "{err}"
-        );
+        refused(&[parts[1], narrow], "share a type and a width");
         let odd = QuantMatrix::new(qt, &blocks[1][..blocks[1].len() / 16 * 12], 12, cols).unwrap();
-        let err = PackedQ4::pack_with(&[parts[1], odd], None, &|_| {})
-            .err()
-            .unwrap();
-        assert!(err.to_string().contains("12 rows"), "{err}");
-        let err = PackedQ4::pack_with(&[], None, &|_| {}).err().unwrap();
-        assert!(err.to_string().contains("no matrix"), "{err}");
+        refused(&[parts[1], odd], "12 rows");
+        refused(&[], "no matrix");
     }
 
     /// The integer paths whose packed 4-, 5- and 6-bit kernels differ:

@@ -25,7 +25,7 @@ use rayon::ThreadPool;
 
 use super::matmul::HalfBits;
 use super::packed::{
-    by_row_blocks, group_outputs, pack_blocks, PackedData, PackedFormat, GROUP_ROWS,
+    by_row_blocks, group_outputs, pack_blocks, stacked_row, PackedData, PackedFormat, GROUP_ROWS,
 };
 use super::qact::BLOCK;
 use super::qkernel::QuantKernel;
@@ -100,14 +100,9 @@ impl PackedHalf {
             )));
         }
         // Row `r` of the stack.
-        let row = |mut r: usize| {
-            for p in parts {
-                if r < p.len() / cols {
-                    return &p[r * cols..][..cols];
-                }
-                r -= p.len() / cols;
-            }
-            unreachable!("the parts hold every row")
+        let row = |r: usize| {
+            let (part, r) = stacked_row(parts.iter().map(|p| p.len() / cols), r);
+            &parts[part][r * cols..][..cols]
         };
         let mut data = WeightMemory::zeroed_in(arena, rows * cols * 2)?;
         pack_blocks(
