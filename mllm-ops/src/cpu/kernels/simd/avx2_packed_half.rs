@@ -47,6 +47,9 @@ fn tile<const T: usize, const BF16: bool>(group: &[u8], xs: &[&[f32]]) -> [__m25
     for k in 0..n {
         let two = &columns[k];
         ahead.next(2 * COLUMN_BYTES);
+        if T > 1 && k % 2 == 0 {
+            super::prefetch::into_l1(two);
+        }
         let w0 = column::<BF16>(&two[..COLUMN_BYTES]);
         let w1 = column::<BF16>(&two[COLUMN_BYTES..]);
         for t in 0..T {

@@ -58,6 +58,9 @@ macro_rules! q6k_tile {
                     ahead.next(block_bytes);
                     let block = planes.block(i);
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
+                    if T > 1 {
+                        super::prefetch::block_into_l1(bits, BLOCK_BITS);
+                    }
                     // One half at a time: its four registers of values, its
                     // scale and the accumulators stay in registers.
                     let mut half = |h: usize, w: [__m256i; 4]| {

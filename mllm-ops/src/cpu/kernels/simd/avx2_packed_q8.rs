@@ -38,6 +38,9 @@ fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>
     let mut ahead = super::prefetch::Streams::new(group, 1, T);
     for (i, blk) in blocks.iter().enumerate() {
         ahead.next(Q8_PACKED_BLOCK_BYTES);
+        if T > 1 {
+            super::prefetch::block_into_l1(blk, Q8_PACKED_BLOCK_BYTES);
+        }
         let mut sum_hi = [_mm256_setzero_si256(); T];
         let mut sum_lo = [_mm256_setzero_si256(); T];
         for j in 0..BLOCK / 4 {

@@ -55,6 +55,10 @@ fn pair_tile<const T: usize, const BF16: bool>(a: &[u8], b: &[u8], xs: &[&[f32]]
     for k in 0..n {
         let (ta, tb) = (&cols_a[k], &cols_b[k]);
         ahead.next(2 * COLUMN_BYTES);
+        if T > 1 && k % 2 == 0 {
+            super::prefetch::into_l1(ta);
+            super::prefetch::into_l1(tb);
+        }
         let w0 = columns::<BF16>(&ta[..COLUMN_BYTES], &tb[..COLUMN_BYTES]);
         let w1 = columns::<BF16>(&ta[COLUMN_BYTES..], &tb[COLUMN_BYTES..]);
         for t in 0..T {

@@ -104,6 +104,10 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
             ahead.next(block_bytes);
             let at = BITS_AT + BLOCK_BITS * j;
             let (ba, bb) = (&sa[at..at + BLOCK_BITS], &sb[at..at + BLOCK_BITS]);
+            if T > 1 {
+                super::prefetch::block_into_l1(ba, BLOCK_BITS);
+                super::prefetch::block_into_l1(bb, BLOCK_BITS);
+            }
             let mut w = [[_mm512_setzero_si512(); 4]; 2];
             for c in 0..4 {
                 let v = join(load32(&ba[32 * c..]), load32(&bb[32 * c..]));

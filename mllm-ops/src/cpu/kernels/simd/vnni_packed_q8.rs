@@ -95,6 +95,10 @@ fn pair_tile<const SHIFT: u32, const T: usize>(
     let mut ahead = super::prefetch::Streams::new(a, 2, T);
     for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
         ahead.next(Q8_PACKED_BLOCK_BYTES);
+        if T > 1 {
+            super::prefetch::block_into_l1(ka, Q8_PACKED_BLOCK_BYTES);
+            super::prefetch::block_into_l1(kb, Q8_PACKED_BLOCK_BYTES);
+        }
         let mut sum_hi = [_mm512_setzero_si512(); T];
         let mut sum_lo = [_mm512_setzero_si512(); T];
         for j in 0..BLOCK / 4 {
