@@ -148,10 +148,14 @@ pub(crate) trait PackedFormat {
     type Input<'a>: Copy + Sync;
     /// Bytes of one group per block of 32 columns.
     const BLOCK_BYTES: usize;
+    /// Activation rows per call of the one-group products (`avx2`,
+    /// `vnni`); the portable one takes any number.
+    const GROUP_TILE_TOKENS: usize = TILE_TOKENS;
     /// Blocks of 32 values in `x`.
     fn blocks(x: &Self::Input<'_>) -> usize;
-    /// The eight outputs of one group for each of one to [`TILE_TOKENS`]
-    /// activation rows, in portable code.
+    /// The eight outputs of one group for each of one to
+    /// [`PackedFormat::GROUP_TILE_TOKENS`] activation rows, in portable
+    /// code.
     fn portable(group: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
     /// [`PackedFormat::portable`] with AVX2.
     ///

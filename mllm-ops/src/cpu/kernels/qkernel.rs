@@ -337,8 +337,8 @@ impl QuantKernel {
             return;
         }
         packed::each_group(groups, group_bytes, xs.len(), out, |group, out| {
-            let tiles = xs.chunks(packed::TILE_TOKENS);
-            for (xs, out) in tiles.zip(out.chunks_mut(packed::TILE_TOKENS)) {
+            let tiles = xs.chunks(F::GROUP_TILE_TOKENS);
+            for (xs, out) in tiles.zip(out.chunks_mut(F::GROUP_TILE_TOKENS)) {
                 self.packed_one_group_dot::<F>(group, xs, out)
             }
         });

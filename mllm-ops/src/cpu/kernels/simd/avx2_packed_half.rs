@@ -1,5 +1,5 @@
 //! AVX2 product of a packed f16 or bf16 row group (see `packed_half`) with
-//! one to four f32 activation rows: per pair of columns two 128-bit loads,
+//! one to six f32 activation rows: per pair of columns two 128-bit loads,
 //! each a column of the eight rows converted to f32, and one broadcast
 //! activation value per row and column into the even- and odd-column
 //! accumulators.
@@ -10,8 +10,8 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
-use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::packed_half::COLUMN_BYTES;
+use crate::cpu::kernels::packed::GROUP_ROWS;
+use crate::cpu::kernels::packed_half::{COLUMN_BYTES, HALF_GROUP_TILE_TOKENS};
 
 /// The eight 16-bit values at the start of `b` (f16, or bf16 when `BF16`)
 /// as f32 (exact).
@@ -62,14 +62,14 @@ fn tile<const T: usize, const BF16: bool>(group: &[u8], xs: &[&[f32]]) -> [__m25
 }
 
 /// The eight outputs of one packed group for each of one to
-/// `TILE_TOKENS` activation rows.
+/// `HALF_GROUP_TILE_TOKENS` activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn group_dot<const BF16: bool>(
     group: &[u8],
     xs: &[&[f32]],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
-    debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
+    debug_assert!(xs.len() <= HALF_GROUP_TILE_TOKENS && out.len() >= xs.len());
     let mut put = |acc: &[__m256]| {
         for (o, a) in out.iter_mut().zip(acc) {
             store(o, *a);
@@ -80,6 +80,8 @@ pub(crate) fn group_dot<const BF16: bool>(
         1 => put(&tile::<1, BF16>(group, xs)),
         2 => put(&tile::<2, BF16>(group, xs)),
         3 => put(&tile::<3, BF16>(group, xs)),
-        _ => put(&tile::<4, BF16>(group, xs)),
+        4 => put(&tile::<4, BF16>(group, xs)),
+        5 => put(&tile::<5, BF16>(group, xs)),
+        _ => put(&tile::<6, BF16>(group, xs)),
     }
 }
