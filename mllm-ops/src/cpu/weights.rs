@@ -20,6 +20,17 @@ pub enum FloatSlice<'a> {
     BF16(&'a [bf16]),
 }
 
+impl FloatSlice<'_> {
+    /// Number of values.
+    pub fn values(&self) -> usize {
+        match self {
+            FloatSlice::F32(w) => w.len(),
+            FloatSlice::F16(w) => w.len(),
+            FloatSlice::BF16(w) => w.len(),
+        }
+    }
+}
+
 /// A float weight matrix or table (f32, f16 or bf16).
 pub enum FloatWeight {
     /// Read in place from the memory map.
@@ -235,6 +246,22 @@ pub enum AnyMatrix {
 }
 
 impl AnyMatrix {
+    /// The weight when it is stored in a plain layout.
+    pub(crate) fn plain(&self) -> Option<&MatrixWeight> {
+        match self {
+            AnyMatrix::Plain(w) => Some(w),
+            AnyMatrix::Packed(_) => None,
+        }
+    }
+
+    /// [`AnyMatrix::plain`], by value.
+    pub(crate) fn into_plain(self) -> Option<MatrixWeight> {
+        match self {
+            AnyMatrix::Plain(w) => Some(w),
+            AnyMatrix::Packed(_) => None,
+        }
+    }
+
     /// Binds `name` with shape `[rows, cols]` (errors as for
     /// [`MatrixWeight::load`], and for packed weights whose shape is not
     /// whole groups and blocks).

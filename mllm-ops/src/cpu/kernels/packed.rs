@@ -395,17 +395,28 @@ impl<'p, 'a> SourceRows<'p, 'a> {
 
 /// Which part holds row `r` of parts of `part_rows` rows stacked one after
 /// another, and the row's index within it.
-pub(crate) fn stacked_row(
-    part_rows: impl IntoIterator<Item = usize>,
-    mut r: usize,
-) -> (usize, usize) {
-    for (part, rows) in part_rows.into_iter().enumerate() {
-        if r < rows {
-            return (part, r);
-        }
-        r -= rows;
+pub(crate) fn stacked_row(part_rows: impl IntoIterator<Item = usize>, r: usize) -> (usize, usize) {
+    match stacked_ranges(part_rows, r..r + 1).next() {
+        Some((part, rows)) => (part, rows.start),
+        None => panic!("row {r} past the stacked rows"),
     }
-    panic!("row {r} past the stacked rows")
+}
+
+/// The stacked rows `r` of parts of `part_rows` rows stacked one after
+/// another, part by part: each part they reach and the rows within it.
+pub(crate) fn stacked_ranges(
+    part_rows: impl IntoIterator<Item = usize>,
+    r: Range<usize>,
+) -> impl Iterator<Item = (usize, Range<usize>)> {
+    let mut first = 0;
+    part_rows
+        .into_iter()
+        .enumerate()
+        .filter_map(move |(part, rows)| {
+            let (lo, hi) = (r.start.max(first), r.end.min(first + rows));
+            first += rows;
+            (lo < hi).then(|| (part, lo + rows - first..hi + rows - first))
+        })
 }
 
 /// The f16 scale, the f16 offset and the 16 nibble bytes of block `i` of a
@@ -770,6 +781,25 @@ pub(crate) mod tests {
                 "{r:?}"
             );
         }
+    }
+
+    /// Stacked rows map to the parts that hold them: whole ranges within a
+    /// part, ranges split where parts meet, empty parts skipped.
+    #[test]
+    fn stacked_rows_are_found_in_their_parts() {
+        let parts = [8, 0, 16, 8];
+        let ranges = |r: Range<usize>| stacked_ranges(parts, r).collect::<Vec<_>>();
+        assert_eq!(ranges(0..8), [(0, 0..8)]);
+        assert_eq!(ranges(4..12), [(0, 4..8), (2, 0..4)]);
+        assert_eq!(ranges(6..32), [(0, 6..8), (2, 0..16), (3, 0..8)]);
+        assert_eq!(ranges(24..32), [(3, 0..8)]);
+        assert_eq!(ranges(5..5), []);
+        assert_eq!(ranges(32..40), []);
+        assert_eq!(stacked_row(parts, 7), (0, 7));
+        assert_eq!(stacked_row(parts, 8), (2, 0));
+        assert_eq!(stacked_row(parts, 31), (3, 7));
+        let past = std::panic::catch_unwind(|| stacked_row(parts, 32));
+        assert!(past.is_err(), "row 32 is past the stack");
     }
 
     /// Packing with a progress callback reports every row once (see

@@ -12,7 +12,7 @@ use rayon::ThreadPool;
 use super::expect_rows;
 use crate::cpu::kernels::columns::place_columns;
 use crate::cpu::kernels::matmul::{linear_at, HalfBits};
-use crate::cpu::kernels::packed::{packed_linear, PackedQ4};
+use crate::cpu::kernels::packed::{packed_linear, stacked_ranges, PackedQ4};
 use crate::cpu::kernels::packed_half::{packed_half_linear, PackedHalf};
 use crate::cpu::kernels::packed_q4k::{packed_kquant_linear, PackedQ4K};
 use crate::cpu::kernels::packed_q5::{packed_q5_linear, PackedQ5};
@@ -397,26 +397,20 @@ fn bind_stacked(
     arena: Option<&WeightArena>,
     pool: &ThreadPool,
 ) -> LinearWeight {
-    let weights: Option<Vec<&MatrixWeight>> = parts
-        .iter()
-        .map(|(m, _)| match m {
-            AnyMatrix::Plain(w) => Some(w),
-            AnyMatrix::Packed(_) => None,
-        })
-        .collect();
-    let packed =
-        weights.and_then(|weights| pool.install(|| pack_weights(&weights, in_f, kernel, arena)));
+    let weights: Vec<&MatrixWeight> = parts.iter().filter_map(|(m, _)| m.plain()).collect();
+    let packed = (weights.len() == parts.len())
+        .then(|| pool.install(|| pack_weights(&weights, in_f, kernel, arena)))
+        .flatten();
     let Some(packed) = packed else {
         let parts = parts
             .into_iter()
             .map(|(m, shape)| (bind(m, shape, kernel, arena, pool), shape[0]));
         return LinearWeight::Parts(parts.collect());
     };
-    let sources = parts.into_iter().filter_map(|(m, _)| match m {
-        AnyMatrix::Plain(w) => Some(w),
-        AnyMatrix::Packed(_) => None,
-    });
-    repacked(packed, sources)
+    repacked(
+        packed,
+        parts.into_iter().filter_map(|(m, _)| m.into_plain()),
+    )
 }
 
 /// A repacked weight, kept with the mapped weights it was copied from.
@@ -465,13 +459,8 @@ fn pack_weights(
     let release = |row_bytes: usize| {
         let rows = &rows;
         move |r: Range<usize>| {
-            let mut first = 0;
-            for (w, &n) in weights.iter().zip(rows) {
-                let (lo, hi) = (r.start.max(first), r.end.min(first + n));
-                if lo < hi {
-                    w.release_range((lo - first) * row_bytes..(hi - first) * row_bytes);
-                }
-                first += n;
+            for (part, local) in stacked_ranges(rows.iter().copied(), r) {
+                weights[part].release_range(local.start * row_bytes..local.end * row_bytes);
             }
         }
     };
@@ -512,9 +501,7 @@ fn pack_weights(
 fn slice_rows(s: &MatrixSlice<'_>, cols: usize) -> usize {
     match s {
         MatrixSlice::Quant(m) => m.rows(),
-        MatrixSlice::Float(FloatSlice::F32(w)) => w.len() / cols.max(1),
-        MatrixSlice::Float(FloatSlice::F16(w)) => w.len() / cols.max(1),
-        MatrixSlice::Float(FloatSlice::BF16(w)) => w.len() / cols.max(1),
+        MatrixSlice::Float(w) => w.values() / cols.max(1),
     }
 }
 
