@@ -26,7 +26,7 @@
 //! ([`into_l1`], [`block_into_l1`]), by a plain offset from the block they
 //! read. One thread's AVX-512 f16 kernel over 2048 x 8192 weights and
 //! 36-128 rows went from 54-60 to 62-72 GMAC/s, the AVX2 one from 34-38 to
-//! 39-41; the 1.1B F16 prefill rose 3-7 %, the quantized files' 1-3 %
+//! 39-41; the 1.1B F16 prefill rose 3-7 %, the quantized files' 0.7-3.5 %
 //! (alternated whole-model runs). A [`Streams`] cursor in their place cost
 //! the f16 kernels more in upkeep than the prefetch saved.
 //!
