@@ -48,8 +48,8 @@ pub(crate) const L1_AHEAD: usize = 2048;
 /// cache: for prefill kernels, whose groups sit in L2 once the first tile
 /// of rows has read them (see the module documentation).
 #[inline(always)]
-pub(crate) fn into_l1<T>(at: &[T]) {
-    line_into_l1(at.as_ptr().cast());
+pub(crate) fn into_l1(at: &[u8]) {
+    line_into_l1(at.as_ptr());
 }
 
 /// [`into_l1`] for the lines of a block of `len` bytes at `at` (one every
