@@ -13,9 +13,10 @@
 //! The activations are 16-bit with the narrow plane split (`q = 128·hi +
 //! lo`, `lo` in `0..=127`), or 8-bit (`BYTE`: `hi = q`, `lo = 0`, whose
 //! products the kernels skip) on `QuantPath::Int8Packed`; every kernel
-//! computes the exact integer sums `Σ w·hi` and `Σ w·lo` of a block and
-//! then the same float steps, so all instruction sets give the same results
-//! bit for bit.
+//! computes the exact integer sum `Σ w·q = 2^SHIFT·Σ w·hi + Σ w·lo` of a
+//! block (the AVX2 one from the 16-bit values at once, the others plane by
+//! plane) and then the same float steps, so all instruction sets give the
+//! same results bit for bit.
 
 use std::ops::Range;
 
@@ -124,9 +125,10 @@ impl PackedQ8 {
 }
 
 /// One activation row as the packed Q8_0 kernels take it: its planes split
-/// at `SHIFT` ([`NARROW`] or [`BYTE`]) and, per block, the sum of its high
+/// at `SHIFT` ([`NARROW`] or [`BYTE`]), per block the sum of its high
 /// plane (the VNNI kernel multiplies offset weights `w + 128` and subtracts
-/// `128 · Σ hi`).
+/// `128 · Σ hi`), and its values `2^SHIFT·hi + lo` as 16-bit integers (the
+/// AVX2 kernel multiplies them with `madd`).
 #[derive(Clone, Copy)]
 pub(crate) struct Q8Input<'a, const SHIFT: u32> {
     /// The quantized row.
@@ -134,6 +136,9 @@ pub(crate) struct Q8Input<'a, const SHIFT: u32> {
     /// `Σ hi` over each block of 32 (read by the AVX-512 VNNI kernel).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub hi_sums: &'a [i32],
+    /// The row's values `2^SHIFT·hi + lo` (read by the AVX2 kernel).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub values: &'a [i16],
 }
 
 /// The packed Q8_0 layout (see the module documentation) for activation
@@ -191,6 +196,15 @@ fn block_sums(hi: &[i8]) -> Vec<i32> {
         .collect()
 }
 
+/// The 16-bit values `2^SHIFT·hi + lo` of rows split at `SHIFT` (at most
+/// `127·128 + 127` in magnitude for [`NARROW`], 127 for [`BYTE`]).
+fn values16<const SHIFT: u32>(x: &Q16Row<'_, SHIFT>) -> Vec<i16> {
+    x.hi.iter()
+        .zip(x.lo)
+        .map(|(&hi, &lo)| ((hi as i16) << SHIFT) + lo as i16)
+        .collect()
+}
+
 /// Linear layer over a packed Q8_0 matrix: `y[t, o] = Σ_i x[t, i] ·
 /// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
 /// 8-bit planes per block of 32 split at [`NARROW`]), or to 8 bits on
@@ -231,11 +245,13 @@ fn split_q8_linear<const SHIFT: u32>(
         let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
         let act = act.row();
         let sums = block_sums(act.hi);
+        let values = values16(&act);
         let nb = in_f / BLOCK;
         let xs: Vec<Q8Input<'_, SHIFT>> = (0..xb.len() / in_f)
             .map(|t| Q8Input {
                 x: act.sub_row(t, in_f),
                 hi_sums: &sums[t * nb..(t + 1) * nb],
+                values: &values[t * in_f..(t + 1) * in_f],
             })
             .collect();
         group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
@@ -278,9 +294,11 @@ mod tests {
         let a = Q16Act::<SHIFT>::quantize(&rng.vec(nb * BLOCK, 1.0));
         let xr = a.row();
         let sums = block_sums(xr.hi);
+        let values = values16(&xr);
         let input = Q8Input {
             x: xr,
             hi_sums: &sums,
+            values: &values,
         };
         let xf: Vec<f64> = (0..nb * BLOCK)
             .map(|i| xr.value(i) as f64 * xr.d[i / BLOCK] as f64)
@@ -394,12 +412,14 @@ mod tests {
             .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
             .collect();
         let sums: Vec<Vec<i32>> = acts.iter().map(|a| block_sums(a.row().hi)).collect();
+        let values: Vec<Vec<i16>> = acts.iter().map(|a| values16(&a.row())).collect();
         let xs: Vec<Q8Input<'_, SHIFT>> = acts
             .iter()
-            .zip(&sums)
-            .map(|(a, s)| Q8Input {
+            .zip(sums.iter().zip(&values))
+            .map(|(a, (s, v))| Q8Input {
                 x: a.row(),
                 hi_sums: s,
+                values: v,
             })
             .collect();
         let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];

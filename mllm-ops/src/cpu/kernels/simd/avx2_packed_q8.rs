@@ -1,14 +1,16 @@
 //! AVX2 product of a packed Q8_0 row group (see `packed_q8`) with one to
-//! four activation rows (16-bit planes split at `NARROW`, or 8-bit ones,
-//! `BYTE`).
+//! four activation rows (16-bit values split at `NARROW`, or 8-bit ones,
+//! `BYTE`), on their 16-bit values (`Q8Input::values`).
 //!
 //! Per block, each 32-byte chunk holds four consecutive signed weights of
-//! the eight rows. The low plane (`0..=127`) multiplies them directly with
-//! `maddubs` (skipped for `BYTE` rows, whose low plane is zero); the high
-//! plane (signed, `−127..=127`) goes through the sign trick, `|w|` times
-//! the plane word with `w`'s sign. Both give 16-bit pair sums of at most
-//! `2 · 128 · 127`, widened to 32 bits by `madd` at once, so the block sums
-//! are exact.
+//! the eight rows; sign-extended to 16 bits they fill two registers (rows
+//! 0-3 and 4-7), and `madd` with the row's four activation values
+//! broadcast gives two 32-bit partial sums per weight row. No product can
+//! overflow (`|w·q| ≤ 128 · 16383`), so the sums are the exact integers
+//! `Σ w·q = 2^SHIFT·Σ w·hi + Σ w·lo` of the portable kernel. One `hadd` per
+//! block and row joins the partial sums, leaving the rows in the order
+//! 0, 1, 4, 5, 2, 3, 6, 7; the scales are put in that
+//! order once per block, and each output once per tile back in its own.
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
@@ -16,21 +18,45 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
-use super::avx2_i8::load32;
-use super::avx2_packed::word;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
 use crate::cpu::kernels::qact::{BLOCK, BYTE, NARROW};
+
+/// The row order of the joined block sums, as a lane permutation; it is
+/// its own inverse.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn mixed_rows() -> __m256i {
+    _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)
+}
+
+/// The sixteen signed bytes at the start of `b` as 16-bit lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn widen16(b: &[u8]) -> __m256i {
+    let b = &b[..16];
+    // SAFETY: `b` holds 16 bytes (sliced above) and `loadu` has no
+    // alignment requirement.
+    _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(b.as_ptr().cast()) })
+}
+
+/// The four 16-bit values `q[0..4]` in every 64-bit lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn quad(q: &[i16]) -> __m256i {
+    let word = |i: usize| q[i] as u16 as u64;
+    _mm256_set1_epi64x((word(0) | word(1) << 16 | word(2) << 32 | word(3) << 48) as i64)
+}
 
 /// The eight outputs of one packed group for `T` activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>]) -> [__m256; T] {
+    debug_assert!(SHIFT == NARROW || SHIFT == BYTE);
     let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
-    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let ones = _mm256_set1_epi16(1);
+    let values = xs.map(|x| &x.values.as_chunks::<BLOCK>().0[..nb]);
+    let mixed = mixed_rows();
     let mut acc = [_mm256_setzero_ps(); T];
     let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
         .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
@@ -41,26 +67,25 @@ fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>
         if T > 1 {
             super::prefetch::block_into_l1(blk, Q8_PACKED_BLOCK_BYTES);
         }
-        let mut sum_hi = [_mm256_setzero_si256(); T];
-        let mut sum_lo = [_mm256_setzero_si256(); T];
+        let mut rows03 = [_mm256_setzero_si256(); T];
+        let mut rows47 = [_mm256_setzero_si256(); T];
         for j in 0..BLOCK / 4 {
-            let w = load32(&blk[16 + 32 * j..]);
-            let w_abs = _mm256_abs_epi8(w);
+            let chunk = &blk[16 + 32 * j..16 + 32 * (j + 1)];
+            let (w03, w47) = (widen16(&chunk[..16]), widen16(&chunk[16..]));
             for t in 0..T {
-                let h = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(word(&his[t][i], 4 * j), w));
-                sum_hi[t] = _mm256_add_epi32(sum_hi[t], _mm256_madd_epi16(h, ones));
-                if SHIFT != BYTE {
-                    let l = _mm256_maddubs_epi16(word(&los[t][i], 4 * j), w);
-                    sum_lo[t] = _mm256_add_epi32(sum_lo[t], _mm256_madd_epi16(l, ones));
-                }
+                let q = quad(&values[t][i][4 * j..]);
+                rows03[t] = _mm256_add_epi32(rows03[t], _mm256_madd_epi16(w03, q));
+                rows47[t] = _mm256_add_epi32(rows47[t], _mm256_madd_epi16(w47, q));
             }
         }
-        let d = scales(blk);
+        let d = _mm256_permutevar8x32_ps(scales(blk), mixed);
         for t in 0..T {
-            acc[t] = add_block::<SHIFT>(acc[t], d, sum_hi[t], sum_lo[t], xs[t].x.d[i]);
+            let p = _mm256_hadd_epi32(rows03[t], rows47[t]);
+            let scale = _mm256_mul_ps(d, _mm256_set1_ps(xs[t].x.d[i]));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[t]);
         }
     }
-    acc
+    acc.map(|a| _mm256_permutevar8x32_ps(a, mixed))
 }
 
 /// The eight rows' f16 scales of a packed block, as f32.
