@@ -41,8 +41,14 @@ fn distances(model: &mut Model, reference: &Reference) -> (f32, f32, f32) {
 }
 
 /// tiny-qwen3 (heads of 32), every type. Prefill and token-by-token decode
-/// read the same stored cache, so they agree with each other as closely as
-/// with an f32 cache (1e-4), whatever the type. The f32 and f16 caches
+/// read the same stored cache, so they agree with each other within 1e-4
+/// with an f32 cache and within 1e-3 with the encoded ones: prefill's and
+/// decode's f32 kernels may compute a key or value an ulp apart, and
+/// encoding can round the two to neighbouring steps of the type (measured
+/// 1.1e-4 for f16 on an AVX2-only CPU, 4e-6 otherwise), while decode
+/// reading values the cache did not store would move the logits by the
+/// type's whole rounding error (3e-3 for f16, far more for the others).
+/// The f32 and f16 caches
 /// stay within 1e-4 and 1e-2 of the reference (measured 7e-6 and 3.3e-3);
 /// the 8- and 4-bit ones move these random-weight logits much more
 /// (measured 0.13 and 1.37) but must move them.
@@ -58,8 +64,9 @@ fn prefill_and_decode_read_the_same_stored_cache() {
     ] {
         let mut model = load_with(&c.path, kv).unwrap();
         let (one_step, by_token, between) = distances(&mut model, &reference);
+        let same_cache = if kv == KvDtype::F32 { 1e-4 } else { 1e-3 };
         assert!(
-            between <= 1e-4,
+            between <= same_cache,
             "{kv}: prefill and decode differ by {between}"
         );
         assert!(one_step <= bound, "{kv} prefill: {one_step} over {bound}");
