@@ -81,8 +81,7 @@ fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>
         let d = _mm256_permutevar8x32_ps(scales(blk), mixed);
         for t in 0..T {
             let p = _mm256_hadd_epi32(rows03[t], rows47[t]);
-            let scale = _mm256_mul_ps(d, _mm256_set1_ps(xs[t].x.d[i]));
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[t]);
+            acc[t] = add_sums(acc[t], d, p, xs[t].x.d[i]);
         }
     }
     acc.map(|a| _mm256_permutevar8x32_ps(a, mixed))
@@ -115,6 +114,15 @@ pub(crate) fn add_block<const SHIFT: u32>(
     } else {
         _mm256_add_epi32(_mm256_slli_epi32::<{ NARROW as i32 }>(hi), lo)
     };
+    add_sums(acc, d, p, dx)
+}
+
+/// `acc` plus a block's contribution to the eight rows from their exact
+/// 32-bit block sums `p`: `fma(p, d·dx, acc)`, the float step every packed
+/// Q8_0 kernel shares.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn add_sums(acc: __m256, d: __m256, p: __m256i, dx: f32) -> __m256 {
     let scale = _mm256_mul_ps(d, _mm256_set1_ps(dx));
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc)
 }
