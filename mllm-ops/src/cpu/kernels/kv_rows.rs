@@ -196,6 +196,35 @@ impl<'a> KvRows<'a> {
         }
     }
 
+    /// Asks for the stored bytes of `rows` (those of them that exist), whole
+    /// rows, in the L2 cache, ahead of the tiles that will read them.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn prefetch_rows(&self, rows: Range<usize>) {
+        use super::simd::prefetch::span_into_l2;
+        let end = rows.end.min(self.rows);
+        let mut r = rows.start;
+        while r < end {
+            let (data, first) = self.run_of(r);
+            let run_end = match self.store {
+                Store::Paged { page_rows, .. } => (first + page_rows).min(end),
+                Store::Flat(_) => end,
+            };
+            let (base, row_bytes) = match data {
+                KvData::F32(v) => (
+                    v.as_ptr().cast::<u8>(),
+                    std::mem::size_of_val(&v[..self.row_len]),
+                ),
+                KvData::Encoded(kind, bytes) => (bytes.as_ptr(), kind.row_bytes(self.row_len)),
+            };
+            let local = r - first..run_end - first;
+            span_into_l2(
+                base.wrapping_add(local.start * row_bytes),
+                local.len() * row_bytes,
+            );
+            r = run_end;
+        }
+    }
+
     /// Writes the head at `off..off + dim` of rows `local` of one run into
     /// consecutive rows of `dim` values of `out`.
     fn decode_run(
@@ -533,6 +562,12 @@ mod tests {
             assert_eq!((paged.rows(), paged.kind()), (10, kind));
             let (mut a, mut b) = (Vec::new(), Vec::new());
             for range in [0..10, 3..9, 4..8, 5..6, 7..10, 0..4] {
+                // Prefetching rows, also past the last one, reads nothing
+                // and must not panic on any run layout.
+                #[cfg(target_arch = "x86_64")]
+                for rows in [&flat, &paged] {
+                    rows.prefetch_rows(range.start..range.end + 5);
+                }
                 for head in 0..3 {
                     let want = flat.head_tile(range.clone(), head * 64, 64, &mut a);
                     let got = paged.head_tile(range.clone(), head * 64, 64, &mut b);

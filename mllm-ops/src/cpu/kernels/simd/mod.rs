@@ -24,6 +24,8 @@
 //! * [`avx2_packed_half`] and [`avx512_packed_half`]: f16/bf16 weights
 //!   repacked in groups of eight rows, column by column, times f32
 //!   activations (bit-exact with each other and the portable kernel);
+//! * [`inline_array`]: array maps that are always inlined, for closures
+//!   inside kernels (`array::map` leaves them out of line);
 //! * [`peak`]: the multiply-add loops that measure the arithmetic peak
 //!   (see `kernels::peak`);
 //! * [`prefetch`]: software prefetch of the weight streams of the packed
@@ -60,6 +62,8 @@ pub(crate) mod avx2_packed_q8;
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512_packed_half;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod inline_array;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]

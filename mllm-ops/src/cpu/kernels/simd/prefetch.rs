@@ -81,6 +81,14 @@ fn line_starts(addr: usize, len: usize) -> impl Iterator<Item = usize> {
     (first..len).step_by(LINE)
 }
 
+/// Asks for every cache line that the `len` bytes at `p` touch in the L2
+/// cache.
+#[inline(always)]
+pub(crate) fn span_into_l2(p: *const u8, len: usize) {
+    let skew = p as usize % LINE;
+    lines(p.wrapping_sub(skew), len + skew);
+}
+
 /// Prefetches the cache lines that start within the `len` bytes at `p`.
 #[inline(always)]
 fn lines(p: *const u8, len: usize) {
