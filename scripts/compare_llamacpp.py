@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
-        [--gguf OTHER.gguf] [--int8-activations] [--max-simd avx2]
+        [-d DEPTH] [--gguf OTHER.gguf] [--int8-activations] [--max-simd avx2]
 
 What it does:
 1. Fetches the default model (SmolLM2-135M-Instruct Q4_1 GGUF) and its .mllm
@@ -25,6 +25,9 @@ What it does:
    read bandwidth. Prefill share: one multiply-add per parameter and token
    over the byte (u8 x i8) peak, or over the f32 FMA peak for float files
    (two or more bytes per parameter); attention's own work is left out.
+With `-d DEPTH` every test starts after DEPTH tokens already in the KV
+cache, in both engines (decode at depth reads the cache too, which the
+decode share leaves out).
 With `--max-simd avx2` both engines run as on an AVX2-only CPU: mllm-rs
 with `--max-simd avx2`, llama.cpp from a second build (its own venv) with
 every AVX-512 and VNNI option off.
@@ -133,6 +136,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("-p", "--n-prompt", default="128,512")
     ap.add_argument("-n", "--n-gen", default="128")
+    ap.add_argument("-d", "--n-depth", type=int, default=0,
+                    help="tokens already in the KV cache before each test (not timed)")
     ap.add_argument("--gguf", type=pathlib.Path,
                     help="another GGUF to compare on (converted to .mllm next to it); "
                          "default: the cached SmolLM2 Q4_1")
@@ -147,7 +152,8 @@ def main():
                     "--example", "peak", "-p", "mllm",
                     "--bin", "mllm-convert", "-p", "mllm-convert"], check=True, cwd=ROOT)
     bench = ROOT / "target" / "release" / "examples" / "bench"
-    common = ["-p", args.n_prompt, "-n", args.n_gen, "-t", str(args.threads), "-r", "1"]
+    common = ["-p", args.n_prompt, "-n", args.n_gen, "-d", str(args.n_depth),
+              "-t", str(args.threads), "-r", "1"]
     flags = ["--int8-activations"] if args.int8_activations else []
     if args.max_simd:
         flags += ["--max-simd", args.max_simd]
@@ -176,6 +182,8 @@ def main():
         for engine, cmd in (("mllm-rs", ours), ("llama.cpp", peer)):
             for test in run_json(cmd):
                 key = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
+                if args.n_depth:
+                    key += f" @ d{args.n_depth}"
                 samples[engine].setdefault(key, []).extend(test["samples_ts"])
                 this_round.setdefault(key, {})[engine] = statistics.median(test["samples_ts"])
                 rss[engine].append(test["peak_rss_bytes"])

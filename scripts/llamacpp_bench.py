@@ -2,8 +2,9 @@
 """Time llama.cpp (through llama-cpp-python) the way `examples/bench.rs` times mllm-rs.
 
 A pp test times one prefill of N random tokens from an empty KV cache; a tg
-test times N single-token decode steps from an empty cache. One warm-up run,
-then -r timed runs. Prints one JSON array with llama-bench's field names.
+test times N single-token decode steps from an empty cache. With -d D, each
+test starts after D random tokens already in the cache (their prefill is not
+timed), as `bench -d` does. One warm-up run, then -r timed runs. Prints one JSON array with llama-bench's field names.
 
 peak_rss_bytes is the process's peak RSS minus the RSS of the Python
 interpreter with llama_cpp imported, measured before the model is loaded, so
@@ -30,6 +31,7 @@ def main():
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("-p", "--n-prompt", default="512")
     ap.add_argument("-n", "--n-gen", default="128")
+    ap.add_argument("-d", "--n-depth", type=int, default=0)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-r", "--repetitions", type=int, default=5)
     args = ap.parse_args()
@@ -39,7 +41,7 @@ def main():
     baseline = rss_now_bytes()
     prompts = [int(x) for x in args.n_prompt.split(",") if int(x) > 0]
     gens = [int(x) for x in args.n_gen.split(",") if int(x) > 0]
-    n_ctx = max(prompts + gens + [16]) + 16
+    n_ctx = args.n_depth + max(prompts + gens + [16]) + 16
     llm = llama_cpp.Llama(
         model_path=args.model,
         n_ctx=n_ctx,
@@ -54,6 +56,8 @@ def main():
 
     def run(n_prompt, n_gen):
         llm.reset()
+        if args.n_depth:
+            llm.eval([rng.randrange(vocab) for _ in range(args.n_depth)])
         tokens = [rng.randrange(vocab) for _ in range(n_prompt or n_gen)]
         start = time.perf_counter_ns()
         if n_prompt:
@@ -74,6 +78,7 @@ def main():
             "n_threads": args.threads,
             "n_prompt": n_prompt,
             "n_gen": n_gen,
+            "n_depth": args.n_depth,
             "avg_ns": int(statistics.mean(samples_ns)),
             "stddev_ns": int(statistics.stdev(samples_ns)) if len(samples_ns) > 1 else 0,
             "avg_ts": statistics.mean(samples_ts),
