@@ -212,7 +212,7 @@ impl<'a> KvRows<'a> {
             let (base, row_bytes) = match data {
                 KvData::F32(v) => (
                     v.as_ptr().cast::<u8>(),
-                    std::mem::size_of_val(&v[..self.row_len]),
+                    self.row_len * std::mem::size_of::<f32>(),
                 ),
                 KvData::Encoded(kind, bytes) => (bytes.as_ptr(), kind.row_bytes(self.row_len)),
             };

@@ -1,5 +1,6 @@
 //! Software prefetch of the kernels' weight streams: into L2 for decode,
-//! into L1 for prefill.
+//! into L1 for prefill; and of whole KV-cache rows for decode attention
+//! ([`span_into_l2`], see `KvRows::prefetch_rows`).
 //!
 //! Decode reads every weight once, from memory. A kernel on its own keeps
 //! too few cache misses in flight: one thread streamed a 39 MB packed Q4_K
