@@ -4,7 +4,8 @@
 A pp test times one prefill of N random tokens from an empty KV cache; a tg
 test times N single-token decode steps from an empty cache. With -d D, each
 test starts after D random tokens already in the cache (their prefill is not
-timed), as `bench -d` does. One warm-up run, then -r timed runs. Prints one JSON array with llama-bench's field names.
+timed), as `bench -d` does. One warm-up run, then -r timed runs. Prints one
+JSON array with llama-bench's field names.
 
 peak_rss_bytes is the process's peak RSS minus the RSS of the Python
 interpreter with llama_cpp imported, measured before the model is loaded, so

@@ -48,10 +48,10 @@ fn distances(model: &mut Model, reference: &Reference) -> (f32, f32, f32) {
 /// 1.1e-4 for f16 on an AVX2-only CPU, 4e-6 otherwise), while decode
 /// reading values the cache did not store would move the logits by the
 /// type's whole rounding error (3e-3 for f16, far more for the others).
-/// The f32 and f16 caches
-/// stay within 1e-4 and 1e-2 of the reference (measured 7e-6 and 3.3e-3);
-/// the 8- and 4-bit ones move these random-weight logits much more
-/// (measured 0.13 and 1.37) but must move them.
+/// The f32 and f16 caches stay within 1e-4 and 1e-2 of the reference
+/// (measured 7e-6 and 3.3e-3); the 8- and 4-bit ones move these
+/// random-weight logits much more (measured 0.13 and 1.37) but must move
+/// them.
 #[test]
 fn prefill_and_decode_read_the_same_stored_cache() {
     let c = convert_to(&fixture("tiny-qwen3"), DType::F32);

@@ -292,8 +292,7 @@ fn decode_split(ctx: &Task<'_>, out: &mut [f32], pool: &ThreadPool, parallel: bo
     let tasks = ctx.tasks_per_row;
     let len = ctx.span(0).len;
     let parts = len.div_ceil(PART_KEYS);
-    // Per (part, task): `hpt` maxima, `hpt` sums, `hpt × hd` values.
-    let item = hpt * (hd + 2);
+    let item = ctx.part_len();
     let mut partial = vec![0.0f32; tasks * parts * item];
     let run = |scratch: &mut DecodeScratch, (p, o): (usize, &mut [f32])| {
         let keys = p * PART_KEYS..((p + 1) * PART_KEYS).min(len);
@@ -393,6 +392,13 @@ struct Span<'a> {
 }
 
 impl<'a> Task<'a> {
+    /// Values one task's share of a split decode part holds (see
+    /// `simd::part`): `hpt` maxima, `hpt` sums, `hpt × head_dim` values.
+    #[cfg(target_arch = "x86_64")]
+    fn part_len(&self) -> usize {
+        self.hpt * (self.head_dim + 2)
+    }
+
     /// The query heads, kv head and visible keys of task `idx`: query
     /// `idx / tasks_per_row`, `hpt` heads of one kv head.
     #[inline(always)]
@@ -504,9 +510,9 @@ mod simd {
         part: std::ops::Range<usize>,
         out: &mut [f32],
     ) {
-        let (hd, hpt, tasks) = (ctx.head_dim, ctx.hpt, ctx.tasks_per_row);
+        let (hpt, tasks) = (ctx.hpt, ctx.tasks_per_row);
         let n = part.len();
-        let item = hpt * (hd + 2);
+        let item = ctx.part_len();
         let DecodeScratch { scores, tile: buf } = scratch;
         scores.clear();
         scores.resize(tasks * hpt * n, 0.0);

@@ -137,6 +137,15 @@ impl<'a> KvRows<'a> {
         self.kind
     }
 
+    /// The end of the run that starts at row `first`, or `end` if that is
+    /// sooner.
+    fn run_end(&self, first: usize, end: usize) -> usize {
+        match self.store {
+            Store::Paged { page_rows, .. } => (first + page_rows).min(end),
+            Store::Flat(_) => end,
+        }
+    }
+
     /// The run of rows that holds row `r`: its data and its first row.
     fn run_of(&self, r: usize) -> (KvData<'a>, usize) {
         match self.store {
@@ -180,10 +189,7 @@ impl<'a> KvRows<'a> {
             let mut r = rows.start;
             while r < rows.end {
                 let (data, first) = self.run_of(r);
-                let end = match self.store {
-                    Store::Paged { page_rows, .. } => (first + page_rows).min(rows.end),
-                    Store::Flat(_) => rows.end,
-                };
+                let end = self.run_end(first, rows.end);
                 let out = &mut buf[(r - rows.start) * dim..(end - rows.start) * dim];
                 self.decode_run(data, r - first..end - first, off, dim, out);
                 r = end;
@@ -205,10 +211,7 @@ impl<'a> KvRows<'a> {
         let mut r = rows.start;
         while r < end {
             let (data, first) = self.run_of(r);
-            let run_end = match self.store {
-                Store::Paged { page_rows, .. } => (first + page_rows).min(end),
-                Store::Flat(_) => end,
-            };
+            let run_end = self.run_end(first, end);
             let (base, row_bytes) = match data {
                 KvData::F32(v) => (
                     v.as_ptr().cast::<u8>(),

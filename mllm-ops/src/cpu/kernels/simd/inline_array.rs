@@ -22,6 +22,8 @@ pub(crate) fn map<T: Copy, U: Copy, const N: usize>(
     mut f: impl FnMut(T) -> U,
 ) -> [U; N] {
     const { assert!(N > 0, "an array of at least one element") };
+    // Not `from_fn(|i| f(a[i]))`: that closure, written here without the
+    // kernel's features, could not inline `f` either.
     let mut out = [f(a[0]); N];
     let mut i = 1;
     while i < N {
