@@ -180,23 +180,20 @@ impl<'a> KvRows<'a> {
                     off,
                 };
             }
-            buf.clear();
-            buf.resize(rows.len() * dim, 0.0);
-            self.decode_run(data, local, off, dim, buf);
+            self.decode_run(data, local, off, dim, grown(buf, rows.len() * dim));
         } else {
-            buf.clear();
-            buf.resize(rows.len() * dim, 0.0);
+            let tile = grown(buf, rows.len() * dim);
             let mut r = rows.start;
             while r < rows.end {
                 let (data, first) = self.run_of(r);
                 let end = self.run_end(first, rows.end);
-                let out = &mut buf[(r - rows.start) * dim..(end - rows.start) * dim];
+                let out = &mut tile[(r - rows.start) * dim..(end - rows.start) * dim];
                 self.decode_run(data, r - first..end - first, off, dim, out);
                 r = end;
             }
         }
         Tile {
-            data: buf,
+            data: &buf[..rows.len() * dim],
             stride: dim,
             off: 0,
         }
@@ -256,6 +253,16 @@ impl<'a> KvRows<'a> {
             }
         }
     }
+}
+
+/// The first `n` values of `buf`, which grows to hold them but is not
+/// cleared: the tile decoders write every value, and zeroing a tile first
+/// cost as much as decoding it.
+fn grown(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if buf.len() < n {
+        buf.resize(n, 0.0);
+    }
+    &mut buf[..n]
 }
 
 /// Encodes `src` (whole rows of a multiple-of-block length) as `kind` into
@@ -585,6 +592,74 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// A tile decoded into a buffer that holds an earlier, longer tile
+    /// (here all NaN) has every value of its rows: the buffer is reused,
+    /// not cleared.
+    #[test]
+    fn tiles_overwrite_a_reused_buffer() {
+        for kind in [KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_1] {
+            let (_, bytes) = rows(kind, 6, 17);
+            let kv = KvRows::encoded(kind, &bytes, 192);
+            let rb = kind.row_bytes(192);
+            for head in 0..3 {
+                let mut buf = vec![f32::NAN; 10 * 64];
+                let tile = kv.head_tile(2..5, head * 64, 64, &mut buf);
+                for r in 0..3 {
+                    let mut want = [0f32; 64];
+                    let row = &bytes[(2 + r) * rb..][..rb];
+                    let at = kind.row_bytes(head * 64)..kind.row_bytes(head * 64 + 64);
+                    decode_portable(kind, &row[at], &mut want);
+                    assert_eq!(tile.row(r, 64), want, "{kind} head {head} row {r}");
+                }
+            }
+        }
+    }
+
+    /// The SIMD row decoder gives the portable decoder's bits for every
+    /// head of a row, whole groups of eight values or not.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_head_decoder_equals_the_portable_one() {
+        if !crate::cpu::kernels::simd::avx2_kv::available() {
+            eprintln!("skipping: no AVX2/FMA/F16C");
+            return;
+        }
+        let f16_rows = |row_len: usize| {
+            let x = Rng::new(19).vec(7 * row_len, 3.0);
+            let mut bytes = vec![0u8; 7 * KvDtype::F16.row_bytes(row_len)];
+            encode(KvDtype::F16, &x, &mut bytes);
+            bytes
+        };
+        let cases = [
+            (KvDtype::F16, f16_rows(192), 192, 64),
+            (KvDtype::F16, f16_rows(36), 36, 12),
+            (KvDtype::Q8_0, rows(KvDtype::Q8_0, 7, 19).1, 192, 64),
+            (KvDtype::Q4_1, rows(KvDtype::Q4_1, 7, 19).1, 192, 64),
+        ];
+        for (kind, bytes, row_len, dim) in cases {
+            let rb = kind.row_bytes(row_len);
+            for head in 0..row_len / dim {
+                let at = kind.row_bytes(head * dim)..kind.row_bytes(head * dim + dim);
+                let mut want = vec![0f32; 7 * dim];
+                for (row, o) in bytes.chunks_exact(rb).zip(want.chunks_exact_mut(dim)) {
+                    decode_portable(kind, &row[at.clone()], o);
+                }
+                let mut got = vec![f32::NAN; 7 * dim];
+                // SAFETY: AVX2, FMA and F16C were checked above.
+                unsafe {
+                    crate::cpu::kernels::simd::avx2_kv::decode_rows(
+                        kind, &bytes, rb, at, dim, &mut got,
+                    )
+                };
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{kind} dim {dim} head {head}"
+                );
             }
         }
     }
