@@ -7,7 +7,9 @@
 //!
 //! A `pp N` test times one prefill step of N tokens; a `tg N` test times N
 //! single-token decode steps. Both start from an empty KV cache, filled first
-//! to `-d DEPTH` tokens when given. Each test runs once to warm up, then `-r`
+//! to `-d DEPTH` tokens when given (untimed, in steps of at most
+//! `DEPTH_STEP_TOKENS`, as llama-bench fills it in batches, so that the
+//! peak RSS is the cache's and not a long step's activations). Each test runs once to warm up, then `-r`
 //! times; the table shows mean ± standard deviation of tokens/s. `--json`
 //! prints one JSON array with llama-bench's field names. `--profile` adds the
 //! time per op kind over all timed runs. `-b B` decodes B sequences together
@@ -21,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use mllm::convert::default_model;
+use mllm::core::executor::OpProfile;
 use mllm::core::file::MllmFile;
 use mllm::core::{Error, LogitsMode, Result, SeqChunk, StepInput};
 use mllm::machine;
@@ -118,19 +121,29 @@ fn token_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// Runs one repetition and returns its duration (depth filling not timed).
-fn run_once(model: &mut Model, test: Test, depth: usize, seed: u64) -> Result<Duration> {
+/// Tokens per step when the KV cache is filled to the test's depth:
+/// llama-bench's default batch. A prompt gives the same cache however it
+/// is cut into steps.
+const DEPTH_STEP_TOKENS: usize = 512;
+
+/// Runs one repetition and returns its duration (depth filling not timed);
+/// with `profile`, adds the time of its timed steps per op kind there.
+fn run_once(
+    model: &mut Model,
+    test: Test,
+    depth: usize,
+    seed: u64,
+    profile: Option<&mut Vec<OpProfile>>,
+) -> Result<Duration> {
     let vocab = model.vocab_size();
     for slot in 0..test.batch {
         model.reset_slot(slot);
-        if depth > 0 {
-            model.step(&StepInput::single(
-                slot,
-                token_ids(depth, vocab, seed ^ 0xD ^ slot as u64),
-                LogitsMode::Last,
-            ))?;
+        let fill = token_ids(depth, vocab, seed ^ 0xD ^ slot as u64);
+        for part in fill.chunks(DEPTH_STEP_TOKENS) {
+            model.step(&StepInput::single(slot, part.to_vec(), LogitsMode::Last))?;
         }
     }
+    model.executor_mut().set_profiling(profile.is_some());
     let started = Instant::now();
     if test.n_prompt > 0 {
         let ids = token_ids(test.n_prompt, vocab, seed);
@@ -152,7 +165,21 @@ fn run_once(model: &mut Model, test: Test, depth: usize, seed: u64) -> Result<Du
             })?;
         }
     }
-    Ok(started.elapsed())
+    let elapsed = started.elapsed();
+    if let Some(sum) = profile {
+        add_profile(sum, model.executor().profile());
+    }
+    Ok(elapsed)
+}
+
+/// Adds the per-kind times of `more` to `sum`.
+fn add_profile(sum: &mut Vec<OpProfile>, more: Vec<OpProfile>) {
+    for p in more {
+        match sum.iter_mut().find(|s| s.kind == p.kind) {
+            Some(s) => s.total += p.total,
+            None => sum.push(p),
+        }
+    }
 }
 
 /// A size field of this process's `/proc/self/status` in bytes (Linux),
@@ -251,11 +278,13 @@ fn run(args: Args) -> Result<()> {
         println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
     }
     for (i, test) in tests.iter().enumerate() {
-        run_once(&mut model, *test, args.depth, i as u64)?;
-        model.executor_mut().set_profiling(args.profile);
+        run_once(&mut model, *test, args.depth, i as u64, None)?;
+        let mut profile = Vec::new();
         let mut samples_ns = Vec::with_capacity(args.reps);
         for r in 0..args.reps {
-            let d = run_once(&mut model, *test, args.depth, (i * 1000 + r + 1) as u64)?;
+            let seed = (i * 1000 + r + 1) as u64;
+            let timed = args.profile.then_some(&mut profile);
+            let d = run_once(&mut model, *test, args.depth, seed, timed)?;
             samples_ns.push(d.as_nanos() as f64);
         }
         let samples_ts: Vec<f64> = samples_ns
@@ -294,7 +323,7 @@ fn run(args: Args) -> Result<()> {
             );
         }
         if args.profile {
-            let profile = model.executor().profile();
+            profile.sort_by_key(|p| std::cmp::Reverse(p.total));
             let total: Duration = profile.iter().map(|p| p.total).sum();
             eprintln!("profile of {} ({} runs):", test.name(args.depth), args.reps);
             for p in profile {

@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
-        [-d DEPTH] [--gguf OTHER.gguf] [--int8-activations] [--max-simd avx2]
+        [-d DEPTH] [--kv-dtype f16] [--gguf OTHER.gguf] [--int8-activations] [--max-simd avx2]
 
 What it does:
 1. Fetches the default model (SmolLM2-135M-Instruct Q4_1 GGUF) and its .mllm
@@ -27,7 +27,8 @@ What it does:
    (two or more bytes per parameter); attention's own work is left out.
 With `-d DEPTH` every test starts after DEPTH tokens already in the KV
 cache, in both engines (decode at depth reads the cache too, which the
-decode share leaves out).
+decode share leaves out). llama.cpp keeps its cache in f16 (its default);
+`--kv-dtype f16` gives mllm-rs the same cache type (its default is f32).
 With `--max-simd avx2` both engines run as on an AVX2-only CPU: mllm-rs
 with `--max-simd avx2`, llama.cpp from a second build (its own venv) with
 every AVX-512 and VNNI option off.
@@ -138,6 +139,8 @@ def main():
     ap.add_argument("-n", "--n-gen", default="128")
     ap.add_argument("-d", "--n-depth", type=int, default=0,
                     help="tokens already in the KV cache before each test (not timed)")
+    ap.add_argument("--kv-dtype", choices=["f32", "f16", "q8_0", "q4"],
+                    help="mllm-rs's KV-cache type (its default: f32; llama.cpp's is f16)")
     ap.add_argument("--gguf", type=pathlib.Path,
                     help="another GGUF to compare on (converted to .mllm next to it); "
                          "default: the cached SmolLM2 Q4_1")
@@ -157,6 +160,8 @@ def main():
     flags = ["--int8-activations"] if args.int8_activations else []
     if args.max_simd:
         flags += ["--max-simd", args.max_simd]
+    if args.kv_dtype:
+        flags += ["--kv-dtype", args.kv_dtype]
     if args.gguf:
         gguf = args.gguf
         model = gguf.with_suffix(".mllm")
@@ -197,6 +202,7 @@ def main():
     is_float = size >= 2 * params
     peak, peak_name = (f32_peak, "f32 FMA") if is_float else (byte_peak, "byte multiply-add")
     print(f"CPU: {about['cpu_info']}; mllm-rs kernel level: {about['kernel_level']}; "
+          f"KV cache: mllm-rs {args.kv_dtype or 'f32'}, llama.cpp f16; "
           f"{args.threads} threads; read bandwidth {bandwidth:.1f} GB/s; "
           f"peaks {f32_peak} GMAC/s (f32 FMA), {byte_peak} GMAC/s (byte)\n")
     print(f"| test | mllm-rs t/s (median, min-max) | llama.cpp {LLAMA_CPP_PYTHON} t/s (median, min-max) "
