@@ -619,6 +619,12 @@ mod tests {
         }
     }
 
+    /// The bit patterns of `v`, to compare floats exactly (NaN included).
+    #[cfg(target_arch = "x86_64")]
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     /// The SIMD row decoder gives the portable decoder's bits for every
     /// head of a row, whole groups of eight values or not.
     #[cfg(target_arch = "x86_64")]
@@ -655,11 +661,7 @@ mod tests {
                         kind, &bytes, rb, at, dim, &mut got,
                     )
                 };
-                assert_eq!(
-                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    "{kind} dim {dim} head {head}"
-                );
+                assert_eq!(bits(&got), bits(&want), "{kind} dim {dim} head {head}");
             }
         }
     }
@@ -679,11 +681,7 @@ mod tests {
             let mut got = vec![f32::NAN; 9 * 192];
             // SAFETY: AVX2, FMA and F16C were checked above.
             unsafe { crate::cpu::kernels::simd::avx2_kv::decode(kind, &bytes, &mut got) };
-            assert_eq!(
-                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{kind}"
-            );
+            assert_eq!(bits(&got), bits(&want), "{kind}");
         }
     }
 }
