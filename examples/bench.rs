@@ -9,10 +9,11 @@
 //! single-token decode steps. Both start from an empty KV cache, filled first
 //! to `-d DEPTH` tokens when given (untimed, in steps of at most
 //! `DEPTH_STEP_TOKENS`, as llama-bench fills it in batches, so that the
-//! peak RSS is the cache's and not a long step's activations). Each test runs once to warm up, then `-r`
-//! times; the table shows mean ± standard deviation of tokens/s. `--json`
-//! prints one JSON array with llama-bench's field names. `--profile` adds the
-//! time per op kind over all timed runs. `-b B` decodes B sequences together
+//! peak RSS is the cache's and not a long step's activations). Each test
+//! runs once to warm up, then `-r` times; the table shows mean ± standard
+//! deviation of tokens/s. `--json` prints one JSON array with llama-bench's
+//! field names. `--profile` adds the time per op kind over the timed steps
+//! of all timed runs. `-b B` decodes B sequences together
 //! in the `tg` tests (one token each per step, in B KV slots, as a server
 //! does), and counts B tokens per step. Both outputs name the CPU and the
 //! kernel level that ran (`cpu_info` and `kernel_level` in the JSON).
