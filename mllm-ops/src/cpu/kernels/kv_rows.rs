@@ -171,29 +171,25 @@ impl<'a> KvRows<'a> {
         debug_assert!(rows.end <= self.rows);
         let (data, first) = self.run_of(rows.start);
         let (_, last) = self.run_of(rows.end.max(rows.start + 1) - 1);
-        if first == last {
-            let local = rows.start - first..rows.end - first;
-            if let KvData::F32(v) = data {
-                return Tile {
-                    data: &v[local.start * self.row_len..local.end * self.row_len],
-                    stride: self.row_len,
-                    off,
-                };
-            }
-            self.decode_run(data, local, off, dim, grown(buf, rows.len() * dim));
-        } else {
-            let tile = grown(buf, rows.len() * dim);
-            let mut r = rows.start;
-            while r < rows.end {
-                let (data, first) = self.run_of(r);
-                let end = self.run_end(first, rows.end);
-                let out = &mut tile[(r - rows.start) * dim..(end - rows.start) * dim];
-                self.decode_run(data, r - first..end - first, off, dim, out);
-                r = end;
-            }
+        if let (KvData::F32(v), true) = (data, first == last) {
+            return Tile {
+                data: &v[(rows.start - first) * self.row_len..(rows.end - first) * self.row_len],
+                stride: self.row_len,
+                off,
+            };
+        }
+        let n = rows.len() * dim;
+        let tile = grown(buf, n);
+        let mut r = rows.start;
+        while r < rows.end {
+            let (data, first) = self.run_of(r);
+            let end = self.run_end(first, rows.end);
+            let out = &mut tile[(r - rows.start) * dim..(end - rows.start) * dim];
+            self.decode_run(data, r - first..end - first, off, dim, out);
+            r = end;
         }
         Tile {
-            data: &buf[..rows.len() * dim],
+            data: &buf[..n],
             stride: dim,
             off: 0,
         }

@@ -36,12 +36,7 @@ pub(crate) fn decode_rows(
     let rows = src.chunks_exact(row_bytes).zip(out.chunks_exact_mut(dim));
     if kind == KvDtype::F16 && dim.is_multiple_of(8) {
         for (row, o) in rows {
-            for (o8, b) in o
-                .chunks_exact_mut(8)
-                .zip(row[head.clone()].chunks_exact(16))
-            {
-                store(o8, _mm256_cvtph_ps(load16(b)));
-            }
+            f16_groups(&row[head.clone()], o);
         }
         return;
     }
@@ -58,9 +53,7 @@ pub(crate) fn decode(kind: KvDtype, src: &[u8], out: &mut [f32]) {
         KvDtype::F32 => decode_portable(kind, src, out),
         KvDtype::F16 => {
             let whole = out.len() / 8 * 8;
-            for (o, b) in out[..whole].chunks_exact_mut(8).zip(src.chunks_exact(16)) {
-                store(o, _mm256_cvtph_ps(load16(b)));
-            }
+            f16_groups(src, &mut out[..whole]);
             decode_portable(kind, &src[2 * whole..], &mut out[whole..]);
         }
         KvDtype::Q8_0 => {
@@ -95,6 +88,16 @@ pub(crate) fn decode(kind: KvDtype, src: &[u8], out: &mut [f32]) {
                 }
             }
         }
+    }
+}
+
+/// Converts the f16 values of `src` into `out`, eight at a time (`out`
+/// holds whole groups of eight, `src` at least as many values).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn f16_groups(src: &[u8], out: &mut [f32]) {
+    for (o8, b) in out.chunks_exact_mut(8).zip(src.chunks_exact(16)) {
+        store(o8, _mm256_cvtph_ps(load16(b)));
     }
 }
 
