@@ -54,14 +54,11 @@ fn write_file(
             .add_tensor(TensorSpec::new(name, *dtype, *shape))
             .unwrap();
     }
-    let path = std::env::temp_dir().join(format!("mllm-half-{tag}-{}.mllm", std::process::id()));
+    let tmp = TempFile::new(&format!("half-{tag}.mllm"));
     writer
-        .write(&path, |i, _| Ok(Cow::Borrowed(&encoded[i].0[..])))
+        .write(tmp.path(), |i, _| Ok(Cow::Borrowed(&encoded[i].0[..])))
         .unwrap();
-    (
-        TempFile(path),
-        encoded.into_iter().map(|(_, v)| v).collect(),
-    )
+    (tmp, encoded.into_iter().map(|(_, v)| v).collect())
 }
 
 #[test]
@@ -81,7 +78,7 @@ fn linear_reads_f16_and_bf16_weights_packed_or_in_place() {
         }
     }
     let (tmp, stored) = write_file("linear", &tensors);
-    let file = MllmFile::open(&tmp.0).unwrap();
+    let file = MllmFile::open(tmp.path()).unwrap();
     let backend = CpuBackend::new(2).unwrap();
     for ((name, dtype, [out_f, in_f], _), w) in tensors.iter().zip(&stored) {
         let (out_f, in_f) = (*out_f, *in_f);
@@ -138,7 +135,7 @@ fn embedding_reads_float_tables_row_by_row() {
         })
         .collect();
     let (tmp, stored) = write_file("embedding", &tensors);
-    let file = MllmFile::open(&tmp.0).unwrap();
+    let file = MllmFile::open(tmp.path()).unwrap();
     let backend = CpuBackend::new(1).unwrap();
     let step = StepLayout::default();
     for ((name, dtype, _, _), table) in tensors.iter().zip(&stored) {

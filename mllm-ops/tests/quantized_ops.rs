@@ -57,11 +57,11 @@ fn write_file(tag: &str) -> (TempFile, Vec<(TensorSpec, Vec<u8>)>) {
     for (spec, _) in &tensors {
         writer.add_tensor(spec.clone()).unwrap();
     }
-    let path = std::env::temp_dir().join(format!("mllm-quant-{tag}-{}.mllm", std::process::id()));
+    let tmp = TempFile::new(&format!("quant-{tag}.mllm"));
     writer
-        .write(&path, |i, _| Ok(Cow::Borrowed(&tensors[i].1[..])))
+        .write(tmp.path(), |i, _| Ok(Cow::Borrowed(&tensors[i].1[..])))
         .unwrap();
-    (TempFile(path), tensors)
+    (tmp, tensors)
 }
 
 fn linear_params(name: &str, in_f: usize) -> LinearParams {
@@ -94,7 +94,7 @@ fn check(y: &[f32], x: &[f32], rows: usize, w: &[f32], in_f: usize, tol: f64, wh
 #[test]
 fn linear_reads_quantized_weights_from_a_mllm_file() {
     let (tmp, tensors) = write_file("linear");
-    let file = MllmFile::open(&tmp.0).unwrap();
+    let file = MllmFile::open(tmp.path()).unwrap();
     let backend = CpuBackend::new(2).unwrap();
     let pool = Arc::new(
         rayon::ThreadPoolBuilder::new()
@@ -155,7 +155,7 @@ fn linear_reads_quantized_weights_from_a_mllm_file() {
 #[test]
 fn embedding_reads_quantized_tables() {
     let (tmp, tensors) = write_file("embedding");
-    let file = MllmFile::open(&tmp.0).unwrap();
+    let file = MllmFile::open(tmp.path()).unwrap();
     let backend = CpuBackend::new(1).unwrap();
     let params = EmbeddingParams {
         vocab: 10,
@@ -188,7 +188,7 @@ fn embedding_reads_quantized_tables() {
 #[test]
 fn unsupported_quantized_weights_are_named_errors() {
     let (tmp, _) = write_file("errors");
-    let file = MllmFile::open(&tmp.0).unwrap();
+    let file = MllmFile::open(tmp.path()).unwrap();
     let backend = CpuBackend::new(1).unwrap();
     let mut params = linear_params("w.q8_k", 256);
     params.out_features = 2;

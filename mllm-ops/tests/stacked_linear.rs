@@ -85,11 +85,11 @@ fn write_file() -> TempFile {
     for (spec, _) in &tensors {
         writer.add_tensor(spec.clone()).unwrap();
     }
-    let path = std::env::temp_dir().join(format!("mllm-stacked-{}.mllm", std::process::id()));
+    let tmp = TempFile::new("stacked.mllm");
     writer
-        .write(&path, |i, _| Ok(Cow::Borrowed(&tensors[i].1[..])))
+        .write(tmp.path(), |i, _| Ok(Cow::Borrowed(&tensors[i].1[..])))
         .unwrap();
-    TempFile(path)
+    tmp
 }
 
 fn layer(n: &str, rows: usize, bias: bool) -> LinearParams {
@@ -161,7 +161,7 @@ fn levels() -> Vec<SimdLevel> {
 #[test]
 fn stacks_of_one_type_equal_their_layers_and_pack_into_one_matrix() {
     let tmp = write_file();
-    let file = MllmFile::open(&tmp.0).unwrap();
+    let file = MllmFile::open(tmp.path()).unwrap();
     for level in levels() {
         for dtype in TYPES {
             for bias in [false, true] {
@@ -181,7 +181,7 @@ fn stacks_of_one_type_equal_their_layers_and_pack_into_one_matrix() {
 #[test]
 fn stacks_that_cannot_be_one_matrix_run_layer_by_layer() {
     let tmp = write_file();
-    let file = MllmFile::open(&tmp.0).unwrap();
+    let file = MllmFile::open(tmp.path()).unwrap();
     let stacks = [
         // Two block types.
         vec![layer("q4_k.0", 24, true), layer("q6_k.1", 8, true)],
@@ -202,7 +202,7 @@ fn stacks_that_cannot_be_one_matrix_run_layer_by_layer() {
 #[test]
 fn bad_stacks_are_named_errors() {
     let tmp = write_file();
-    let file = MllmFile::open(&tmp.0).unwrap();
+    let file = MllmFile::open(tmp.path()).unwrap();
     let level = SimdLevel::FASTEST_FIRST[0];
     let mixed = [layer("q8_0.0", 24, true), layer("q8_0.1", 8, false)];
     let err = linear(&mixed, level).load(&file).unwrap_err();
@@ -224,7 +224,7 @@ fn bad_stacks_are_named_errors() {
 #[test]
 fn the_backend_makes_stacked_ops_and_stacks_the_types_it_repacks() {
     let tmp = write_file();
-    let file = MllmFile::open(&tmp.0).unwrap();
+    let file = MllmFile::open(tmp.path()).unwrap();
     let layers: Vec<LinearParams> = (0..3)
         .map(|l| layer(&name(DType::Q4K, l), ROWS[l], true))
         .collect();

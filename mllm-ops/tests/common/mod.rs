@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests that write `.mllm` files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use mllm_core::op::{Op, OpInput};
 use mllm_core::step::StepLayout;
@@ -21,12 +21,24 @@ pub fn values(seed: u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// A `.mllm` file in the temp directory, removed on drop.
-pub struct TempFile(pub PathBuf);
+/// A path for one `.mllm` file in a fresh temp directory of its own (so
+/// tests running at once never share a file), removed on drop.
+pub struct TempFile {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
 
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+impl TempFile {
+    /// A fresh directory and the path of `name` inside it.
+    pub fn new(name: &str) -> Self {
+        let dir = tempfile::tempdir().expect("a temp directory");
+        let path = dir.path().join(name);
+        Self { _dir: dir, path }
+    }
+
+    /// Where the file is (written by the caller).
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 
