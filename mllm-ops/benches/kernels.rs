@@ -167,6 +167,49 @@ fn bench_kv_types(c: &mut Criterion) {
     g.finish();
 }
 
+/// One decode token after 4096 (a long context), with the cache stored as
+/// f32 and as f16 (llama.cpp's cache type), on one thread and on two: the
+/// attention that dominates decode at depth.
+fn bench_long_decode(c: &mut Criterion) {
+    let mut g = c.benchmark_group("attention_decode@4096");
+    let shape = SMOLLM2_ATTENTION;
+    let (past, row) = (4096, 3 * 64);
+    let q = values(9 * 64, 3);
+    let k = values((past + 1) * row, 4);
+    let v = values((past + 1) * row, 5);
+    for kind in [KvDtype::F32, KvDtype::F16] {
+        let encoded = |x: &[f32]| {
+            let mut b = vec![0u8; x.len() / row * kind.row_bytes(row)];
+            encode(kind, x, &mut b);
+            b
+        };
+        let (kb, vb) = (encoded(&k), encoded(&v));
+        let (k, v) = match kind {
+            KvDtype::F32 => (KvRows::f32(&k, row), KvRows::f32(&v, row)),
+            _ => (
+                KvRows::encoded(kind, &kb, row),
+                KvRows::encoded(kind, &vb, row),
+            ),
+        };
+        let seq = [SeqAttention {
+            q: &q,
+            n_q: 1,
+            past,
+            k,
+            v,
+        }];
+        let mut out = vec![0.0f32; 9 * 64];
+        for threads in [1, 2] {
+            let pool = pool(threads);
+            let name = BenchmarkId::new(kind.to_string(), format!("{threads} threads"));
+            g.bench_function(name, |b| {
+                pool.install(|| b.iter(|| attention_batch(&seq, &shape, vec![&mut out], &pool)))
+            });
+        }
+    }
+    g.finish();
+}
+
 /// Decode through a packed Q4_1 matrix far larger than the caches (42 MB,
 /// a 1B model's FFN projection four times over) on one thread, at each
 /// level this CPU has: the memory stream the weight prefetch serves.
@@ -270,6 +313,7 @@ criterion_group!(
     bench_linear,
     bench_attention,
     bench_kv_types,
+    bench_long_decode,
     bench_streaming_decode,
     bench_decode_roofline
 );

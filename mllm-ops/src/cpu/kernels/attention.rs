@@ -8,6 +8,8 @@ use super::matmul::{axpy, dot};
 use super::softmax::softmax_in_place;
 use super::PAR_THRESHOLD;
 
+#[cfg(target_arch = "x86_64")]
+mod multi_head;
 mod tiled;
 
 /// Head layout and masking parameters of [`attention`].
@@ -202,7 +204,9 @@ fn attention_of(
     }
 
     #[cfg(target_arch = "x86_64")]
-    let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+    let avx2 = is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
     #[cfg(not(target_arch = "x86_64"))]
     let avx2 = false;
     // One long decode: every task keeps all heads of its kv head (each key
@@ -247,7 +251,7 @@ fn attention_of(
     let task = |scratch: &mut DecodeScratch, (idx, o): (usize, &mut [f32])| {
         #[cfg(target_arch = "x86_64")]
         if avx2 {
-            // SAFETY: AVX2 and FMA were detected just above.
+            // SAFETY: AVX2, FMA and F16C were detected just above.
             unsafe { simd::task(&ctx, scratch, idx, o) };
             return;
         }
@@ -281,7 +285,7 @@ const PART_KEYS: usize = 256;
 /// heads' partial maximum, sum and weighted values; the parts are then
 /// combined in order. A part reads its rows of the cache front to back
 /// (see `simd::part`), where one item per (kv head, part) read one head's
-/// slice of every row from memory: with that and the eight-key dot product
+/// slice of every row from memory: with that and the key scores' loops
 /// inlined (`simd::inline_array`), SmolLM2 Q4_1 decoded 1.05-1.10x faster
 /// after 1024 tokens on a Zen 3, 1.16x after 2048, 1.46x after 4096. The
 /// parts depend only on the number of visible keys, so the result does
@@ -296,7 +300,7 @@ fn decode_split(ctx: &Task<'_>, out: &mut [f32], pool: &ThreadPool, parallel: bo
     let mut partial = vec![0.0f32; tasks * parts * item];
     let run = |scratch: &mut DecodeScratch, (p, o): (usize, &mut [f32])| {
         let keys = p * PART_KEYS..((p + 1) * PART_KEYS).min(len);
-        // SAFETY: the caller checked AVX2 and FMA.
+        // SAFETY: the caller checked AVX2, FMA and F16C.
         unsafe { simd::part(ctx, scratch, keys, o) };
     };
     if parallel {
@@ -457,22 +461,21 @@ impl<'a> Task<'a> {
     }
 }
 
-/// The attention task compiled for AVX2 + FMA with a vectorized softmax:
-/// for head dimensions that are multiples of 64, scores of eight keys at a
-/// time (one horizontal reduction per eight keys) and the weighted sum of
-/// values in registers, 64 dimensions per pass; otherwise `Task::run` (whose
-/// portable dot and axpy loops vectorize 8 wide).
+/// The attention task compiled for AVX2 + FMA + F16C with a vectorized
+/// softmax: for head dimensions that are multiples of 64, the scores and
+/// weighted values of [`multi_head`] (up to three query heads per pass
+/// over the rows); otherwise `Task::run` (whose portable dot and axpy loops
+/// vectorize 8 wide).
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::*;
 
-    use super::{dot, DecodeScratch, Span, Task, TILE_KEYS};
-    use crate::cpu::kernels::simd::avx2::{load, store};
-    use crate::cpu::kernels::simd::inline_array;
+    use super::{multi_head, DecodeScratch, Span, Task, TILE_KEYS};
+    use crate::cpu::kernels::kv_rows::InPlace;
 
     /// Runs task `idx` (see `Task::run`), one tile of keys (then values)
     /// at a time.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn task(ctx: &Task<'_>, scratch: &mut DecodeScratch, idx: usize, o: &mut [f32]) {
         let hd = ctx.head_dim;
         if !hd.is_multiple_of(64) {
@@ -503,7 +506,7 @@ mod simd {
     /// task by task, each would read one head's slice of every row, a
     /// stride the prefetchers do not follow, from memory (a decode step's
     /// weights have pushed the cache out of the caches).
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn part(
         ctx: &Task<'_>,
         scratch: &mut DecodeScratch,
@@ -560,10 +563,9 @@ mod simd {
     }
 
     /// `scores[h * span.len + j] = scale · q_h · k_j` for the keys `keys`
-    /// (relative to `span.lo`) of the task's heads, one decoded tile at a
-    /// time: whole groups of eight keys, then single keys (tiles are whole
-    /// groups, so only the last one has single keys).
-    #[target_feature(enable = "avx2,fma")]
+    /// (relative to `span.lo`) of the task's heads: f32 and f16 rows read
+    /// in place, other types one decoded tile at a time.
+    #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     fn score_keys(
         ctx: &Task<'_>,
@@ -572,31 +574,31 @@ mod simd {
         scores: &mut [f32],
         buf: &mut Vec<f32>,
     ) {
-        let (hd, len) = (ctx.head_dim, span.len);
+        let (hd, len, scale) = (ctx.head_dim, span.len, ctx.scale);
         let off = span.kvh * hd;
-        let scale = _mm256_set1_ps(ctx.scale);
+        let q = span.qrow;
+        let rows = span.lo + keys.start..span.lo + keys.end;
+        if let Some(runs) = ctx.k.in_place(rows, off) {
+            for (run, tile) in runs {
+                let (n, j0) = (run.len(), run.start - span.lo);
+                match tile {
+                    InPlace::F32(t) => multi_head::scores(q, hd, t, n, scale, scores, len, j0),
+                    InPlace::F16(t) => multi_head::scores(q, hd, t, n, scale, scores, len, j0),
+                }
+            }
+            return;
+        }
         for t0 in keys.clone().step_by(TILE_KEYS) {
             let t1 = (t0 + TILE_KEYS).min(keys.end);
             let tile = ctx.k.head_tile(span.lo + t0..span.lo + t1, off, hd, buf);
-            let full = t0 + (t1 - t0) / 8 * 8;
-            for (qh, row) in span.qrow.chunks_exact(hd).zip(scores.chunks_exact_mut(len)) {
-                for j0 in (t0..full).step_by(8) {
-                    let r = j0 - t0;
-                    let rows = inline_array::from_fn(|t| tile.row(r + t, hd));
-                    let s = _mm256_mul_ps(dots8(qh, rows), scale);
-                    store(&mut row[j0..j0 + 8], s);
-                }
-                for (jj, sc) in row.iter_mut().enumerate().take(t1).skip(full) {
-                    *sc = dot(qh, tile.row(jj - t0, hd)) * ctx.scale;
-                }
-            }
+            multi_head::scores(q, hd, tile, t1 - t0, scale, scores, len, t0);
         }
     }
 
     /// `o_h += Σ_j probs[h * span.len + j] · v_j` over the keys `keys`
-    /// (relative to `span.lo`), one decoded tile of values at a time, 64
-    /// dimensions per pass held in registers.
-    #[target_feature(enable = "avx2,fma")]
+    /// (relative to `span.lo`): f32 and f16 rows read in place, other types
+    /// one decoded tile at a time.
+    #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     fn add_values(
         ctx: &Task<'_>,
@@ -608,61 +610,22 @@ mod simd {
     ) {
         let (hd, len) = (ctx.head_dim, span.len);
         let off = span.kvh * hd;
+        let rows = span.lo + keys.start..span.lo + keys.end;
+        if let Some(runs) = ctx.v.in_place(rows, off) {
+            for (run, tile) in runs {
+                let (n, j0) = (run.len(), run.start - span.lo);
+                match tile {
+                    InPlace::F32(t) => multi_head::add_values(probs, len, j0, t, n, o, hd),
+                    InPlace::F16(t) => multi_head::add_values(probs, len, j0, t, n, o, hd),
+                }
+            }
+            return;
+        }
         for t0 in keys.clone().step_by(TILE_KEYS) {
             let t1 = (t0 + TILE_KEYS).min(keys.end);
             let values = ctx.v.head_tile(span.lo + t0..span.lo + t1, off, hd, buf);
-            for (oh, probs) in o.chunks_exact_mut(hd).zip(probs.chunks_exact(len)) {
-                for d0 in (0..hd).step_by(64) {
-                    let mut acc = [_mm256_setzero_ps(); 8];
-                    for (c, a) in acc.iter_mut().enumerate() {
-                        *a = load(&oh[d0 + 8 * c..]);
-                    }
-                    for (r, &pr) in probs[t0..t1].iter().enumerate() {
-                        let v = &values.row(r, hd)[d0..d0 + 64];
-                        let pr = _mm256_set1_ps(pr);
-                        for (c, a) in acc.iter_mut().enumerate() {
-                            *a = _mm256_fmadd_ps(pr, load(&v[8 * c..8 * c + 8]), *a);
-                        }
-                    }
-                    for (c, a) in acc.iter().enumerate() {
-                        store(&mut oh[d0 + 8 * c..d0 + 8 * c + 8], *a);
-                    }
-                }
-            }
+            multi_head::add_values(probs, len, t0, values, t1 - t0, o, hd);
         }
-    }
-
-    /// The dot products of `q` with eight rows of its length (a multiple
-    /// of 64), as the eight lanes of one register.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn dots8(q: &[f32], rows: [&[f32]; 8]) -> __m256 {
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for c in (0..q.len()).step_by(64) {
-            // Fixed-size chunks: the unrolled loop below then has no bounds
-            // checks and keeps the eight row pointers in registers, where
-            // checked slices of any length spilled them (decode attention
-            // after 64 keys 6.1 -> 5.6 us, after 512 keys 32.7 -> 27.9 us).
-            let qc: &[f32; 64] = q[c..c + 64].try_into().expect("64 dimensions");
-            let rc = inline_array::map(rows, |r| -> &[f32; 64] {
-                r[c..c + 64].try_into().expect("64 dimensions")
-            });
-            for d in (0..64).step_by(8) {
-                let qv = load(&qc[d..]);
-                for (a, r) in acc.iter_mut().zip(rc) {
-                    *a = _mm256_fmadd_ps(qv, load(&r[d..]), *a);
-                }
-            }
-        }
-        // Pairwise sums: after two rounds each 128-bit half holds partial
-        // sums of four rows; adding the halves gives rows 0..8 in order.
-        let t = [0, 2, 4, 6].map(|r| _mm256_hadd_ps(acc[r], acc[r + 1]));
-        let u0 = _mm256_hadd_ps(t[0], t[1]);
-        let u1 = _mm256_hadd_ps(t[2], t[3]);
-        _mm256_add_ps(
-            _mm256_permute2f128_ps::<0x20>(u0, u1),
-            _mm256_permute2f128_ps::<0x31>(u0, u1),
-        )
     }
 
     pub(super) use crate::cpu::kernels::simd::vmath::exp8;
@@ -818,7 +781,7 @@ mod tests {
         let mut rng = Rng::new(61);
         let pools = [pool1(), pool2()];
         // (n_heads, n_kv_heads, head_dim): MHA, GQA, MQA, odd head dims,
-        // and multiples of 64 (the AVX2 eight-keys-at-a-time task).
+        // and multiples of 64 (the AVX2 multi-head task).
         let heads = [
             (2, 2, 8),
             (4, 2, 7),

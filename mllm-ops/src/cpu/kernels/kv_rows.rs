@@ -63,6 +63,7 @@ enum KvData<'a> {
 
 /// A decoded (or borrowed) tile of one head: row `r` of the tile is
 /// `data[r * stride + off..][..dim]`.
+#[derive(Clone, Copy)]
 pub(crate) struct Tile<'b> {
     /// The tile's values.
     pub data: &'b [f32],
@@ -77,6 +78,67 @@ impl Tile<'_> {
     #[inline(always)]
     pub fn row(&self, r: usize, dim: usize) -> &[f32] {
         &self.data[r * self.stride + self.off..][..dim]
+    }
+}
+
+/// One head's f16 rows where they are stored: row `r` of the tile is
+/// the `2 · dim` bytes at `data[r * stride + off..]`.
+#[derive(Clone, Copy)]
+pub(crate) struct F16Tile<'b> {
+    /// The rows' bytes.
+    pub data: &'b [u8],
+    /// Bytes between consecutive rows.
+    pub stride: usize,
+    /// Byte offset of the head within a row.
+    pub off: usize,
+}
+
+/// Rows of one head read in place, in their storage type.
+pub(crate) enum InPlace<'b> {
+    /// f32 rows.
+    F32(Tile<'b>),
+    /// f16 rows.
+    F16(F16Tile<'b>),
+}
+
+/// The runs of rows that [`KvRows::in_place`] yields: each the rows of
+/// the range that lie in one run (page), with their head in place.
+pub(crate) struct InPlaceRuns<'a> {
+    rows: KvRows<'a>,
+    next: usize,
+    end: usize,
+    off: usize,
+}
+
+impl<'a> Iterator for InPlaceRuns<'a> {
+    type Item = (Range<usize>, InPlace<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.end {
+            return None;
+        }
+        let (data, first) = self.rows.run_of(self.next);
+        let end = self.rows.run_end(first, self.end);
+        let local = self.next - first..end - first;
+        let row_len = self.rows.row_len;
+        let tile = match data {
+            KvData::F32(v) => InPlace::F32(Tile {
+                data: &v[local.start * row_len..local.end * row_len],
+                stride: row_len,
+                off: self.off,
+            }),
+            KvData::Encoded(kind, bytes) => {
+                let row_bytes = kind.row_bytes(row_len);
+                InPlace::F16(F16Tile {
+                    data: &bytes[local.start * row_bytes..local.end * row_bytes],
+                    stride: row_bytes,
+                    off: kind.row_bytes(self.off),
+                })
+            }
+        };
+        let rows = self.next..end;
+        self.next = end;
+        Some((rows, tile))
     }
 }
 
@@ -193,6 +255,19 @@ impl<'a> KvRows<'a> {
             stride: dim,
             off: 0,
         }
+    }
+
+    /// For f32 and f16 storage, the rows `rows` run by run (page by page)
+    /// with the head at values `off..` of each row read in place; `None`
+    /// for the types that must be decoded (see [`KvRows::head_tile`]).
+    pub(crate) fn in_place(&self, rows: Range<usize>, off: usize) -> Option<InPlaceRuns<'a>> {
+        debug_assert!(rows.end <= self.rows);
+        matches!(self.kind, KvDtype::F32 | KvDtype::F16).then_some(InPlaceRuns {
+            rows: *self,
+            next: rows.start,
+            end: rows.end,
+            off,
+        })
     }
 
     /// Asks for the stored bytes of `rows` (those of them that exist), whole
@@ -587,9 +662,51 @@ mod tests {
                             "{kind} {range:?} head {head} row {r}"
                         );
                     }
+                    in_place_runs_hold_the_tile(&paged, range.clone(), head, &want);
                 }
             }
         }
+    }
+
+    /// `rows.in_place` over `range` (pages of 4 rows) yields the range in
+    /// order, one run per page, whose head `head` holds `want`'s values
+    /// (f16 widened); the types that must be decoded yield nothing.
+    fn in_place_runs_hold_the_tile(
+        rows: &KvRows<'_>,
+        range: Range<usize>,
+        head: usize,
+        want: &Tile<'_>,
+    ) {
+        let Some(runs) = rows.in_place(range.clone(), head * 64) else {
+            assert!(matches!(rows.kind(), KvDtype::Q8_0 | KvDtype::Q4_1));
+            return;
+        };
+        let mut next = range.start;
+        for (run, tile) in runs {
+            assert_eq!(run.start, next, "{range:?}");
+            assert!(
+                !run.is_empty() && (run.end - 1) / 4 == run.start / 4,
+                "{run:?}"
+            );
+            for r in run.clone() {
+                let mut got = [0f32; 64];
+                match tile {
+                    InPlace::F32(t) => got.copy_from_slice(t.row(r - run.start, 64)),
+                    InPlace::F16(t) => {
+                        let at = (r - run.start) * t.stride + t.off;
+                        decode_portable(KvDtype::F16, &t.data[at..at + 128], &mut got);
+                    }
+                }
+                let want = want.row(r - range.start, 64);
+                let same = got
+                    .iter()
+                    .zip(want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{} {range:?} head {head} row {r}", rows.kind());
+            }
+            next = run.end;
+        }
+        assert_eq!(next, range.end, "{range:?}");
     }
 
     /// A tile decoded into a buffer that holds an earlier, longer tile

@@ -5,7 +5,8 @@
 //! without them) cannot inline it: LLVM then leaves `map` itself out of
 //! line too, and every call in a kernel's loop becomes a real call with a
 //! `vzeroupper` and the live vector registers spilled around it. The AVX2
-//! decode attention's eight-key dot product ran at 6 GMAC/s for that, on
+//! decode attention's key dot products (then eight keys of one head per
+//! pass) ran at 6 GMAC/s for that, on
 //! data in L1, and at 10.5 GMAC/s with [`map`] and [`from_fn`], which are
 //! forced inline, so that the closure is called from the kernel itself and
 //! inlined there.
