@@ -127,6 +127,7 @@ impl<'a> Iterator for InPlaceRuns<'a> {
                 stride: row_len,
                 off: self.off,
             }),
+            // f16 (`KvRows::in_place` checked every run's type).
             KvData::Encoded(kind, bytes) => {
                 let row_bytes = kind.row_bytes(row_len);
                 InPlace::F16(F16Tile {
@@ -259,10 +260,20 @@ impl<'a> KvRows<'a> {
 
     /// For f32 and f16 storage, the rows `rows` run by run (page by page)
     /// with the head at values `off..` of each row read in place; `None`
-    /// for the types that must be decoded (see [`KvRows::head_tile`]).
+    /// for the types that must be decoded (see [`KvRows::head_tile`]), f32
+    /// rows given as bytes among them.
     pub(crate) fn in_place(&self, rows: Range<usize>, off: usize) -> Option<InPlaceRuns<'a>> {
         debug_assert!(rows.end <= self.rows);
-        matches!(self.kind, KvDtype::F32 | KvDtype::F16).then_some(InPlaceRuns {
+        let readable =
+            |data: KvData<'_>| matches!(data, KvData::F32(_) | KvData::Encoded(KvDtype::F16, _));
+        let all_readable = match self.store {
+            Store::Flat(data) => readable(data),
+            Store::Paged { pages, page_rows } => {
+                let used = rows.start / page_rows..rows.end.div_ceil(page_rows);
+                pages[used].iter().all(|p| readable(p.data(self.kind)))
+            }
+        };
+        all_readable.then_some(InPlaceRuns {
             rows: *self,
             next: rows.start,
             end: rows.end,
@@ -610,6 +621,14 @@ mod tests {
         assert_eq!(tile.row(1, 64), &x[2 * 192 + 128..3 * 192]);
         assert_eq!(tile.data.as_ptr(), x[192..].as_ptr());
         assert!(buf.is_empty());
+        // f32 rows given as bytes are decoded, never read in place as f16.
+        let mut bytes = vec![0u8; 4 * x.len()];
+        encode(KvDtype::F32, &x, &mut bytes);
+        let as_bytes = KvRows::encoded(KvDtype::F32, &bytes, 192);
+        assert!(as_bytes.in_place(0..4, 0).is_none());
+        assert!(kv.in_place(0..4, 0).is_some());
+        let tile = as_bytes.head_tile(1..3, 128, 64, &mut buf);
+        assert_eq!(tile.row(1, 64), &x[2 * 192 + 128..3 * 192]);
     }
 
     /// Pages hold the same rows as one run: a tile inside a page, across

@@ -1,9 +1,9 @@
 //! AVX2 decode kernels that take up to three query heads of one KV head
 //! per pass over its cached rows: the key scores four keys at a time (three
 //! for f16 rows, eight for a head alone), the weighted values 32 dimensions
-//! at a time (64 for a head alone). f32 rows are read in place and
-//! f16 rows widened in registers, so a key or value row is loaded once for
-//! all the heads that share it, with no tile buffer in between.
+//! at a time (64 for a head alone). f32 rows are read in place and f16 rows
+//! widened in registers, so a key or value row is loaded once for all the
+//! heads that share it, with no tile buffer in between.
 //!
 //! Every (head, key) score is the same sequence of operations whichever
 //! keys and heads share its pass: eight-lane multiply-adds over the head
@@ -274,7 +274,7 @@ fn prob_rows<const H: usize>(p: &[f32], len: usize, n: usize) -> [&[f32]; H] {
 }
 
 /// [`add_values`] of `H` heads (`o` holds exactly their `H · hd` values),
-/// `8 V` dimensions of every head per pass over the rows (`V` 4 or 8).
+/// `8 V` dimensions of every head per pass over the rows (`V` divides 8).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn add_heads<const H: usize, const V: usize, R: HeadRows>(
