@@ -5,7 +5,7 @@
 //! f32 rows are read in place. The other types decode a tile into a small
 //! f32 buffer with exactly ggml's dequantization (`d·q`, `d·q + m`, the
 //! f16 widened), so every SIMD decoder gives the portable one's bits; the
-//! AVX2 decode kernel reads f16 rows in place too ([`KvRows::in_place`])
+//! AVX2 decode kernel reads f16 rows in place too (`KvRows::in_place`)
 //! and widens them in registers, exactly as the decoder does.
 
 use std::ops::Range;
