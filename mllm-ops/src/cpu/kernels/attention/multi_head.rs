@@ -53,9 +53,7 @@ impl<'b> HeadRows for Tile<'b> {
 
     #[inline(always)]
     fn chunk(&self, r: usize, c: usize) -> Self::Chunk {
-        self.data[r * self.stride + self.off + 64 * c..][..64]
-            .try_into()
-            .expect("64 values")
+        array_at(self.data, r * self.stride + self.off + 64 * c)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -71,9 +69,7 @@ impl<'b> HeadRows for F16Tile<'b> {
 
     #[inline(always)]
     fn chunk(&self, r: usize, c: usize) -> Self::Chunk {
-        self.data[r * self.stride + self.off + 128 * c..][..128]
-            .try_into()
-            .expect("64 f16 values")
+        array_at(self.data, r * self.stride + self.off + 128 * c)
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -84,6 +80,13 @@ impl<'b> HeadRows for F16Tile<'b> {
         // requirement.
         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(b.as_ptr().cast()) })
     }
+}
+
+/// The `N` elements of `data` from `at` (a bounds check, then none for
+/// the kernel's fixed offsets into them).
+#[inline(always)]
+fn array_at<T, const N: usize>(data: &[T], at: usize) -> &[T; N] {
+    data[at..][..N].try_into().expect("N elements")
 }
 
 /// `scores[h · len + j0 + r] = scale · q_h · k_r` for the `n` rows `k_r`
@@ -317,10 +320,31 @@ mod tests {
     use crate::cpu::kernels::test_util::Rng;
     use mllm_core::KvDtype;
 
-    fn available() -> bool {
-        is_x86_feature_detected!("avx2")
+    /// Whether this CPU lacks what the kernels need (said on stderr).
+    fn skip() -> bool {
+        let has = is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
+            && is_x86_feature_detected!("f16c");
+        if !has {
+            eprintln!("skipped: this CPU lacks AVX2, FMA or F16C");
+        }
+        !has
+    }
+
+    /// Head 1 of the rows of [`cache`] as the kernels read them: the f32
+    /// rows and the f16 bytes in place.
+    fn views<'a>(x: &'a [f32], b: &'a [u8], hd: usize) -> (Tile<'a>, F16Tile<'a>) {
+        let f32_rows = Tile {
+            data: x,
+            stride: 3 * hd,
+            off: hd,
+        };
+        let f16_rows = F16Tile {
+            data: b,
+            stride: 6 * hd,
+            off: 2 * hd,
+        };
+        (f32_rows, f16_rows)
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {
@@ -358,8 +382,7 @@ mod tests {
     /// has the model's bits and only the scores of these rows are written.
     #[test]
     fn scores_have_the_bits_of_the_model_for_any_heads_and_keys() {
-        if !available() {
-            eprintln!("skipped: this CPU lacks AVX2, FMA or F16C");
+        if skip() {
             return;
         }
         for hd in [64, 128] {
@@ -367,16 +390,7 @@ mod tests {
                 let q = Rng::new(7).vec(heads * hd, 1.0);
                 let (x, b, widened) = cache(n, hd, 11);
                 let (len, j0, scale) = (n + 6, 2, 0.125);
-                let f32_rows = Tile {
-                    data: &x,
-                    stride: 3 * hd,
-                    off: hd,
-                };
-                let f16_rows = F16Tile {
-                    data: &b,
-                    stride: 6 * hd,
-                    off: 2 * hd,
-                };
+                let (f32_rows, f16_rows) = views(&x, &b, hd);
                 let mut got = [vec![f32::NAN; heads * len], vec![f32::NAN; heads * len]];
                 // SAFETY: AVX2, FMA and F16C were checked above.
                 unsafe {
@@ -401,8 +415,7 @@ mod tests {
     /// key after key: the bits of one `mul_add` chain per output value.
     #[test]
     fn values_add_in_key_order_for_any_heads() {
-        if !available() {
-            eprintln!("skipped: this CPU lacks AVX2, FMA or F16C");
+        if skip() {
             return;
         }
         for hd in [64, 128] {
@@ -411,16 +424,7 @@ mod tests {
                 let probs = Rng::new(5).vec(heads * len, 1.0);
                 let start = Rng::new(6).vec(heads * hd, 1.0);
                 let (x, b, widened) = cache(n, hd, 12);
-                let f32_rows = Tile {
-                    data: &x,
-                    stride: 3 * hd,
-                    off: hd,
-                };
-                let f16_rows = F16Tile {
-                    data: &b,
-                    stride: 6 * hd,
-                    off: 2 * hd,
-                };
+                let (f32_rows, f16_rows) = views(&x, &b, hd);
                 let mut got = [start.clone(), start.clone()];
                 // SAFETY: AVX2, FMA and F16C were checked above.
                 unsafe {
