@@ -85,6 +85,7 @@ impl Tile<'_> {
 
 /// One head's f16 rows where they are stored: row `r` of the tile is
 /// the `2 · dim` bytes at `data[r * stride + off..]`.
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 pub(crate) struct F16Tile<'b> {
     /// The rows' bytes.
@@ -96,6 +97,7 @@ pub(crate) struct F16Tile<'b> {
 }
 
 /// Rows of one head read in place, in their storage type.
+#[cfg(target_arch = "x86_64")]
 pub(crate) enum InPlace<'b> {
     /// f32 rows.
     F32(Tile<'b>),
@@ -105,6 +107,7 @@ pub(crate) enum InPlace<'b> {
 
 /// The runs of rows that [`KvRows::in_place`] yields: each the rows of
 /// the range that lie in one run (page), with their head in place.
+#[cfg(target_arch = "x86_64")]
 pub(crate) struct InPlaceRuns<'a> {
     rows: KvRows<'a>,
     next: usize,
@@ -112,6 +115,7 @@ pub(crate) struct InPlaceRuns<'a> {
     off: usize,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl<'a> Iterator for InPlaceRuns<'a> {
     type Item = (Range<usize>, InPlace<'a>);
 
@@ -264,6 +268,7 @@ impl<'a> KvRows<'a> {
     /// with the head at values `off..` of each row read in place; `None`
     /// for the types that must be decoded (see [`KvRows::head_tile`]), f32
     /// rows given as bytes among them.
+    #[cfg(target_arch = "x86_64")]
     pub(crate) fn in_place(&self, rows: Range<usize>, off: usize) -> Option<InPlaceRuns<'a>> {
         debug_assert!(rows.end <= self.rows);
         let readable =
@@ -627,8 +632,11 @@ mod tests {
         let mut bytes = vec![0u8; 4 * x.len()];
         encode(KvDtype::F32, &x, &mut bytes);
         let as_bytes = KvRows::encoded(KvDtype::F32, &bytes, 192);
-        assert!(as_bytes.in_place(0..4, 0).is_none());
-        assert!(kv.in_place(0..4, 0).is_some());
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert!(as_bytes.in_place(0..4, 0).is_none());
+            assert!(kv.in_place(0..4, 0).is_some());
+        }
         let tile = as_bytes.head_tile(1..3, 128, 64, &mut buf);
         assert_eq!(tile.row(1, 64), &x[2 * 192 + 128..3 * 192]);
     }
@@ -683,6 +691,7 @@ mod tests {
                             "{kind} {range:?} head {head} row {r}"
                         );
                     }
+                    #[cfg(target_arch = "x86_64")]
                     in_place_runs_hold_the_tile(&paged, range.clone(), head, &want);
                 }
             }
@@ -692,6 +701,7 @@ mod tests {
     /// `rows.in_place` over `range` (pages of 4 rows) yields the range in
     /// order, one run per page, whose head `head` holds `want`'s values
     /// (f16 widened); the types that must be decoded yield nothing.
+    #[cfg(target_arch = "x86_64")]
     fn in_place_runs_hold_the_tile(
         rows: &KvRows<'_>,
         range: Range<usize>,
