@@ -57,6 +57,9 @@ impl<'b> HeadRows for Tile<'b> {
         array_at(self.data, r * self.stride + self.off + 64 * c)
     }
 
+    /// # Safety
+    ///
+    /// As [`HeadRows::lanes`]: the CPU has AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn lanes(chunk: Self::Chunk, i: usize) -> __m256 {
@@ -73,6 +76,9 @@ impl<'b> HeadRows for F16Tile<'b> {
         array_at(self.data, r * self.stride + self.off + 128 * c)
     }
 
+    /// # Safety
+    ///
+    /// As [`HeadRows::lanes`]: the CPU has AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn lanes(chunk: Self::Chunk, i: usize) -> __m256 {
