@@ -183,13 +183,22 @@ fn bench_long_decode(c: &mut Criterion) {
     for kind in [KvDtype::F32, KvDtype::F16] {
         let bytes = (past + 1) * kind.row_bytes(row);
         let copies = (96usize << 20).div_ceil(2 * bytes);
-        let encoded = |x: &[f32]| {
-            let mut b = vec![0u8; bytes];
-            encode(kind, x, &mut b);
-            vec![b; copies]
+        // The copies of the rows in the kind's storage: f32 values, or
+        // encoded bytes (the other vector stays empty).
+        let f32_copies = |x: &[f32]| match kind {
+            KvDtype::F32 => vec![x.to_vec(); copies],
+            _ => Vec::new(),
+        };
+        let encoded = |x: &[f32]| match kind {
+            KvDtype::F32 => Vec::new(),
+            _ => {
+                let mut b = vec![0u8; bytes];
+                encode(kind, x, &mut b);
+                vec![b; copies]
+            }
         };
         let (kb, vb) = (encoded(&k), encoded(&v));
-        let (kf, vf) = (vec![k.clone(); copies], vec![v.clone(); copies]);
+        let (kf, vf) = (f32_copies(&k), f32_copies(&v));
         let seqs: Vec<[SeqAttention<'_>; 1]> = (0..copies)
             .map(|i| {
                 let (k, v) = match kind {
