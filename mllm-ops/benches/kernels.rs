@@ -14,10 +14,11 @@ use criterion::{
 };
 use mllm_core::{DType, KvDtype};
 use mllm_ops::cpu::kernels::kv_rows::encode;
+use mllm_ops::cpu::kernels::matmul::HalfBits;
 use mllm_ops::cpu::kernels::{
-    attention, attention_batch, packed_linear, packed_q6k_linear, packed_q8_linear, quant_linear,
-    AttnShape, KvRows, PackedQ4, PackedQ6K, PackedQ8, QuantKernel, QuantMatrix, QuantPath,
-    SeqAttention, SimdLevel,
+    attention, attention_batch, packed_half_linear, packed_linear, packed_q6k_linear,
+    packed_q8_linear, quant_linear, AttnShape, KvRows, PackedHalf, PackedQ4, PackedQ6K, PackedQ8,
+    QuantKernel, QuantMatrix, QuantPath, SeqAttention, SimdLevel,
 };
 use mllm_ops::quant::{quantize, QuantType};
 
@@ -308,6 +309,45 @@ fn bench_decode_roofline(c: &mut Criterion) {
     g.finish();
 }
 
+/// Prefill through packed weights (SmolLM2's FFN up projection, 128
+/// rows): the integer GEMM of Q8_0 weights with 16-bit activation rows and
+/// the float GEMM of f16 weights, at each level this CPU has, on one
+/// thread (the kernel alone) and two.
+fn bench_packed_prefill(c: &mut Criterion) {
+    let mut g = c.benchmark_group("packed_prefill");
+    let (out_f, in_f, rows) = (1536, 576, 128);
+    let (w, x) = linear_case(DType::Q8_0, out_f, in_f, rows);
+    let m = QuantMatrix::new(QuantType::Q8_0, &w, out_f, in_f).expect("matrix");
+    let q8 = PackedQ8::pack(&m).expect("packed");
+    let bits: Vec<u16> = values(out_f * in_f, 3)
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect();
+    let f16 = PackedHalf::pack(&bits, HalfBits::F16, out_f, in_f).expect("packed");
+    let mut y = vec![0.0f32; rows * out_f];
+    g.throughput(Throughput::Elements((rows * out_f * in_f) as u64));
+    for threads in [1, 2] {
+        let pool = pool(threads);
+        for level in [SimdLevel::Avx512, SimdLevel::Avx2] {
+            let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
+                continue;
+            };
+            let case = |name: &str| {
+                BenchmarkId::new(format!("{name}, {threads} threads"), format!("{level:?}"))
+            };
+            g.bench_function(case("q8_0 ffn prefill128"), |b| {
+                pool.install(|| b.iter(|| packed_q8_linear(k, &x, rows, &q8, None, &mut y, &pool)))
+            });
+            g.bench_function(case("f16 ffn prefill128"), |b| {
+                pool.install(|| {
+                    b.iter(|| packed_half_linear(k, &x, rows, &f16, None, &mut y, &pool))
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 /// Benchmarks `product` at each level this CPU has, one call per
 /// iteration on the next of the `packed` copies in turn.
 fn each_level<P: Sync>(
@@ -342,6 +382,7 @@ criterion_group!(
     bench_kv_types,
     bench_long_decode,
     bench_streaming_decode,
-    bench_decode_roofline
+    bench_decode_roofline,
+    bench_packed_prefill
 );
 criterion_main!(benches);

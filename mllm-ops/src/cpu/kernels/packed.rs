@@ -163,6 +163,25 @@ pub(crate) trait PackedFormat {
     /// The CPU has AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2(group: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
+    /// Two consecutive groups `a` and `b` with AVX2: `out[t]` for `a`,
+    /// `out[xs.len() + t]` for `b`, for one to [`TILE_TOKENS`] rows (the
+    /// float layout: `HALF_TILE_TOKENS`); by default each group alone
+    /// through [`PackedFormat::avx2`].
+    ///
+    /// # Safety
+    /// As [`PackedFormat::avx2`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_pair(a: &[u8], b: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        let (out_a, out_b) = out.split_at_mut(xs.len());
+        for (group, out) in [(a, out_a), (b, out_b)] {
+            let tiles = xs.chunks(Self::GROUP_TILE_TOKENS);
+            for (xs, out) in tiles.zip(out.chunks_mut(Self::GROUP_TILE_TOKENS)) {
+                // SAFETY: the caller guarantees the features (this
+                // method's contract is `avx2`'s).
+                unsafe { Self::avx2(group, xs, out) };
+            }
+        }
+    }
     /// [`PackedFormat::portable`] with AVX-512 VNNI on 256-bit vectors.
     ///
     /// # Safety

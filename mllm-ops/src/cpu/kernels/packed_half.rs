@@ -7,9 +7,11 @@
 //! column of all eight rows, and a broadcast activation value multiplies
 //! them at once, so the eight outputs of a group build up in one register
 //! with no horizontal sums, and up to [`HALF_TILE_TOKENS`] activation rows
-//! share each pass over a pair of groups (the AVX-512 kernel; the
-//! one-group kernels take [`HALF_GROUP_TILE_TOKENS`] at a time), so
-//! prefill converts each weight once per twelve (or six) tokens.
+//! share each pass over a pair of groups (the AVX-512 kernel; the AVX2
+//! one takes three rows per pass over a pair of groups, so that each
+//! broadcast feeds both, and the one-group kernels for an odd last group
+//! [`HALF_GROUP_TILE_TOKENS`]), so prefill converts each weight once per
+//! twelve (three, six) tokens.
 //!
 //! The arithmetic is fixed per output: two f32 accumulators, the even
 //! columns fused-multiply-added into one and the odd ones into the other,
@@ -41,7 +43,7 @@ use super::weight_memory::{WeightArena, WeightMemory};
 pub(crate) const HALF_TILE_TOKENS: usize = 12;
 
 /// Activation rows that share one pass over a group in the one-group
-/// kernels (AVX2, and AVX-512 for an odd last group): 12 accumulators of
+/// kernels (for an odd last group, at both levels): 12 accumulators of
 /// the 16 AVX2 registers, each converted column feeding six fused
 /// multiply-adds. Prefill of the 1.1B and SmolLM2 F16 files at the AVX2
 /// level ran 13 % faster than with four rows; seven spill registers
@@ -193,6 +195,14 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
     unsafe fn avx2(group: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
         // SAFETY: the caller guarantees the features (trait contract).
         unsafe { simd::avx2_packed_half::group_dot::<BF16>(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_pair(a: &[u8], b: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { simd::avx2_packed_half::pair_dot::<BF16>(a, b, xs, out) }
     }
 
     /// # Safety

@@ -318,8 +318,9 @@ impl QuantKernel {
     /// (`groups`) of packed format `F` for each of one to four activation
     /// rows (the float layout: up to `HALF_TILE_TOKENS`), at
     /// `out[g · xs.len() + t]` for group `g` and row `t`. With AVX-512 VNNI
-    /// two groups share 512-bit vectors; every SIMD level gives the AVX2
-    /// bits.
+    /// two groups share 512-bit vectors, and the AVX2 float kernel takes
+    /// both groups in one pass (`PackedFormat::avx2_pair`); every SIMD level
+    /// gives the AVX2 bits.
     pub(crate) fn packed_dot<F: PackedFormat>(
         self,
         groups: &[u8],
@@ -328,13 +329,23 @@ impl QuantKernel {
     ) {
         let group_bytes = xs.first().map_or(0, |x| F::blocks(x) * F::BLOCK_BYTES);
         #[cfg(target_arch = "x86_64")]
-        if let (SimdLevel::Avx512, Some((a, b))) =
-            (self.level, packed::as_pair(groups, group_bytes))
-        {
-            // SAFETY: the integer paths' AVX-512 level includes AVX2, FMA,
-            // F16C, AVX-512F/VL/BW and VNNI (struct invariant).
-            unsafe { F::vnni_pair(a, b, xs, out) };
-            return;
+        if let Some((a, b)) = packed::as_pair(groups, group_bytes) {
+            match self.level {
+                SimdLevel::Avx512 => {
+                    // SAFETY: the integer paths' AVX-512 level includes
+                    // AVX2, FMA, F16C, AVX-512F/VL/BW and VNNI (struct
+                    // invariant).
+                    unsafe { F::vnni_pair(a, b, xs, out) };
+                    return;
+                }
+                SimdLevel::Avx2 => {
+                    // SAFETY: AVX2, FMA and F16C were detected when the
+                    // kernel was made.
+                    unsafe { F::avx2_pair(a, b, xs, out) };
+                    return;
+                }
+                SimdLevel::Scalar | SimdLevel::Neon => {}
+            }
         }
         packed::each_group(groups, group_bytes, xs.len(), out, |group, out| {
             let tiles = xs.chunks(F::GROUP_TILE_TOKENS);
