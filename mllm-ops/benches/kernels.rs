@@ -16,9 +16,9 @@ use mllm_core::{DType, KvDtype};
 use mllm_ops::cpu::kernels::kv_rows::encode;
 use mllm_ops::cpu::kernels::matmul::HalfBits;
 use mllm_ops::cpu::kernels::{
-    attention, attention_batch, packed_half_linear, packed_linear, packed_q6k_linear,
-    packed_q8_linear, quant_linear, AttnShape, KvRows, PackedHalf, PackedQ4, PackedQ6K, PackedQ8,
-    QuantKernel, QuantMatrix, QuantPath, SeqAttention, SimdLevel,
+    attention, attention_batch, packed_half_linear, packed_linear, packed_q5_linear,
+    packed_q6k_linear, packed_q8_linear, quant_linear, AttnShape, KvRows, PackedHalf, PackedQ4,
+    PackedQ5, PackedQ6K, PackedQ8, QuantKernel, QuantMatrix, QuantPath, SeqAttention, SimdLevel,
 };
 use mllm_ops::quant::{quantize, QuantType};
 
@@ -310,8 +310,8 @@ fn bench_decode_roofline(c: &mut Criterion) {
 }
 
 /// Prefill through packed weights (SmolLM2's FFN up projection, 128
-/// rows): the integer GEMM of Q8_0 weights with 16-bit activation rows and
-/// the float GEMM of f16 weights, at each level this CPU has, on one
+/// rows): the integer GEMMs of Q8_0 and Q5_0 weights with 16-bit
+/// activation rows and the float GEMM of f16 weights, at each level this CPU has, on one
 /// thread (the kernel alone) and two.
 fn bench_packed_prefill(c: &mut Criterion) {
     let mut g = c.benchmark_group("packed_prefill");
@@ -319,6 +319,9 @@ fn bench_packed_prefill(c: &mut Criterion) {
     let (w, x) = linear_case(DType::Q8_0, out_f, in_f, rows);
     let m = QuantMatrix::new(QuantType::Q8_0, &w, out_f, in_f).expect("matrix");
     let q8 = PackedQ8::pack(&m).expect("packed");
+    let w5 = quantize(DType::Q5_0, &values(out_f * in_f, 1)).expect("quantize");
+    let m5 = QuantMatrix::new(QuantType::Q5_0, &w5, out_f, in_f).expect("matrix");
+    let q5 = PackedQ5::pack(&m5).expect("packed");
     let bits: Vec<u16> = values(out_f * in_f, 3)
         .iter()
         .map(|&v| half::f16::from_f32(v).to_bits())
@@ -337,6 +340,9 @@ fn bench_packed_prefill(c: &mut Criterion) {
             };
             g.bench_function(case("q8_0 ffn prefill128"), |b| {
                 pool.install(|| b.iter(|| packed_q8_linear(k, &x, rows, &q8, None, &mut y, &pool)))
+            });
+            g.bench_function(case("q5_0 ffn prefill128"), |b| {
+                pool.install(|| b.iter(|| packed_q5_linear(k, &x, rows, &q5, None, &mut y, &pool)))
             });
             g.bench_function(case("f16 ffn prefill128"), |b| {
                 pool.install(|| {
