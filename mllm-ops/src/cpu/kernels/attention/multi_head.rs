@@ -16,6 +16,7 @@ use std::arch::x86_64::*;
 
 use crate::cpu::kernels::kv_rows::{F16Tile, Tile};
 use crate::cpu::kernels::simd::avx2::{load, store};
+use crate::cpu::kernels::simd::avx2_packed::f16x8;
 use crate::cpu::kernels::simd::inline_array;
 
 /// Keys scored per pass (one fewer for rows that are widened, see
@@ -82,10 +83,7 @@ impl<'b> HeadRows for F16Tile<'b> {
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     unsafe fn lanes(chunk: Self::Chunk, i: usize) -> __m256 {
-        let b = &chunk[16 * i..16 * i + 16];
-        // SAFETY: `b` holds 16 bytes and `loadu` has no alignment
-        // requirement.
-        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(b.as_ptr().cast()) })
+        f16x8(&chunk[16 * i..])
     }
 }
 
