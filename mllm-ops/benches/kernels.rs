@@ -168,16 +168,24 @@ fn bench_kv_types(c: &mut Criterion) {
     g.finish();
 }
 
-/// One decode token after 4096 (a long context), with the cache stored as
-/// f32 and as f16 (llama.cpp's cache type), on one thread and on two: the
-/// attention that dominates decode at depth. "in cache": the same cache
-/// every call (3 or 6 MB, in L3 on most CPUs); "from memory": the next of
-/// caches that together exceed 96 MiB, as in a model whose weights push
-/// each layer's cache out of the caches between its decode steps.
-fn bench_long_decode(c: &mut Criterion) {
-    let mut g = c.benchmark_group("attention_decode@4096");
+/// One decode token after 128 (a short context, where the default model's
+/// `tg128` spends its attention time) and after 4096 (a long one, where
+/// attention dominates decode); see [`bench_decode_at`].
+fn bench_decode_depths(c: &mut Criterion) {
+    bench_decode_at(c, 128);
+    bench_decode_at(c, 4096);
+}
+
+/// One decode token after `past`, with the cache stored as f32 and as f16
+/// (llama.cpp's cache type), on one thread and on two. "in cache": the
+/// same cache every call (3 or 6 MB after 4096, in L3 on most CPUs);
+/// "from memory": the next of caches that together exceed 96 MiB, as in a
+/// model whose weights push each layer's cache out of the caches between
+/// its decode steps.
+fn bench_decode_at(c: &mut Criterion, past: usize) {
+    let mut g = c.benchmark_group(format!("attention_decode@{past}"));
     let shape = SMOLLM2_ATTENTION;
-    let (past, row) = (4096, 3 * 64);
+    let row = 3 * 64;
     let q = values(9 * 64, 3);
     let k = values((past + 1) * row, 4);
     let v = values((past + 1) * row, 5);
@@ -327,6 +335,16 @@ fn bench_packed_prefill(c: &mut Criterion) {
         .map(|&v| half::f16::from_f32(v).to_bits())
         .collect();
     let f16 = PackedHalf::pack(&bits, HalfBits::F16, out_f, in_f).expect("packed");
+    // A 1.1B model's output projection: rows of 2048 columns, 64 KiB of
+    // f16 weights per pair of row groups.
+    let wide = 2048;
+    let bits: Vec<u16> = values(wide * wide, 4)
+        .iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect();
+    let f16_wide = PackedHalf::pack(&bits, HalfBits::F16, wide, wide).expect("packed");
+    let x_wide = values(rows * wide, 5);
+    let mut y_wide = vec![0.0f32; rows * wide];
     let mut y = vec![0.0f32; rows * out_f];
     g.throughput(Throughput::Elements((rows * out_f * in_f) as u64));
     for threads in [1, 2] {
@@ -349,6 +367,15 @@ fn bench_packed_prefill(c: &mut Criterion) {
                     b.iter(|| packed_half_linear(k, &x, rows, &f16, None, &mut y, &pool))
                 })
             });
+            g.throughput(Throughput::Elements((rows * wide * wide) as u64));
+            g.bench_function(case("f16 2048x2048 prefill128"), |b| {
+                pool.install(|| {
+                    b.iter(|| {
+                        packed_half_linear(k, &x_wide, rows, &f16_wide, None, &mut y_wide, &pool)
+                    })
+                })
+            });
+            g.throughput(Throughput::Elements((rows * out_f * in_f) as u64));
         }
     }
     g.finish();
@@ -386,7 +413,7 @@ criterion_group!(
     bench_linear,
     bench_attention,
     bench_kv_types,
-    bench_long_decode,
+    bench_decode_depths,
     bench_streaming_decode,
     bench_decode_roofline,
     bench_packed_prefill
