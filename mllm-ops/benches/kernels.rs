@@ -319,8 +319,9 @@ fn bench_decode_roofline(c: &mut Criterion) {
 
 /// Prefill through packed weights (SmolLM2's FFN up projection, 128
 /// rows): the integer GEMMs of Q8_0 and Q5_0 weights with 16-bit
-/// activation rows and the float GEMM of f16 weights, at each level this CPU has, on one
-/// thread (the kernel alone) and two.
+/// activation rows and the float GEMM of f16 weights, at each level this
+/// CPU has, on one thread (the kernel alone) and two; and the f16 GEMM
+/// over a 1.1B model's wider rows.
 fn bench_packed_prefill(c: &mut Criterion) {
     let mut g = c.benchmark_group("packed_prefill");
     let (out_f, in_f, rows) = (1536, 576, 128);
@@ -335,8 +336,8 @@ fn bench_packed_prefill(c: &mut Criterion) {
         .map(|&v| half::f16::from_f32(v).to_bits())
         .collect();
     let f16 = PackedHalf::pack(&bits, HalfBits::F16, out_f, in_f).expect("packed");
-    // A 1.1B model's output projection: rows of 2048 columns, 64 KiB of
-    // f16 weights per pair of row groups.
+    // A 1.1B model's attention output projection: rows of 2048 columns,
+    // 64 KiB of f16 weights per pair of row groups.
     let wide = 2048;
     let bits: Vec<u16> = values(wide * wide, 4)
         .iter()
