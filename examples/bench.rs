@@ -13,7 +13,8 @@
 //! runs once to warm up, then `-r` times; the table shows mean ± standard
 //! deviation of tokens/s. `--json` prints one JSON array with llama-bench's
 //! field names. `--profile` adds the time per op kind over the timed steps
-//! of all timed runs. `-b B` decodes B sequences together
+//! of all timed runs, `--profile-nodes` also every node's, in graph order
+//! (which layer's which call takes how long). `-b B` decodes B sequences together
 //! in the `tg` tests (one token each per step, in B KV slots, as a server
 //! does), and counts B tokens per step. Both outputs name the CPU and the
 //! kernel level that ran (`cpu_info` and `kernel_level` in the JSON).
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use mllm::convert::default_model;
-use mllm::core::executor::OpProfile;
+use mllm::core::executor::{NodeProfile, OpProfile};
 use mllm::core::file::MllmFile;
 use mllm::core::{Error, LogitsMode, Result, SeqChunk, StepInput};
 use mllm::machine;
@@ -76,6 +77,10 @@ struct Args {
     /// Also print the time spent per op kind.
     #[arg(long)]
     profile: bool,
+    /// Also print the time spent in every node, in graph order (implies
+    /// --profile).
+    #[arg(long)]
+    profile_nodes: bool,
 }
 
 /// One test: prefill of `n_prompt` tokens or `n_gen` decode steps of
@@ -128,13 +133,13 @@ fn token_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
 const DEPTH_STEP_TOKENS: usize = 512;
 
 /// Runs one repetition and returns its duration (depth filling not timed);
-/// with `profile`, adds the time of its timed steps per op kind there.
+/// with `profile`, adds the time of its timed steps per node there.
 fn run_once(
     model: &mut Model,
     test: Test,
     depth: usize,
     seed: u64,
-    profile: Option<&mut Vec<OpProfile>>,
+    profile: Option<&mut Vec<NodeProfile>>,
 ) -> Result<Duration> {
     let vocab = model.vocab_size();
     for slot in 0..test.batch {
@@ -168,17 +173,42 @@ fn run_once(
     }
     let elapsed = started.elapsed();
     if let Some(sum) = profile {
-        add_profile(sum, model.executor().profile());
+        add_profile(sum, model.executor().node_profile());
     }
     Ok(elapsed)
 }
 
-/// Adds the per-kind times of `more` to `sum`.
-fn add_profile(sum: &mut Vec<OpProfile>, more: Vec<OpProfile>) {
-    for p in more {
-        match sum.iter_mut().find(|s| s.kind == p.kind) {
-            Some(s) => s.total += p.total,
-            None => sum.push(p),
+/// Adds the per-node times of `more` (one run's, in graph order) to `sum`.
+fn add_profile(sum: &mut Vec<NodeProfile>, more: Vec<NodeProfile>) {
+    if sum.is_empty() {
+        *sum = more;
+        return;
+    }
+    for (s, p) in sum.iter_mut().zip(more) {
+        s.total += p.total;
+    }
+}
+
+/// Prints the time per op kind of `nodes` (summed over `reps` runs), per
+/// run, and with `each_node` every node's too.
+fn print_profile(name: &str, reps: usize, nodes: &[NodeProfile], each_node: bool) {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3 / reps as f64;
+    let kinds = OpProfile::of_nodes(nodes);
+    let total: Duration = kinds.iter().map(|p| p.total).sum();
+    eprintln!("profile of {name} ({reps} runs):");
+    for p in kinds {
+        eprintln!(
+            "  {:<20} {:>4} nodes {:>10.3} ms {:>6.1}%",
+            p.kind,
+            p.nodes,
+            ms(p.total),
+            100.0 * p.total.as_secs_f64() / total.as_secs_f64().max(1e-12)
+        );
+    }
+    if each_node {
+        eprintln!("nodes of {name}, ms per run:");
+        for n in nodes {
+            eprintln!("  {:>10.3} ms {:<20} {}", ms(n.total), n.kind, n.name);
         }
     }
 }
@@ -284,7 +314,7 @@ fn run(args: Args) -> Result<()> {
         let mut samples_ns = Vec::with_capacity(args.reps);
         for r in 0..args.reps {
             let seed = (i * 1000 + r + 1) as u64;
-            let timed = args.profile.then_some(&mut profile);
+            let timed = (args.profile || args.profile_nodes).then_some(&mut profile);
             let d = run_once(&mut model, *test, args.depth, seed, timed)?;
             samples_ns.push(d.as_nanos() as f64);
         }
@@ -323,19 +353,9 @@ fn run(args: Args) -> Result<()> {
                 test.name(args.depth),
             );
         }
-        if args.profile {
-            profile.sort_by_key(|p| std::cmp::Reverse(p.total));
-            let total: Duration = profile.iter().map(|p| p.total).sum();
-            eprintln!("profile of {} ({} runs):", test.name(args.depth), args.reps);
-            for p in profile {
-                eprintln!(
-                    "  {:<20} {:>4} nodes {:>10.3} ms {:>6.1}%",
-                    p.kind,
-                    p.nodes,
-                    p.total.as_secs_f64() * 1e3 / args.reps as f64,
-                    100.0 * p.total.as_secs_f64() / total.as_secs_f64().max(1e-12)
-                );
-            }
+        if args.profile || args.profile_nodes {
+            let name = test.name(args.depth);
+            print_profile(&name, args.reps, &profile, args.profile_nodes);
         }
     }
     let rss = status_bytes("VmHWM:");

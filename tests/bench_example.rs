@@ -64,3 +64,62 @@ fn bench_times_a_test_at_depth_and_profiles_its_timed_steps() {
         "ops {profiled_ms} ms a run against {run_ms} ms timed: {stderr}"
     );
 }
+
+/// `--profile-nodes` lists every node of the graph once, in graph order,
+/// with its kind and time per run, and the nodes' times add up to the
+/// per-kind table printed above them.
+#[test]
+fn bench_profiles_every_node() {
+    let model = convert_to(&fixture("tiny-llama"), DType::F32);
+    let out = Command::new(example("bench"))
+        .args(["-m", model.path.to_str().unwrap()])
+        .args(["-p", "0", "-n", "4", "-r", "2", "-t", "2"])
+        .arg("--profile-nodes")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let section = |header: &str| -> Vec<Vec<&str>> {
+        let at = lines
+            .iter()
+            .position(|&l| l == header)
+            .unwrap_or_else(|| panic!("no '{header}' in {stderr}"));
+        lines[at + 1..]
+            .iter()
+            .take_while(|l| l.starts_with("  "))
+            .map(|l| l.split_whitespace().collect())
+            .collect()
+    };
+    let kinds = section("profile of tg4 (2 runs):");
+    let nodes = section("nodes of tg4, ms per run:");
+    let names: Vec<&str> = nodes.iter().map(|n| n[3]).collect();
+    assert_eq!(names.first(), Some(&"model.embed_tokens"), "{stderr}");
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n[2] == "attention" && n[3] == "model.layers.0.self_attn.attn"),
+        "{stderr}"
+    );
+    let mut unique = names.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "a node listed twice: {stderr}");
+    for kind in &kinds {
+        let (name, count, ms) = (kind[0], kind[1], kind[3]);
+        let of_kind: Vec<f64> = nodes
+            .iter()
+            .filter(|n| n[2] == name)
+            .map(|n| n[0].parse().unwrap())
+            .collect();
+        assert_eq!(of_kind.len().to_string(), count, "{name}: {stderr}");
+        let sum: f64 = of_kind.iter().sum();
+        let want: f64 = ms.parse().unwrap();
+        // Each printed time is rounded to a microsecond.
+        let slack = 0.0005 * (of_kind.len() + 1) as f64;
+        assert!(
+            (sum - want).abs() <= slack,
+            "{name}: nodes {sum} ms, kind {want} ms"
+        );
+    }
+}

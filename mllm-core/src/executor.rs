@@ -93,6 +93,39 @@ pub struct OpProfile {
     pub total: Duration,
 }
 
+impl OpProfile {
+    /// The times of `nodes` summed per op kind, largest first.
+    pub fn of_nodes(nodes: &[NodeProfile]) -> Vec<OpProfile> {
+        let mut by_kind: Vec<OpProfile> = Vec::new();
+        for node in nodes {
+            match by_kind.iter_mut().find(|p| p.kind == node.kind) {
+                Some(p) => {
+                    p.nodes += 1;
+                    p.total += node.total;
+                }
+                None => by_kind.push(OpProfile {
+                    kind: node.kind,
+                    nodes: 1,
+                    total: node.total,
+                }),
+            }
+        }
+        by_kind.sort_by_key(|p| std::cmp::Reverse(p.total));
+        by_kind
+    }
+}
+
+/// Time spent in one node of the graph while profiling.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeProfile {
+    /// The node's name (`model.layers.0.self_attn.attn`, ...).
+    pub name: String,
+    /// Its op kind.
+    pub kind: &'static str,
+    /// Its total execute time since profiling was switched on.
+    pub total: Duration,
+}
+
 impl Executor {
     /// Creates one op per node on `backend` and loads its weights.
     ///
@@ -285,26 +318,23 @@ impl Executor {
 
     /// Execute time per op kind since profiling was switched on, largest first.
     pub fn profile(&self) -> Vec<OpProfile> {
+        OpProfile::of_nodes(&self.node_profile())
+    }
+
+    /// Execute time of every node since profiling was switched on, in graph
+    /// order (empty when profiling is off).
+    pub fn node_profile(&self) -> Vec<NodeProfile> {
         let Some(times) = &self.profile else {
             return Vec::new();
         };
-        let mut by_kind: Vec<OpProfile> = Vec::new();
-        for (node, &t) in self.graph.nodes().iter().zip(times) {
-            let kind = node.desc.kind_name();
-            match by_kind.iter_mut().find(|p| p.kind == kind) {
-                Some(p) => {
-                    p.nodes += 1;
-                    p.total += t;
-                }
-                None => by_kind.push(OpProfile {
-                    kind,
-                    nodes: 1,
-                    total: t,
-                }),
-            }
-        }
-        by_kind.sort_by_key(|p| std::cmp::Reverse(p.total));
-        by_kind
+        let nodes = self.graph.nodes().iter().zip(times);
+        nodes
+            .map(|(node, &total)| NodeProfile {
+                name: node.name.clone(),
+                kind: node.desc.kind_name(),
+                total,
+            })
+            .collect()
     }
 
     /// How many times the ops were re-planned (shapes recomputed) so far.
