@@ -14,9 +14,9 @@
 //! deviation of tokens/s. `--json` prints one JSON array with llama-bench's
 //! field names. `--profile` adds the time per op kind over the timed steps
 //! of all timed runs, `--profile-nodes` also every node's, in graph order
-//! (which layer's which call takes how long). `-b B` decodes B sequences together
-//! in the `tg` tests (one token each per step, in B KV slots, as a server
-//! does), and counts B tokens per step. Both outputs name the CPU and the
+//! (which layer's which call takes how long). `-b B` decodes B sequences
+//! together in the `tg` tests (one token each per step, in B KV slots, as
+//! a server does), and counts B tokens per step. Both outputs name the CPU and the
 //! kernel level that ran (`cpu_info` and `kernel_level` in the JSON).
 
 use std::path::{Path, PathBuf};
@@ -308,13 +308,14 @@ fn run(args: Args) -> Result<()> {
         println!("| model | size | params | backend | threads | test | t/s |");
         println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
     }
+    let profiling = args.profile || args.profile_nodes;
     for (i, test) in tests.iter().enumerate() {
         run_once(&mut model, *test, args.depth, i as u64, None)?;
         let mut profile = Vec::new();
         let mut samples_ns = Vec::with_capacity(args.reps);
         for r in 0..args.reps {
             let seed = (i * 1000 + r + 1) as u64;
-            let timed = (args.profile || args.profile_nodes).then_some(&mut profile);
+            let timed = profiling.then_some(&mut profile);
             let d = run_once(&mut model, *test, args.depth, seed, timed)?;
             samples_ns.push(d.as_nanos() as f64);
         }
@@ -353,7 +354,7 @@ fn run(args: Args) -> Result<()> {
                 test.name(args.depth),
             );
         }
-        if args.profile || args.profile_nodes {
+        if profiling {
             let name = test.name(args.depth);
             print_profile(&name, args.reps, &profile, args.profile_nodes);
         }

@@ -316,13 +316,9 @@ impl Executor {
         self.profile = on.then(|| vec![Duration::ZERO; self.graph.nodes().len()]);
     }
 
-    /// Execute time per op kind since profiling was switched on, largest first.
-    pub fn profile(&self) -> Vec<OpProfile> {
-        OpProfile::of_nodes(&self.node_profile())
-    }
-
     /// Execute time of every node since profiling was switched on, in graph
-    /// order (empty when profiling is off).
+    /// order (empty when profiling is off); [`OpProfile::of_nodes`] sums it
+    /// per op kind.
     pub fn node_profile(&self) -> Vec<NodeProfile> {
         let Some(times) = &self.profile else {
             return Vec::new();
