@@ -16,8 +16,9 @@
 //! of all timed runs, `--profile-nodes` also every node's, in graph order
 //! (which layer's which call takes how long). `-b B` decodes B sequences
 //! together in the `tg` tests (one token each per step, in B KV slots, as
-//! a server does), and counts B tokens per step. Both outputs name the CPU and the
-//! kernel level that ran (`cpu_info` and `kernel_level` in the JSON).
+//! a server does), and counts B tokens per step. Both outputs name the CPU
+//! and the kernel level that ran (`cpu_info` and `kernel_level` in the
+//! JSON).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
