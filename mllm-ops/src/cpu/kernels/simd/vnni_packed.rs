@@ -30,10 +30,18 @@ super::avx2_packed::scaled_block_tile!(
 ///
 /// `nibble_block_sums!()` defines it in the calling module: each packed
 /// format's kernels get their own copy, so that each instance has one
-/// caller, its tile, and is inlined into it.
+/// caller, its tile, and is inlined into it. Without arguments it uses
+/// AVX-512VL's `dpbusd`; `nibble_block_sums!(features, dpbusd)` names the
+/// target features and the 256-bit `dpbusd` intrinsic (AVX-VNNI's).
 macro_rules! nibble_block_sums {
     () => {
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        $crate::cpu::kernels::simd::vnni_packed::nibble_block_sums!(
+            "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+            _mm256_dpbusd_epi32
+        );
+    };
+    ($features:literal, $dpbusd:path) => {
+        #[target_feature(enable = $features)]
         #[inline]
         fn block_sums<const T: usize, const SHIFT: u32>(
             nibbles: &[u8],
@@ -50,8 +58,8 @@ macro_rules! nibble_block_sums {
                 let w_lo = _mm256_and_si256(v, nibble);
                 let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
                 let plane = |sum: __m256i, x: &[i8; BLOCK]| {
-                    let sum = _mm256_dpbusd_epi32(sum, w_lo, word(x, 4 * j));
-                    _mm256_dpbusd_epi32(sum, w_hi, word(x, 16 + 4 * j))
+                    let sum = $dpbusd(sum, w_lo, word(x, 4 * j));
+                    $dpbusd(sum, w_hi, word(x, 16 + 4 * j))
                 };
                 for t in 0..T {
                     sum_hi[t] = plane(sum_hi[t], x.his[t]);

@@ -22,10 +22,18 @@ use crate::cpu::kernels::qact::Q16Row;
 ///
 /// `five_bit_block_sums!()` defines it in the calling module: each packed
 /// format's kernels get their own copy, so that each instance has one
-/// caller, its tile, and is inlined into it.
+/// caller, its tile, and is inlined into it. Without arguments it uses
+/// AVX-512VL's `dpbusd`; `five_bit_block_sums!(features, dpbusd)` names
+/// the target features and the 256-bit `dpbusd` intrinsic (AVX-VNNI's).
 macro_rules! five_bit_block_sums {
     () => {
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        $crate::cpu::kernels::simd::vnni_packed_q5::five_bit_block_sums!(
+            "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+            _mm256_dpbusd_epi32
+        );
+    };
+    ($features:literal, $dpbusd:path) => {
+        #[target_feature(enable = $features)]
         #[inline]
         fn block_sums<const T: usize, const SHIFT: u32>(
             bits: &[u8],
@@ -39,8 +47,8 @@ macro_rules! five_bit_block_sums {
             let mut sum_lo = [_mm256_setzero_si256(); T];
             let plane = |x: &[i8; BLOCK], sum: __m256i| {
                 w.iter().enumerate().fold(sum, |sum, (c, [w_lo, w_hi])| {
-                    let sum = _mm256_dpbusd_epi32(sum, *w_lo, word(x, 4 * c));
-                    _mm256_dpbusd_epi32(sum, *w_hi, word(x, 16 + 4 * c))
+                    let sum = $dpbusd(sum, *w_lo, word(x, 4 * c));
+                    $dpbusd(sum, *w_hi, word(x, 16 + 4 * c))
                 })
             };
             for t in 0..T {

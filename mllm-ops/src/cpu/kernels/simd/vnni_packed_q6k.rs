@@ -16,41 +16,57 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::{combine, word, BlockPlanes, RowPlanes};
+use super::avx2_packed::{BlockPlanes, RowPlanes};
 use super::vnni_packed::{f16x16, join, pair_combine, store_pair, word16};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
     Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
 };
-use crate::cpu::kernels::qact::BLOCK;
 
 /// The `vpternlog` truth table of `a | (b & c)`.
 const A_OR_B_AND_C: i32 = 0xF8;
 
-/// `avx2_packed_q6k::plane_sums` with `dpbusd`: `256·Σ w·hi + Σ w·lo`
-/// (or `Σ w·hi`) over 16 columns starting at `base`, the same 32-bit sums.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-fn plane_sums<const T: usize, const SHIFT: u32>(
-    w: &[__m256i; 4],
-    x: BlockPlanes<'_, T, SHIFT>,
-    t: usize,
-    base: usize,
-) -> __m256i {
-    let plane = |x: &[i8; BLOCK]| {
-        w.iter()
-            .enumerate()
-            .fold(_mm256_setzero_si256(), |sum, (c, &w)| {
-                _mm256_dpbusd_epi32(sum, w, word(x, base + 4 * c))
-            })
+/// Defines `plane_sums`, `avx2_packed_q6k::plane_sums` with `dpbusd`:
+/// `256·Σ w·hi + Σ w·lo` (or `Σ w·hi`) over 16 columns starting at `base`,
+/// the same 32-bit sums, with the target features `$features` and the
+/// 256-bit `dpbusd` intrinsic `$dpbusd` (AVX-512VL's here, AVX-VNNI's in
+/// `avx_vnni_packed`).
+macro_rules! q6k_plane_sums {
+    ($features:literal, $dpbusd:path) => {
+        /// `256·Σ w·hi + Σ w·lo` (or `Σ w·hi`) over 16 columns from `base`.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn plane_sums<const T: usize, const SHIFT: u32>(
+            w: &[__m256i; 4],
+            x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+            t: usize,
+            base: usize,
+        ) -> __m256i {
+            use $crate::cpu::kernels::qact::BLOCK;
+            use $crate::cpu::kernels::simd::avx2_packed::{combine, word, BlockPlanes};
+            let plane = |x: &[i8; BLOCK]| {
+                w.iter()
+                    .enumerate()
+                    .fold(_mm256_setzero_si256(), |sum, (c, &w)| {
+                        $dpbusd(sum, w, word(x, base + 4 * c))
+                    })
+            };
+            let lo = if BlockPlanes::<T, SHIFT>::HAS_LO {
+                plane(x.los[t])
+            } else {
+                _mm256_setzero_si256()
+            };
+            combine::<SHIFT>(plane(x.his[t]), lo)
+        }
     };
-    let lo = if BlockPlanes::<T, SHIFT>::HAS_LO {
-        plane(x.los[t])
-    } else {
-        _mm256_setzero_si256()
-    };
-    combine::<SHIFT>(plane(x.his[t]), lo)
 }
+
+pub(crate) use q6k_plane_sums;
+
+q6k_plane_sums!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    _mm256_dpbusd_epi32
+);
 
 super::avx2_packed_q6k::q6k_tile!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",

@@ -20,48 +20,69 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::word;
-use super::avx2_packed_q8::{add_block, scales};
 use super::vnni_packed::{f16x16, join, store_pair, word16};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
 use crate::cpu::kernels::qact::{BLOCK, BYTE, NARROW};
 
-/// The eight outputs of one packed group for `T` activation rows.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-#[inline]
-fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>]) -> [__m256; T] {
-    let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
-    let nb = xs[0].x.d.len();
-    let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
-    let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
-    let offset = _mm256_set1_epi8(i8::MIN);
-    let mut acc = [_mm256_setzero_ps(); T];
-    let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
-        .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
-        .0;
-    for (i, blk) in blocks.iter().enumerate() {
-        let mut sum_hi = [_mm256_setzero_si256(); T];
-        let mut sum_lo = [_mm256_setzero_si256(); T];
-        for j in 0..BLOCK / 4 {
-            let w = load32(&blk[16 + 32 * j..]);
-            let w_offset = _mm256_xor_si256(w, offset);
-            for t in 0..T {
-                sum_hi[t] = _mm256_dpbusd_epi32(sum_hi[t], w_offset, word(&his[t][i], 4 * j));
-                if SHIFT != BYTE {
-                    sum_lo[t] = _mm256_dpbusd_epi32(sum_lo[t], word(&los[t][i], 4 * j), w);
+/// Defines `tile::<SHIFT, T>`, the eight outputs of one packed group for
+/// `T` activation rows, with the target features `$features` and the
+/// 256-bit `dpbusd` intrinsic `$dpbusd` (AVX-512VL's here, AVX-VNNI's in
+/// `avx_vnni_packed`).
+macro_rules! q8_tile {
+    ($features:literal, $dpbusd:path) => {
+        /// The eight outputs of one packed group for `T` activation rows.
+        #[target_feature(enable = $features)]
+        #[inline]
+        fn tile<const SHIFT: u32, const T: usize>(
+            group: &[u8],
+            xs: &[Q8Input<'_, SHIFT>],
+        ) -> [__m256; T] {
+            use $crate::cpu::kernels::packed_q8::Q8_PACKED_BLOCK_BYTES;
+            use $crate::cpu::kernels::qact::{BLOCK, BYTE};
+            use $crate::cpu::kernels::simd::avx2_i8::load32;
+            use $crate::cpu::kernels::simd::avx2_packed::word;
+            use $crate::cpu::kernels::simd::avx2_packed_q8::{add_block, scales};
+            let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
+            let nb = xs[0].x.d.len();
+            let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
+            let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let offset = _mm256_set1_epi8(i8::MIN);
+            let mut acc = [_mm256_setzero_ps(); T];
+            let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
+                .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
+                .0;
+            for (i, blk) in blocks.iter().enumerate() {
+                let mut sum_hi = [_mm256_setzero_si256(); T];
+                let mut sum_lo = [_mm256_setzero_si256(); T];
+                for j in 0..BLOCK / 4 {
+                    let w = load32(&blk[16 + 32 * j..]);
+                    let w_offset = _mm256_xor_si256(w, offset);
+                    for t in 0..T {
+                        sum_hi[t] = $dpbusd(sum_hi[t], w_offset, word(&his[t][i], 4 * j));
+                        if SHIFT != BYTE {
+                            sum_lo[t] = $dpbusd(sum_lo[t], word(&los[t][i], 4 * j), w);
+                        }
+                    }
+                }
+                let d = scales(blk);
+                for t in 0..T {
+                    let correction = _mm256_set1_epi32(xs[t].hi_sums[i] << 7);
+                    let hi = _mm256_sub_epi32(sum_hi[t], correction);
+                    acc[t] = add_block::<SHIFT>(acc[t], d, hi, sum_lo[t], xs[t].x.d[i]);
                 }
             }
+            acc
         }
-        let d = scales(blk);
-        for t in 0..T {
-            let correction = _mm256_set1_epi32(xs[t].hi_sums[i] << 7);
-            let hi = _mm256_sub_epi32(sum_hi[t], correction);
-            acc[t] = add_block::<SHIFT>(acc[t], d, hi, sum_lo[t], xs[t].x.d[i]);
-        }
-    }
-    acc
+    };
 }
+
+pub(crate) use q8_tile;
+
+q8_tile!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
+    _mm256_dpbusd_epi32
+);
 
 super::avx2_packed::packed_group_dot!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni",
