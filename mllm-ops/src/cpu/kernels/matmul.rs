@@ -260,8 +260,9 @@ fn micro_at<const R: usize, const C: usize>(
         // levels this CPU has: AVX-512F (with AVX2 and FMA) here.
         SimdLevel::Avx512 => unsafe { simd::avx512::micro_any::<R, C>(xs, ws, k) },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above: AVX2 and FMA were detected.
-        SimdLevel::Avx2 => unsafe { simd::avx2::micro_any::<R, C>(xs, ws, k) },
+        // SAFETY: as above: AVX2 and FMA were detected (AVX-VNNI's level
+        // has them too).
+        SimdLevel::Avx2 | SimdLevel::AvxVnni => unsafe { simd::avx2::micro_any::<R, C>(xs, ws, k) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: as above: NEON was detected.
         SimdLevel::Neon => unsafe { simd::neon::micro_any::<R, C>(xs, ws, k) },
@@ -272,7 +273,10 @@ fn micro_at<const R: usize, const C: usize>(
 /// Whether `level` has micro-kernels that read 16-bit float weights
 /// directly.
 fn reads_half(level: SimdLevel) -> bool {
-    matches!(level, SimdLevel::Avx2 | SimdLevel::Avx512)
+    matches!(
+        level,
+        SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
+    )
 }
 
 /// [`micro_at`] with 16-bit float weight rows (raw bits of `kind`),
@@ -300,11 +304,14 @@ fn micro_half_at<const R: usize, const C: usize>(
             simd::avx512::micro_bf16_any::<R, C>(xs, ws, k)
         },
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: as above: AVX2, FMA and F16C were detected.
-        (SimdLevel::Avx2, HalfBits::F16) => unsafe { simd::avx2::micro_f16_any::<R, C>(xs, ws, k) },
+        // SAFETY: as above: AVX2, FMA and F16C were detected (AVX-VNNI's
+        // level has them too).
+        (SimdLevel::Avx2 | SimdLevel::AvxVnni, HalfBits::F16) => unsafe {
+            simd::avx2::micro_f16_any::<R, C>(xs, ws, k)
+        },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above: AVX2 and FMA were detected.
-        (SimdLevel::Avx2, HalfBits::Bf16) => unsafe {
+        (SimdLevel::Avx2 | SimdLevel::AvxVnni, HalfBits::Bf16) => unsafe {
             simd::avx2::micro_bf16_any::<R, C>(xs, ws, k)
         },
         _ => {

@@ -182,6 +182,40 @@ pub(crate) trait PackedFormat {
             }
         }
     }
+    /// [`PackedFormat::portable`] with AVX-VNNI (the 256-bit `vpdpbusd`
+    /// without AVX-512); by default [`PackedFormat::avx2`], for layouts
+    /// whose products take no bytes.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA, F16C and AVX-VNNI.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx_vnni(group: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees AVX2, FMA and F16C among others.
+        unsafe { Self::avx2(group, xs, out) }
+    }
+    /// Two consecutive groups `a` and `b` with AVX-VNNI, as
+    /// [`PackedFormat::avx2_pair`]; by default each group alone through
+    /// [`PackedFormat::avx_vnni`].
+    ///
+    /// # Safety
+    /// As [`PackedFormat::avx_vnni`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx_vnni_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Self::Input<'_>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) {
+        let (out_a, out_b) = out.split_at_mut(xs.len());
+        for (group, out) in [(a, out_a), (b, out_b)] {
+            let tiles = xs.chunks(Self::GROUP_TILE_TOKENS);
+            for (xs, out) in tiles.zip(out.chunks_mut(Self::GROUP_TILE_TOKENS)) {
+                // SAFETY: the caller guarantees the features (this
+                // method's contract is `avx_vnni`'s).
+                unsafe { Self::avx_vnni(group, xs, out) };
+            }
+        }
+    }
     /// [`PackedFormat::portable`] with AVX-512 VNNI on 256-bit vectors.
     ///
     /// # Safety
@@ -198,18 +232,31 @@ pub(crate) trait PackedFormat {
 }
 
 /// Implements the instruction-set group products of a packed format (the
-/// `avx2`, `vnni` and `vnni_pair` methods of [`PackedFormat`], or the same
-/// of `packed_q4k::SubBlockBits`, generic over `$generics`) for
-/// activation rows of type `$input` by forwarding to `group_dot` of the
-/// simd module `$avx2` and `group_dot` / `pair_dot` of `$vnni`.
+/// `avx2`, `avx_vnni`, `vnni` and `vnni_pair` methods of [`PackedFormat`],
+/// or the same of `packed_q4k::SubBlockBits`, generic over `$generics`)
+/// for activation rows of type `$input` by forwarding to `group_dot` of
+/// the simd modules `$avx2` and `$avx_vnni` and `group_dot` / `pair_dot` of
+/// `$vnni`.
 macro_rules! simd_group_products {
-    ([$($generics:tt)*], $input:ty, $avx2:ident, $vnni:ident) => {
+    ([$($generics:tt)*], $input:ty, $avx2:ident, $($avx_vnni:ident)::+, $vnni:ident) => {
         /// # Safety
         /// The trait method's: the CPU has the features it names.
         #[cfg(target_arch = "x86_64")]
         unsafe fn avx2<$($generics)*>(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
             // SAFETY: the caller guarantees the features (trait contract).
             unsafe { $crate::cpu::kernels::simd::$avx2::group_dot(group, xs, out) }
+        }
+
+        /// # Safety
+        /// The trait method's: the CPU has the features it names.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn avx_vnni<$($generics)*>(
+            group: &[u8],
+            xs: &[$input],
+            out: &mut [[f32; GROUP_ROWS]],
+        ) {
+            // SAFETY: the caller guarantees the features (trait contract).
+            unsafe { $crate::cpu::kernels::simd::$($avx_vnni)::+::group_dot(group, xs, out) }
         }
 
         /// # Safety
@@ -253,7 +300,13 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
         group_dot(group, xs, out)
     }
 
-    simd_group_products!([], Q16Row<'_, SHIFT>, avx2_packed, vnni_packed);
+    simd_group_products!(
+        [],
+        Q16Row<'_, SHIFT>,
+        avx2_packed,
+        avx_vnni_packed::q4,
+        vnni_packed
+    );
 }
 
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows
@@ -1165,8 +1218,8 @@ pub(crate) mod tests {
         }
     }
 
-    /// The AVX-512 VNNI group product of rows split at `SHIFT` equals the
-    /// AVX2 one bit for bit (the same integer block sums, the same float
+    /// The AVX-VNNI and AVX-512 VNNI group products of rows split at
+    /// `SHIFT` equal the AVX2 one bit for bit (the same integer block sums, the same float
     /// steps), for one group (256-bit) and two (512-bit) and one to four
     /// activation rows.
     fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
@@ -1179,7 +1232,7 @@ pub(crate) mod tests {
                 .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
                 .collect();
             let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
-            let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
+            let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
             let what = format!("{qt} split at {SHIFT}");
             check_group_products::<Q4Format<SHIFT>>(p.groups(0, 2), &rows, &levels, &what);
         }

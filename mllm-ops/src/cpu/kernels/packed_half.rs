@@ -205,6 +205,17 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
         unsafe { simd::avx2_packed_half::pair_dot::<BF16>(a, b, xs, out) }
     }
 
+    /// The AVX2 pair kernel: the float layout takes no byte products.
+    ///
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx_vnni_pair(a: &[u8], b: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract),
+        // which include AVX2, FMA and F16C.
+        unsafe { simd::avx2_packed_half::pair_dot::<BF16>(a, b, xs, out) }
+    }
+
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
@@ -393,14 +404,19 @@ mod tests {
     }
 
     /// The AVX-512 group products (one group, two groups) equal the AVX2
-    /// and portable ones bit for bit, for one to [`HALF_TILE_TOKENS`] rows.
+    /// (and AVX-VNNI level's) and portable ones bit for bit, for one to [`HALF_TILE_TOKENS`] rows.
     #[test]
     fn avx512_group_dot_equals_avx2() {
         let mut rng = Rng::new(94);
         let cols = 5 * BLOCK;
         let xs: Vec<Vec<f32>> = (0..HALF_TILE_TOKENS).map(|_| rng.vec(cols, 3.0)).collect();
         let xs: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
-        let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
+        let levels = [
+            SimdLevel::Scalar,
+            SimdLevel::Avx2,
+            SimdLevel::AvxVnni,
+            SimdLevel::Avx512,
+        ];
         let (bits, _) = random_matrix(&mut rng, HalfBits::F16, 2 * GROUP_ROWS * cols, 1.0);
         let p = PackedHalf::pack(&bits, HalfBits::F16, 2 * GROUP_ROWS, cols).unwrap();
         check_group_products::<HalfFormat<false>>(p.data.groups(0, 2), &xs, &levels, "f16");

@@ -79,6 +79,16 @@ pub(crate) trait SubBlockBits: Send + Sync + 'static {
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     );
+    /// The AVX-VNNI group product (as `PackedFormat::avx_vnni`).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA, F16C and AVX-VNNI.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx_vnni<const SHIFT: u32>(
+        group: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    );
     /// The AVX-512 VNNI group product (as `PackedFormat::vnni`).
     ///
     /// # Safety
@@ -223,6 +233,7 @@ impl SubBlockBits for Nibbles {
         [const SHIFT: u32],
         Q16Row<'_, SHIFT>,
         avx2_packed_q4k,
+        avx_vnni_packed::q4k,
         vnni_packed_q4k
     );
 }
@@ -249,6 +260,14 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
     unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
         // SAFETY: the caller guarantees the features (trait contract).
         unsafe { B::avx2(group, xs, out) }
+    }
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx_vnni(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { B::avx_vnni(group, xs, out) }
     }
 
     /// # Safety
@@ -424,8 +443,8 @@ mod tests {
         check_alone::<FiveBits>(&mut rng);
     }
 
-    /// The AVX-512 VNNI group products of rows split at `SHIFT` equal the
-    /// AVX2 ones bit for bit, for one group (256-bit) and two (512-bit) and
+    /// The AVX-VNNI and AVX-512 VNNI group products of rows split at
+    /// `SHIFT` equal the AVX2 ones bit for bit, for one group (256-bit) and two (512-bit) and
     /// one to four rows.
     fn check_levels<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
         let (rows, supers) = (2 * GROUP_ROWS, 2);
@@ -436,7 +455,7 @@ mod tests {
             .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
             .collect();
         let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
-        let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
+        let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
         let what = format!("{} split at {SHIFT}", B::QT);
         let groups = p.data.groups(0, 2);
         check_group_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &levels, &what);

@@ -192,7 +192,13 @@ impl<const SHIFT: u32> PackedFormat for Q5Format<SHIFT> {
         group_dot(group, xs, out)
     }
 
-    super::packed::simd_group_products!([], Q16Row<'_, SHIFT>, avx2_packed_q5, vnni_packed_q5);
+    super::packed::simd_group_products!(
+        [],
+        Q16Row<'_, SHIFT>,
+        avx2_packed_q5,
+        avx_vnni_packed::q5,
+        vnni_packed_q5
+    );
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
@@ -313,8 +319,8 @@ mod tests {
         }
     }
 
-    /// The AVX-512 VNNI group products (one group, two groups) of rows
-    /// split at `SHIFT` equal the AVX2 ones bit for bit.
+    /// The AVX-VNNI and AVX-512 VNNI group products (one group, two
+    /// groups) of rows split at `SHIFT` equal the AVX2 ones bit for bit.
     fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
         for qt in TYPES {
             let nb = 9;
@@ -325,7 +331,7 @@ mod tests {
                 .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
                 .collect();
             let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
-            let levels = [SimdLevel::Avx2, SimdLevel::Avx512];
+            let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
             let what = format!("{qt} split at {SHIFT}");
             check_group_products::<Q5Format<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
         }

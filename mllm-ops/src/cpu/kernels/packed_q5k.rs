@@ -45,6 +45,7 @@ impl SubBlockBits for FiveBits {
         [const SHIFT: u32],
         Q16Row<'_, SHIFT>,
         avx2_packed_q5k,
+        avx_vnni_packed::q5k,
         vnni_packed_q5k
     );
 }

@@ -230,7 +230,13 @@ impl<const SHIFT: u32> PackedFormat for Q6KFormat<SHIFT> {
         group_dot(group, xs, out)
     }
 
-    super::packed::simd_group_products!([], Q6KInput<'_, SHIFT>, avx2_packed_q6k, vnni_packed_q6k);
+    super::packed::simd_group_products!(
+        [],
+        Q6KInput<'_, SHIFT>,
+        avx2_packed_q6k,
+        avx_vnni_packed::q6k,
+        vnni_packed_q6k
+    );
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
@@ -413,7 +419,12 @@ mod tests {
                 half_sums: s,
             })
             .collect();
-        let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
+        let levels = [
+            SimdLevel::Scalar,
+            SimdLevel::Avx2,
+            SimdLevel::AvxVnni,
+            SimdLevel::Avx512,
+        ];
         let what = format!("q6_k split at {SHIFT}");
         check_group_products::<Q6KFormat<SHIFT>>(p.groups(0, 2), &xs, &levels, &what);
     }

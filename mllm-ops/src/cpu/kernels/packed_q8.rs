@@ -157,7 +157,13 @@ impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
         group_dot(group, xs, out)
     }
 
-    super::packed::simd_group_products!([], Q8Input<'_, SHIFT>, avx2_packed_q8, vnni_packed_q8);
+    super::packed::simd_group_products!(
+        [],
+        Q8Input<'_, SHIFT>,
+        avx2_packed_q8,
+        avx_vnni_packed::q8,
+        vnni_packed_q8
+    );
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
@@ -422,7 +428,12 @@ mod tests {
                 values: v,
             })
             .collect();
-        let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
+        let levels = [
+            SimdLevel::Scalar,
+            SimdLevel::Avx2,
+            SimdLevel::AvxVnni,
+            SimdLevel::Avx512,
+        ];
         let what = format!("q8_0 split at {SHIFT}");
         check_group_products::<Q8Format<SHIFT>>(p.groups(0, 2), &xs, &levels, &what);
     }

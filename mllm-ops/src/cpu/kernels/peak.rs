@@ -41,7 +41,8 @@ pub enum PeakKind {
 
 /// Runs `iters` (at most [`MAX_ITERS`]) rounds of [`CHAINS`] vector
 /// multiply-adds of `kind` at `level`, or `None` when this CPU lacks the
-/// level (the byte kind at [`SimdLevel::Avx512`] needs AVX-512 VNNI) or
+/// level (the byte kind at [`SimdLevel::Avx512`] needs AVX-512 VNNI; the
+/// f32 kind has no [`SimdLevel::AvxVnni`] level, an integer-only one) or
 /// the level is not measured: NEON, and the portable level, whose loops
 /// the compiler folds or vectorises as it likes.
 pub fn run(kind: PeakKind, level: SimdLevel, iters: usize) -> Option<PeakRun> {
@@ -77,6 +78,11 @@ fn lanes_and_checksum(kind: PeakKind, level: SimdLevel, iters: usize) -> Option<
             // SAFETY: the caller checked that AVX2 is available.
             (32, unsafe { simd::peak::byte_dot_avx2(iters) })
         }
+        (PeakKind::ByteDot, SimdLevel::AvxVnni) => {
+            // SAFETY: the caller checked that AVX2 and AVX-VNNI are
+            // available.
+            (32, unsafe { simd::peak::byte_dot_avx_vnni(iters) })
+        }
         (PeakKind::ByteDot, SimdLevel::Avx512) => {
             // SAFETY: the caller checked that AVX-512F/BW/VL and VNNI are
             // available.
@@ -108,7 +114,7 @@ mod tests {
                     };
                     let lanes = match (kind, level) {
                         (PeakKind::F32Fma, SimdLevel::Avx2) => 8,
-                        (PeakKind::ByteDot, SimdLevel::Avx2) => 32,
+                        (PeakKind::ByteDot, SimdLevel::Avx2 | SimdLevel::AvxVnni) => 32,
                         (PeakKind::F32Fma, _) => 16,
                         (PeakKind::ByteDot, _) => 64,
                     };

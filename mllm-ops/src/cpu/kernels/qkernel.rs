@@ -53,6 +53,11 @@ pub enum SimdLevel {
     Scalar,
     /// AVX2, FMA and F16C (x86-64).
     Avx2,
+    /// AVX2, FMA and F16C with AVX-VNNI, the 256-bit `vpdpbusd` of CPUs
+    /// without AVX-512 (Intel's since Alder Lake): the packed integer
+    /// kernels' byte products in one instruction instead of three; every
+    /// other kernel is AVX2's. Integer paths only (x86-64).
+    AvxVnni,
     /// AVX-512F, and for the integer paths also AVX-512BW, AVX-512VL and
     /// AVX-512 VNNI (x86-64).
     Avx512,
@@ -67,14 +72,16 @@ impl SimdLevel {
         match self {
             SimdLevel::Scalar => "scalar",
             SimdLevel::Avx2 => "avx2",
+            SimdLevel::AvxVnni => "avxvnni",
             SimdLevel::Avx512 => "avx512",
             SimdLevel::Neon => "neon",
         }
     }
 
     /// Every level, fastest first.
-    pub const FASTEST_FIRST: [SimdLevel; 4] = [
+    pub const FASTEST_FIRST: [SimdLevel; 5] = [
         SimdLevel::Avx512,
+        SimdLevel::AvxVnni,
         SimdLevel::Avx2,
         SimdLevel::Neon,
         SimdLevel::Scalar,
@@ -91,6 +98,12 @@ impl SimdLevel {
                     && is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
+            SimdLevel::AvxVnni => {
+                path != QuantPath::F32Activations
+                    && SimdLevel::Avx2.is_available(path)
+                    && is_x86_feature_detected!("avxvnni")
+            }
+            #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512 => {
                 SimdLevel::Avx2.is_available(path)
                     && is_x86_feature_detected!("avx512f")
@@ -100,7 +113,7 @@ impl SimdLevel {
                             && is_x86_feature_detected!("avx512vnni")))
             }
             #[cfg(not(target_arch = "x86_64"))]
-            SimdLevel::Avx2 | SimdLevel::Avx512 => false,
+            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512 => false,
             #[cfg(target_arch = "aarch64")]
             SimdLevel::Neon => {
                 // Both paths need only NEON: the int8 kernel picks its
@@ -123,13 +136,15 @@ impl std::fmt::Display for SimdLevel {
 impl std::str::FromStr for SimdLevel {
     type Err = String;
 
-    /// `avx512`, `avx2`, `neon` or `scalar`, any case.
+    /// `avx512`, `avxvnni`, `avx2`, `neon` or `scalar`, any case.
     fn from_str(s: &str) -> Result<Self, String> {
         SimdLevel::FASTEST_FIRST
             .into_iter()
             .find(|l| l.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
-                format!("unknown SIMD level '{s}': expected one of avx512, avx2, neon, scalar")
+                format!(
+                    "unknown SIMD level '{s}': expected one of avx512, avxvnni, avx2, neon, scalar"
+                )
             })
     }
 }
@@ -189,7 +204,9 @@ impl QuantKernel {
             // AVX2 and FMA were detected.
             SimdLevel::Avx512 => return unsafe { simd::avx512::dequantize_row(qt, w, out) },
             // SAFETY: the level is available: AVX2 and FMA were detected.
-            SimdLevel::Avx2 => return unsafe { simd::avx2::dequantize_row(qt, w, out) },
+            SimdLevel::Avx2 | SimdLevel::AvxVnni => {
+                return unsafe { simd::avx2::dequantize_row(qt, w, out) }
+            }
             SimdLevel::Scalar | SimdLevel::Neon => {}
         }
         #[cfg(target_arch = "aarch64")]
@@ -218,7 +235,9 @@ impl QuantKernel {
             // AVX2 and FMA were detected.
             SimdLevel::Avx512 => return unsafe { simd::avx512::gemm_tile(xb, nr, k, wb, no, dst) },
             // SAFETY: the level is available: AVX2 and FMA were detected.
-            SimdLevel::Avx2 => return unsafe { simd::avx2::gemm_tile(xb, nr, k, wb, no, dst) },
+            SimdLevel::Avx2 | SimdLevel::AvxVnni => {
+                return unsafe { simd::avx2::gemm_tile(xb, nr, k, wb, no, dst) }
+            }
             SimdLevel::Scalar | SimdLevel::Neon => {}
         }
         #[cfg(target_arch = "aarch64")]
@@ -240,7 +259,7 @@ impl QuantKernel {
                 // invariant): AVX2, FMA, AVX-512F/BW and VNNI were detected.
                 return unsafe { simd::vnni::dot_i8(it, w, x) };
             }
-            SimdLevel::Avx512 | SimdLevel::Avx2 => {
+            SimdLevel::Avx512 | SimdLevel::AvxVnni | SimdLevel::Avx2 => {
                 // SAFETY: both levels include AVX2 and FMA, detected when
                 // the kernel was made.
                 return unsafe { simd::avx2_i8::dot_i8(it, w, x) };
@@ -263,7 +282,7 @@ impl QuantKernel {
             SimdLevel::Avx512 if self.path == QuantPath::Int8Activations => {
                 return w.map(|w| self.dot_i8(it, w, x));
             }
-            SimdLevel::Avx512 | SimdLevel::Avx2 => {
+            SimdLevel::Avx512 | SimdLevel::AvxVnni | SimdLevel::Avx2 => {
                 // SAFETY: both SIMD levels include AVX2, FMA and F16C,
                 // detected when the kernel was made.
                 return unsafe { simd::avx2_i8::dot_i8_rows(it, w, x) };
@@ -276,7 +295,10 @@ impl QuantKernel {
     /// `qact::dot_i16` of four weight rows with one 16-bit activation row.
     pub(crate) fn dot_i16_rows(self, it: Int8Type, w: [&[u8]; 4], x: Q16Row<'_>) -> [f32; 4] {
         #[cfg(target_arch = "x86_64")]
-        if matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512) {
+        if matches!(
+            self.level,
+            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
+        ) {
             // SAFETY: both SIMD levels include AVX2, FMA and F16C, detected
             // when the kernel was made.
             return unsafe { simd::avx2_i8::dot_i16_rows(it, w, x) };
@@ -311,7 +333,11 @@ impl QuantKernel {
     /// load (see `packed` and `packed_q8`): on the 16-bit path with AVX2,
     /// whose packed kernels beat the row-by-row integer dot products.
     pub fn repacks_weights(self) -> bool {
-        self.path.is_16_bit() && matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512)
+        self.path.is_16_bit()
+            && matches!(
+                self.level,
+                SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
+            )
     }
 
     /// The eight outputs of each of one or two consecutive row groups
@@ -336,6 +362,12 @@ impl QuantKernel {
                     // AVX2, FMA, F16C, AVX-512F/VL/BW and VNNI (struct
                     // invariant).
                     unsafe { F::vnni_pair(a, b, xs, out) };
+                    return;
+                }
+                SimdLevel::AvxVnni => {
+                    // SAFETY: AVX2, FMA, F16C and AVX-VNNI were detected
+                    // when the kernel was made.
+                    unsafe { F::avx_vnni_pair(a, b, xs, out) };
                     return;
                 }
                 SimdLevel::Avx2 => {
@@ -370,6 +402,12 @@ impl QuantKernel {
                 unsafe { F::vnni(group, xs, out) };
                 return;
             }
+            SimdLevel::AvxVnni => {
+                // SAFETY: AVX2, FMA, F16C and AVX-VNNI were detected when
+                // the kernel was made.
+                unsafe { F::avx_vnni(group, xs, out) };
+                return;
+            }
             SimdLevel::Avx2 => {
                 // SAFETY: AVX2, FMA and F16C were detected when the kernel
                 // was made.
@@ -401,7 +439,10 @@ impl QuantKernel {
         s: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512) {
+        if matches!(
+            self.level,
+            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
+        ) {
             // SAFETY: both SIMD levels include AVX2 and FMA, detected when
             // the kernel was made.
             unsafe { simd::avx2_i8::quantize_row_q16::<SHIFT>(x, hi, lo, d, s) };
@@ -414,7 +455,10 @@ impl QuantKernel {
     /// bit-exactly as `Q8Act::quantize`.
     pub(crate) fn quantize_act(self, x: &[f32]) -> Q8Act {
         #[cfg(target_arch = "x86_64")]
-        if matches!(self.level, SimdLevel::Avx2 | SimdLevel::Avx512) {
+        if matches!(
+            self.level,
+            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
+        ) {
             let mut a = Q8Act::zeros(x.len());
             let (q, d, s) = a.parts_mut();
             // SAFETY: both SIMD levels include AVX2 and FMA, detected when
@@ -467,10 +511,15 @@ pub(crate) mod tests {
 
     /// SIMD levels (not scalar) for `path` that this CPU runs.
     fn simd_kernels(path: QuantPath) -> Vec<QuantKernel> {
-        [SimdLevel::Avx2, SimdLevel::Avx512, SimdLevel::Neon]
-            .into_iter()
-            .filter_map(|l| kernel_or_skip(path, l))
-            .collect()
+        [
+            SimdLevel::Avx2,
+            SimdLevel::AvxVnni,
+            SimdLevel::Avx512,
+            SimdLevel::Neon,
+        ]
+        .into_iter()
+        .filter_map(|l| kernel_or_skip(path, l))
+        .collect()
     }
 
     const SCALAR: QuantKernel = QuantKernel {
@@ -524,7 +573,10 @@ pub(crate) mod tests {
         }
         assert_eq!(
             "sse4".parse::<SimdLevel>(),
-            Err("unknown SIMD level 'sse4': expected one of avx512, avx2, neon, scalar".into())
+            Err(
+                "unknown SIMD level 'sse4': expected one of avx512, avxvnni, avx2, neon, scalar"
+                    .into()
+            )
         );
     }
 

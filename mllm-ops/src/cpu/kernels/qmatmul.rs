@@ -644,7 +644,7 @@ mod tests {
         let pool = pool2();
         for path in [QuantPath::Int8Activations, QuantPath::Int16Activations] {
             let int = QuantKernel::new(path);
-            let f32k = QuantKernel::with_level(QuantPath::F32Activations, int.level()).unwrap();
+            let f32k = QuantKernel::capped(QuantPath::F32Activations, int.level());
             for c in cases().into_iter().filter(|c| c.qt.block_len() == 256) {
                 let (a, _, _) = run(&mut Rng::new(33), int, &c, &pool);
                 let (b, _, _) = run(&mut Rng::new(33), f32k, &c, &pool);

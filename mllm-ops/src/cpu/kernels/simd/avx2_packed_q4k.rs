@@ -18,8 +18,8 @@ use crate::cpu::kernels::qact::Q16Row;
 /// header and the sub-block bits `$bits` (a `packed_q4k::SubBlockBits`
 /// type), over a module's block
 /// sums `$sums` of one sub-block's bits (as `avx2_packed::block_sums`).
-/// The AVX2 and the AVX-512 VNNI kernels of packed Q4_K (Q4 nibbles) and
-/// packed Q5_K (Q5 bits) share it.
+/// The AVX2, AVX-VNNI and AVX-512 VNNI kernels of packed Q4_K (Q4
+/// nibbles) and packed Q5_K (Q5 bits) share it.
 macro_rules! q4k_tile {
     ($features:literal, $sums:path, $bits:ty) => {
         /// The eight outputs of one packed group for `T` activation rows.

@@ -24,7 +24,7 @@ use crate::cpu::kernels::qact::BLOCK;
 
 /// Defines `tile::<T>`, the eight outputs of one packed Q6_K group for `T`
 /// activation rows, over a module's half-block sums `$plane_sums` (as
-/// [`plane_sums`]); the AVX2 and the AVX-512 VNNI kernels share it.
+/// [`plane_sums`]); the AVX2, AVX-VNNI and AVX-512 VNNI kernels share it.
 macro_rules! q6k_tile {
     ($features:literal, $plane_sums:path) => {
         /// The eight outputs of one packed group for `T` activation rows.
@@ -59,7 +59,7 @@ macro_rules! q6k_tile {
                     let block = planes.block(i);
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
                     if T > 1 {
-                        super::prefetch::block_into_l1(bits, BLOCK_BITS);
+                        $crate::cpu::kernels::simd::prefetch::block_into_l1(bits, BLOCK_BITS);
                     }
                     // One half at a time: its four registers of values, its
                     // scale and the accumulators stay in registers.

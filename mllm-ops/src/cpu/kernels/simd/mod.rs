@@ -63,6 +63,8 @@ pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512_packed_half;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx_vnni_packed;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod inline_array;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;

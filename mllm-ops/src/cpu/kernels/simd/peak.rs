@@ -78,6 +78,21 @@ pub(crate) fn byte_dot_avx2(iters: usize) -> f64 {
     acc.iter().map(|&v| lane_sum(_mm256_cvtepi32_ps(v))).sum()
 }
 
+/// `iters` rounds of [`CHAINS`] 256-bit AVX-VNNI `vpdpbusd` (32 byte
+/// products each).
+#[target_feature(enable = "avx2,fma,avxvnni")]
+pub(crate) fn byte_dot_avx_vnni(iters: usize) -> f64 {
+    let (a, b) = std::hint::black_box((_mm256_set1_epi8(1), _mm256_set1_epi8(1)));
+    let mut acc = [_mm256_setzero_si256(); CHAINS];
+    for _ in 0..iters {
+        for c in acc.iter_mut() {
+            *c = _mm256_dpbusd_avx_epi32(*c, a, b);
+        }
+    }
+    // Each lane holds at most 2^22: exact as f32.
+    acc.iter().map(|&v| lane_sum(_mm256_cvtepi32_ps(v))).sum()
+}
+
 /// `iters` rounds of [`CHAINS`] 512-bit `vpdpbusd` (64 byte products
 /// each).
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")]
