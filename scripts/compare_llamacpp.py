@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
-        [-d DEPTH] [--kv-dtype f16] [--gguf OTHER.gguf] [--int8-activations] [--max-simd avx2]
+        [-d DEPTH] [--kv-dtype f16] [--gguf OTHER.gguf] [--int8-activations] [--max-simd avx2|avxvnni]
 
 What it does:
 1. Fetches the default model (SmolLM2-135M-Instruct Q4_1 GGUF) and its .mllm
@@ -31,7 +31,10 @@ decode share leaves out). llama.cpp keeps its cache in f16 (its default);
 `--kv-dtype f16` gives mllm-rs the same cache type (its default is f32).
 With `--max-simd avx2` both engines run as on an AVX2-only CPU: mllm-rs
 with `--max-simd avx2`, llama.cpp from a second build (its own venv) with
-every AVX-512 and VNNI option off.
+every AVX-512 and VNNI option off. `--max-simd avxvnni` (a CPU with
+AVX-VNNI) runs them as on an AVX2 CPU with AVX-VNNI and no AVX-512, such
+as Intel's client chips since Alder Lake: llama.cpp built with AVX-VNNI
+and without AVX-512.
 Run it on an otherwise idle machine.
 """
 import argparse
@@ -69,10 +72,13 @@ def cpu_flags():
 def cmake_args(max_simd=None):
     """llama.cpp's build options: no native build (`-march=native` can pick
     AMX, which faults in some VMs), the SIMD levels this CPU has turned on
-    one by one (none past AVX2 when `max_simd` is "avx2"), AMX always off."""
+    one by one (none past AVX2 when `max_simd` is "avx2", none past AVX2
+    and AVX-VNNI when it is "avxvnni"), AMX always off."""
     flags = cpu_flags()
+    if max_simd in ("avx2", "avxvnni"):
+        flags = {f for f in flags if not f.startswith("avx512")}
     if max_simd == "avx2":
-        flags = {f for f in flags if not f.startswith("avx512") and f != "avx_vnni"}
+        flags.discard("avx_vnni")
     has = lambda *names: all(n in flags for n in names)
     opts = {
         "GGML_NATIVE": False,
@@ -108,7 +114,8 @@ def ensure_venv(max_simd=None):
 
 def roofline(threads, max_simd=None):
     """(read GB/s, f32 GMAC/s, byte GMAC/s) of this machine on `threads`,
-    the peaks at the fastest level or at `max_simd`."""
+    the peaks at the fastest level or at `max_simd` (AVX2's f32 peak for
+    "avxvnni")."""
     examples = ROOT / "target" / "release" / "examples"
     out = subprocess.run([str(examples / "membw"), "-t", str(threads), "-r", "10"],
                          check=True, capture_output=True, text=True).stdout
@@ -121,7 +128,9 @@ def roofline(threads, max_simd=None):
             words = line.split()
             at = words.index("GMAC/s")
             kind = "byte" if line.startswith("byte") else "f32"
-            if words[at - 2] == max_simd or (max_simd is None and kind not in peaks):
+            # The AVX-VNNI level is integer-only: its float kernels are AVX2's.
+            level = "avx2" if (kind, max_simd) == ("f32", "avxvnni") else max_simd
+            if words[at - 2] == level or (level is None and kind not in peaks):
                 peaks[kind] = float(words[at - 1])
     return bandwidth, peaks.get("f32"), peaks.get("byte")
 
@@ -147,8 +156,9 @@ def main():
     ap.add_argument("--int8-activations", action="store_true",
                     help="run mllm-rs with --int8-activations (8-bit activations for "
                          "Q4/Q5/K-quant weights, as llama.cpp)")
-    ap.add_argument("--max-simd", choices=["avx2"],
-                    help="run both engines as on an AVX2-only CPU (see above)")
+    ap.add_argument("--max-simd", choices=["avx2", "avxvnni"],
+                    help="run both engines as on an AVX2-only CPU, or one with "
+                    "AVX2 and AVX-VNNI but no AVX-512 (see above)")
     args = ap.parse_args()
 
     subprocess.run(["cargo", "build", "--release", "--example", "bench", "--example", "membw",

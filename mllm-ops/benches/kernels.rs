@@ -258,7 +258,7 @@ fn bench_streaming_decode(c: &mut Criterion) {
     let p = PackedQ4::pack(&m).expect("packed");
     let mut y = vec![0.0f32; out_f];
     g.throughput(Throughput::Bytes(p.bytes().len() as u64));
-    for level in [SimdLevel::Avx512, SimdLevel::Avx2] {
+    for level in [SimdLevel::Avx512, SimdLevel::AvxVnni, SimdLevel::Avx2] {
         let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
             continue;
         };
@@ -318,7 +318,7 @@ fn bench_decode_roofline(c: &mut Criterion) {
 }
 
 /// Prefill through packed weights (SmolLM2's FFN up projection, 128
-/// rows): the integer GEMMs of Q8_0 and Q5_0 weights with 16-bit
+/// rows): the integer GEMMs of Q8_0, Q4_1 and Q5_0 weights with 16-bit
 /// activation rows and the float GEMM of f16 weights, at each level this
 /// CPU has, on one thread (the kernel alone) and two; and the f16 GEMM
 /// over a 1.1B model's wider rows.
@@ -328,6 +328,9 @@ fn bench_packed_prefill(c: &mut Criterion) {
     let (w, x) = linear_case(DType::Q8_0, out_f, in_f, rows);
     let m = QuantMatrix::new(QuantType::Q8_0, &w, out_f, in_f).expect("matrix");
     let q8 = PackedQ8::pack(&m).expect("packed");
+    let w4 = quantize(DType::Q4_1, &values(out_f * in_f, 1)).expect("quantize");
+    let m4 = QuantMatrix::new(QuantType::Q4_1, &w4, out_f, in_f).expect("matrix");
+    let q4 = PackedQ4::pack(&m4).expect("packed");
     let w5 = quantize(DType::Q5_0, &values(out_f * in_f, 1)).expect("quantize");
     let m5 = QuantMatrix::new(QuantType::Q5_0, &w5, out_f, in_f).expect("matrix");
     let q5 = PackedQ5::pack(&m5).expect("packed");
@@ -350,7 +353,7 @@ fn bench_packed_prefill(c: &mut Criterion) {
     g.throughput(Throughput::Elements((rows * out_f * in_f) as u64));
     for threads in [1, 2] {
         let pool = pool(threads);
-        for level in [SimdLevel::Avx512, SimdLevel::Avx2] {
+        for level in [SimdLevel::Avx512, SimdLevel::AvxVnni, SimdLevel::Avx2] {
             let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
                 continue;
             };
@@ -359,6 +362,9 @@ fn bench_packed_prefill(c: &mut Criterion) {
             };
             g.bench_function(case("q8_0 ffn prefill128"), |b| {
                 pool.install(|| b.iter(|| packed_q8_linear(k, &x, rows, &q8, None, &mut y, &pool)))
+            });
+            g.bench_function(case("q4_1 ffn prefill128"), |b| {
+                pool.install(|| b.iter(|| packed_linear(k, &x, rows, &q4, None, &mut y, &pool)))
             });
             g.bench_function(case("q5_0 ffn prefill128"), |b| {
                 pool.install(|| b.iter(|| packed_q5_linear(k, &x, rows, &q5, None, &mut y, &pool)))
@@ -393,7 +399,7 @@ fn each_level<P: Sync>(
     product: impl Fn(QuantKernel, &P, &mut [f32]) + Sync,
 ) {
     let mut y = vec![0.0f32; out_f];
-    for level in [SimdLevel::Avx512, SimdLevel::Avx2] {
+    for level in [SimdLevel::Avx512, SimdLevel::AvxVnni, SimdLevel::Avx2] {
         let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
             continue;
         };
