@@ -562,6 +562,35 @@ pub(crate) mod tests {
         }
     }
 
+    /// AVX-VNNI is a level of the integer paths only: the f32 path capped
+    /// there runs AVX2, and the integer paths take it exactly when the CPU
+    /// has it and not AVX-512 VNNI.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx_vnni_is_an_integer_level() {
+        let f32_path = QuantPath::F32Activations;
+        assert!(!SimdLevel::AvxVnni.is_available(f32_path));
+        assert_eq!(
+            QuantKernel::capped(f32_path, SimdLevel::AvxVnni),
+            QuantKernel::capped(f32_path, SimdLevel::Avx2)
+        );
+        for path in [QuantPath::Int16Activations, QuantPath::Int8Packed] {
+            let want = if SimdLevel::Avx512.is_available(path) {
+                SimdLevel::Avx512
+            } else if SimdLevel::AvxVnni.is_available(path) {
+                SimdLevel::AvxVnni
+            } else {
+                QuantKernel::capped(path, SimdLevel::Avx2).level()
+            };
+            assert_eq!(QuantKernel::new(path).level(), want, "{path:?}");
+            assert_eq!(
+                SimdLevel::AvxVnni.is_available(path),
+                SimdLevel::Avx2.is_available(path) && is_x86_feature_detected!("avxvnni"),
+                "{path:?}"
+            );
+        }
+    }
+
     #[test]
     fn levels_parse_by_name() {
         for level in SimdLevel::FASTEST_FIRST {
