@@ -1219,9 +1219,9 @@ pub(crate) mod tests {
     }
 
     /// The AVX-VNNI and AVX-512 VNNI group products of rows split at
-    /// `SHIFT` equal the AVX2 one bit for bit (the same integer block sums, the same float
-    /// steps), for one group (256-bit) and two (512-bit) and one to four
-    /// activation rows.
+    /// `SHIFT` equal the AVX2 one bit for bit (the same integer block sums,
+    /// the same float steps), for one group (256-bit) and two (512-bit) and
+    /// one to four activation rows.
     fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
         for qt in [QuantType::Q4_0, QuantType::Q4_1] {
             let nb = 9;

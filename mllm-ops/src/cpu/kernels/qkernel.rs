@@ -260,7 +260,7 @@ impl QuantKernel {
                 return unsafe { simd::vnni::dot_i8(it, w, x) };
             }
             SimdLevel::Avx512 | SimdLevel::AvxVnni | SimdLevel::Avx2 => {
-                // SAFETY: both levels include AVX2 and FMA, detected when
+                // SAFETY: every x86 level includes AVX2 and FMA, detected when
                 // the kernel was made.
                 return unsafe { simd::avx2_i8::dot_i8(it, w, x) };
             }
@@ -283,7 +283,7 @@ impl QuantKernel {
                 return w.map(|w| self.dot_i8(it, w, x));
             }
             SimdLevel::Avx512 | SimdLevel::AvxVnni | SimdLevel::Avx2 => {
-                // SAFETY: both SIMD levels include AVX2, FMA and F16C,
+                // SAFETY: every x86 level includes AVX2, FMA and F16C,
                 // detected when the kernel was made.
                 return unsafe { simd::avx2_i8::dot_i8_rows(it, w, x) };
             }
@@ -299,7 +299,7 @@ impl QuantKernel {
             self.level,
             SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
         ) {
-            // SAFETY: both SIMD levels include AVX2, FMA and F16C, detected
+            // SAFETY: every x86 level includes AVX2, FMA and F16C, detected
             // when the kernel was made.
             return unsafe { simd::avx2_i8::dot_i16_rows(it, w, x) };
         }
@@ -345,8 +345,9 @@ impl QuantKernel {
     /// rows (the float layout: up to `HALF_TILE_TOKENS`), at
     /// `out[g · xs.len() + t]` for group `g` and row `t`. With AVX-512 VNNI
     /// two groups share 512-bit vectors, and the AVX2 float kernel takes
-    /// both groups in one pass (`PackedFormat::avx2_pair`); every SIMD level
-    /// gives the AVX2 bits.
+    /// both groups in one pass (`PackedFormat::avx2_pair`, also at the
+    /// AVX-VNNI level, whose integer kernels take one group at a time);
+    /// every SIMD level gives the AVX2 bits.
     pub(crate) fn packed_dot<F: PackedFormat>(
         self,
         groups: &[u8],
@@ -443,7 +444,7 @@ impl QuantKernel {
             self.level,
             SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
         ) {
-            // SAFETY: both SIMD levels include AVX2 and FMA, detected when
+            // SAFETY: every x86 level includes AVX2 and FMA, detected when
             // the kernel was made.
             unsafe { simd::avx2_i8::quantize_row_q16::<SHIFT>(x, hi, lo, d, s) };
             return;
@@ -461,7 +462,7 @@ impl QuantKernel {
         ) {
             let mut a = Q8Act::zeros(x.len());
             let (q, d, s) = a.parts_mut();
-            // SAFETY: both SIMD levels include AVX2 and FMA, detected when
+            // SAFETY: every x86 level includes AVX2 and FMA, detected when
             // the kernel was made.
             unsafe { simd::avx2_i8::quantize_row(x, q, d, s) };
             return a;
