@@ -3,7 +3,8 @@
 
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
-        [-d DEPTH] [--kv-dtype f16] [--gguf OTHER.gguf] [--int8-activations] [--max-simd avx2|avxvnni]
+        [-d DEPTH] [--kv-dtype f16] [--gguf OTHER.gguf] [--int8-activations]
+        [--max-simd avx2|avxvnni]
 
 What it does:
 1. Fetches the default model (SmolLM2-135M-Instruct Q4_1 GGUF) and its .mllm
