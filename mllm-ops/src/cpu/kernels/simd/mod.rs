@@ -100,7 +100,8 @@ pub(crate) const K_CHUNK: usize = 256;
 /// with `$t` a constant: the steps are spelled out rather than looped, so
 /// that per-row arrays indexed by `$t` stay in registers (a loop the
 /// compiler does not unroll keeps them in a stack array indexed at run
-/// time).
+/// time). The x86-64 packed kernels use it.
+#[cfg(target_arch = "x86_64")]
 macro_rules! per_row {
     ($rows:expr, |$t:ident| $body:block) => {
         $crate::cpu::kernels::simd::per_row!($rows, |$t| $body, [0, 1, 2, 3]);
@@ -119,6 +120,7 @@ macro_rules! per_row {
     };
 }
 
+#[cfg(target_arch = "x86_64")]
 pub(crate) use per_row;
 
 /// Defines `dequantize_row` for an ISA module from its block decoders, one
