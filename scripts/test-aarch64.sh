@@ -34,4 +34,7 @@ fi
 # script works without it.
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L $sysroot"
+# qemu-user drops madvise(MADV_HUGEPAGE) (a hint), so the tests that read
+# that advice back from /proc/self/smaps skip.
+export MLLM_TEST_EMULATED=1
 cargo test -p mllm-ops --target "$target" --tests "$@"
