@@ -242,10 +242,7 @@ fn the_backend_makes_stacked_ops_and_stacks_the_types_it_repacks() {
             run_linear(&mut direct, &x, 2, IN, 48),
         );
         assert_eq!(a, b, "{level:?}");
-        let repacks = matches!(
-            level,
-            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
-        );
+        let repacks = level.includes_avx2();
         for dtype in [
             DType::Q4_0,
             DType::Q8_0,

@@ -273,10 +273,7 @@ fn micro_at<const R: usize, const C: usize>(
 /// Whether `level` has micro-kernels that read 16-bit float weights
 /// directly.
 fn reads_half(level: SimdLevel) -> bool {
-    matches!(
-        level,
-        SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
-    )
+    level.includes_avx2()
 }
 
 /// [`micro_at`] with 16-bit float weight rows (raw bits of `kind`),

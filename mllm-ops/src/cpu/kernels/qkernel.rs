@@ -125,6 +125,16 @@ impl SimdLevel {
             SimdLevel::Neon => false,
         }
     }
+
+    /// Whether this is an x86-64 level, each of which includes AVX2, FMA
+    /// and F16C (so that its kernels may run AVX2's where they have none of
+    /// their own).
+    pub fn includes_avx2(self) -> bool {
+        matches!(
+            self,
+            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
+        )
+    }
 }
 
 impl std::fmt::Display for SimdLevel {
@@ -142,8 +152,10 @@ impl std::str::FromStr for SimdLevel {
             .into_iter()
             .find(|l| l.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
+                let names = SimdLevel::FASTEST_FIRST.map(SimdLevel::name);
                 format!(
-                    "unknown SIMD level '{s}': expected one of avx512, avxvnni, avx2, neon, scalar"
+                    "unknown SIMD level '{s}': expected one of {}",
+                    names.join(", ")
                 )
             })
     }
@@ -295,10 +307,7 @@ impl QuantKernel {
     /// `qact::dot_i16` of four weight rows with one 16-bit activation row.
     pub(crate) fn dot_i16_rows(self, it: Int8Type, w: [&[u8]; 4], x: Q16Row<'_>) -> [f32; 4] {
         #[cfg(target_arch = "x86_64")]
-        if matches!(
-            self.level,
-            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
-        ) {
+        if self.level.includes_avx2() {
             // SAFETY: every x86 level includes AVX2, FMA and F16C, detected
             // when the kernel was made.
             return unsafe { simd::avx2_i8::dot_i16_rows(it, w, x) };
@@ -333,11 +342,7 @@ impl QuantKernel {
     /// load (see `packed` and `packed_q8`): on the 16-bit path with AVX2,
     /// whose packed kernels beat the row-by-row integer dot products.
     pub fn repacks_weights(self) -> bool {
-        self.path.is_16_bit()
-            && matches!(
-                self.level,
-                SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
-            )
+        self.path.is_16_bit() && self.level.includes_avx2()
     }
 
     /// The eight outputs of each of one or two consecutive row groups
@@ -440,10 +445,7 @@ impl QuantKernel {
         s: &mut [f32],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if matches!(
-            self.level,
-            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
-        ) {
+        if self.level.includes_avx2() {
             // SAFETY: every x86 level includes AVX2 and FMA, detected when
             // the kernel was made.
             unsafe { simd::avx2_i8::quantize_row_q16::<SHIFT>(x, hi, lo, d, s) };
@@ -456,10 +458,7 @@ impl QuantKernel {
     /// bit-exactly as `Q8Act::quantize`.
     pub(crate) fn quantize_act(self, x: &[f32]) -> Q8Act {
         #[cfg(target_arch = "x86_64")]
-        if matches!(
-            self.level,
-            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
-        ) {
+        if self.level.includes_avx2() {
             let mut a = Q8Act::zeros(x.len());
             let (q, d, s) = a.parts_mut();
             // SAFETY: every x86 level includes AVX2 and FMA, detected when
