@@ -172,15 +172,17 @@ pub(crate) trait PackedFormat {
     /// As [`PackedFormat::avx2`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2_pair(a: &[u8], b: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
-        let (out_a, out_b) = out.split_at_mut(xs.len());
-        for (group, out) in [(a, out_a), (b, out_b)] {
-            let tiles = xs.chunks(Self::GROUP_TILE_TOKENS);
-            for (xs, out) in tiles.zip(out.chunks_mut(Self::GROUP_TILE_TOKENS)) {
-                // SAFETY: the caller guarantees the features (this
-                // method's contract is `avx2`'s).
-                unsafe { Self::avx2(group, xs, out) };
-            }
-        }
+        each_of_pair(
+            [a, b],
+            xs,
+            Self::GROUP_TILE_TOKENS,
+            out,
+            |group, xs, out| {
+                // SAFETY: the caller guarantees the features (this method's
+                // contract is `avx2`'s).
+                unsafe { Self::avx2(group, xs, out) }
+            },
+        );
     }
     /// [`PackedFormat::portable`] with AVX-VNNI (the 256-bit `vpdpbusd`
     /// without AVX-512); by default [`PackedFormat::avx2`], for layouts
@@ -206,15 +208,17 @@ pub(crate) trait PackedFormat {
         xs: &[Self::Input<'_>],
         out: &mut [[f32; GROUP_ROWS]],
     ) {
-        let (out_a, out_b) = out.split_at_mut(xs.len());
-        for (group, out) in [(a, out_a), (b, out_b)] {
-            let tiles = xs.chunks(Self::GROUP_TILE_TOKENS);
-            for (xs, out) in tiles.zip(out.chunks_mut(Self::GROUP_TILE_TOKENS)) {
-                // SAFETY: the caller guarantees the features (this
-                // method's contract is `avx_vnni`'s).
-                unsafe { Self::avx_vnni(group, xs, out) };
-            }
-        }
+        each_of_pair(
+            [a, b],
+            xs,
+            Self::GROUP_TILE_TOKENS,
+            out,
+            |group, xs, out| {
+                // SAFETY: the caller guarantees the features (this method's
+                // contract is `avx_vnni`'s).
+                unsafe { Self::avx_vnni(group, xs, out) }
+            },
+        );
     }
     /// [`PackedFormat::portable`] with AVX-512 VNNI on 256-bit vectors.
     ///
@@ -802,6 +806,28 @@ pub(crate) fn pack_blocks(
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) fn as_pair(groups: &[u8], group_bytes: usize) -> Option<(&[u8], &[u8])> {
     (group_bytes > 0 && groups.len() == 2 * group_bytes).then(|| groups.split_at(group_bytes))
+}
+
+/// Runs `dot(group, rows, out)` for each of the two groups `pair` and each
+/// tile of at most `tile` of the activation rows `xs`: the default
+/// two-group products of a [`PackedFormat`], one group at a time (the
+/// outputs of the second group after those of the first).
+#[cfg(target_arch = "x86_64")]
+fn each_of_pair<A>(
+    pair: [&[u8]; 2],
+    xs: &[A],
+    tile: usize,
+    out: &mut [[f32; GROUP_ROWS]],
+    mut dot: impl FnMut(&[u8], &[A], &mut [[f32; GROUP_ROWS]]),
+) {
+    if xs.is_empty() {
+        return;
+    }
+    for (group, out) in pair.into_iter().zip(out.chunks_mut(xs.len())) {
+        for (xs, out) in xs.chunks(tile).zip(out.chunks_mut(tile)) {
+            dot(group, xs, out);
+        }
+    }
 }
 
 /// Runs `dot(group, out)` over each group of `group_bytes` in `groups`,
