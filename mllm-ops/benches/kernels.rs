@@ -22,6 +22,10 @@ use mllm_ops::cpu::kernels::{
 };
 use mllm_ops::quant::{quantize, QuantType};
 
+/// The x86-64 kernel levels the benches compare, fastest first (each case
+/// runs at those this CPU has).
+const X86_LEVELS: [SimdLevel; 3] = [SimdLevel::Avx512, SimdLevel::AvxVnni, SimdLevel::Avx2];
+
 /// Deterministic values in `[-1, 1)`.
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -258,7 +262,7 @@ fn bench_streaming_decode(c: &mut Criterion) {
     let p = PackedQ4::pack(&m).expect("packed");
     let mut y = vec![0.0f32; out_f];
     g.throughput(Throughput::Bytes(p.bytes().len() as u64));
-    for level in [SimdLevel::Avx512, SimdLevel::AvxVnni, SimdLevel::Avx2] {
+    for level in X86_LEVELS {
         let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
             continue;
         };
@@ -353,7 +357,7 @@ fn bench_packed_prefill(c: &mut Criterion) {
     g.throughput(Throughput::Elements((rows * out_f * in_f) as u64));
     for threads in [1, 2] {
         let pool = pool(threads);
-        for level in [SimdLevel::Avx512, SimdLevel::AvxVnni, SimdLevel::Avx2] {
+        for level in X86_LEVELS {
             let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
                 continue;
             };
@@ -399,7 +403,7 @@ fn each_level<P: Sync>(
     product: impl Fn(QuantKernel, &P, &mut [f32]) + Sync,
 ) {
     let mut y = vec![0.0f32; out_f];
-    for level in [SimdLevel::Avx512, SimdLevel::AvxVnni, SimdLevel::Avx2] {
+    for level in X86_LEVELS {
         let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
             continue;
         };
