@@ -304,6 +304,17 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
         group_dot(group, xs, out)
     }
 
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) {
+        // SAFETY: the caller guarantees AVX2, FMA and F16C (trait contract).
+        unsafe { super::simd::avx2_packed_pair::pair_dot(a, b, xs, out) }
+    }
+
     simd_group_products!(
         [],
         Q16Row<'_, SHIFT>,
@@ -1214,9 +1225,11 @@ pub(crate) mod tests {
     }
 
     /// Checks the group products of format `F` over `groups` (two packed
-    /// groups): for one group and for both (the 512-bit pair) and one to
-    /// all of the rows `xs` (at most the format's tile), every level of
-    /// `levels` this CPU runs gives the first such level's bits.
+    /// groups): for one group and for both (the two-group kernels) and one
+    /// to all of the rows `xs` (at most the format's tile), every level of
+    /// `levels` this CPU runs gives the first such level's bits, and each
+    /// level's two-group product each group's own
+    /// ([`check_pair_equals_groups_alone`]).
     pub(crate) fn check_group_products<F: PackedFormat>(
         groups: &[u8],
         xs: &[F::Input<'_>],
@@ -1242,12 +1255,44 @@ pub(crate) mod tests {
                 }
             }
         }
+        for k in &kernels {
+            check_pair_equals_groups_alone::<F>(*k, groups, xs, what);
+        }
+    }
+
+    /// The two-group product of kernel `k` over `groups` (two packed
+    /// groups) equals each group's own product, bit for bit, for one to
+    /// all of the rows `xs`: a task split that leaves a group without its
+    /// neighbour must not change its outputs.
+    pub(crate) fn check_pair_equals_groups_alone<F: PackedFormat>(
+        k: QuantKernel,
+        groups: &[u8],
+        xs: &[F::Input<'_>],
+        what: &str,
+    ) {
+        let group_bytes = groups.len() / 2;
+        for t in 1..=xs.len() {
+            let mut pair = vec![[f32::NAN; GROUP_ROWS]; 2 * t];
+            k.packed_dot::<F>(groups, &xs[..t], &mut pair);
+            for (g, want) in pair.chunks_exact(t).enumerate() {
+                let mut alone = vec![[f32::NAN; GROUP_ROWS]; t];
+                let group = &groups[g * group_bytes..][..group_bytes];
+                k.packed_dot::<F>(group, &xs[..t], &mut alone);
+                assert_eq!(
+                    alone,
+                    want,
+                    "{what}: {:?}, group {g} alone, {t} rows",
+                    k.level()
+                );
+            }
+        }
     }
 
     /// The AVX-VNNI and AVX-512 VNNI group products of rows split at
     /// `SHIFT` equal the AVX2 one bit for bit (the same integer block sums,
-    /// the same float steps), for one group (256-bit) and two (512-bit) and
-    /// one to four activation rows.
+    /// the same float steps), for one group (256-bit) and two (512-bit, and
+    /// the AVX2 two-group kernel) and one to four activation rows, and each
+    /// level's two-group product equals the groups' own.
     fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
         for qt in [QuantType::Q4_0, QuantType::Q4_1] {
             let nb = 9;

@@ -7,6 +7,7 @@
 
 use std::arch::x86_64::*;
 
+use crate::cpu::kernels::packed::GROUP_ROWS;
 use crate::quant::{
     iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, QuantType,
 };
@@ -32,6 +33,20 @@ pub(crate) fn store(out: &mut [f32], v: __m256) {
     // SAFETY: `out` holds 8 floats (sliced above) and `storeu` has no
     // alignment requirement.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) }
+}
+
+/// Stores the outputs of a pass over two groups `a` and `b` for `T` rows
+/// at the start of their output rows (the two-group kernels' last step).
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(crate) fn store_pair<const T: usize>(
+    acc: [[__m256; T]; 2],
+    (out_a, out_b): (&mut [[f32; GROUP_ROWS]], &mut [[f32; GROUP_ROWS]]),
+) {
+    for t in 0..T {
+        store(&mut out_a[t], acc[0][t]);
+        store(&mut out_b[t], acc[1][t]);
+    }
 }
 
 /// The first 8 bytes of `b` zero-extended to 8 `i32` lanes.

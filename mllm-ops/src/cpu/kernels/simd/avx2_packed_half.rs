@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::store;
+use super::avx2::{store, store_pair};
 use crate::cpu::kernels::packed::GROUP_ROWS;
 use crate::cpu::kernels::packed_half::{COLUMN_BYTES, HALF_GROUP_TILE_TOKENS};
 
@@ -162,19 +162,5 @@ pub(crate) fn pair_dot<const BF16: bool>(
             2 => store_pair(pair_tile::<2, BF16>(a, b, xs), out),
             _ => store_pair(pair_tile::<3, BF16>(a, b, xs), out),
         }
-    }
-}
-
-/// Stores the outputs of a pass over groups `a` and `b` for `T` rows at
-/// the start of their output rows.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn store_pair<const T: usize>(
-    acc: [[__m256; T]; 2],
-    (out_a, out_b): (&mut [[f32; GROUP_ROWS]], &mut [[f32; GROUP_ROWS]]),
-) {
-    for t in 0..T {
-        store(&mut out_a[t], acc[0][t]);
-        store(&mut out_b[t], acc[1][t]);
     }
 }

@@ -49,6 +49,8 @@ pub(crate) mod avx2_packed;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed_half;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_packed_pair;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed_q4k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed_q5;
