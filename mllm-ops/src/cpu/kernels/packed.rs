@@ -304,6 +304,8 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
         group_dot(group, xs, out)
     }
 
+    /// # Safety
+    /// The trait method's: the CPU has AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2_pair(
         a: &[u8],
