@@ -141,15 +141,12 @@ macro_rules! nibble_block_sums {
         ) -> ([__m256i; T], [__m256i; T]) {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_i8::load32;
-            use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
-            let nibble = _mm256_set1_epi8(0x0F);
+            use $crate::cpu::kernels::simd::avx2_packed::{split_nibbles, word, BlockPlanes};
             let ones = _mm256_set1_epi16(1);
             let mut sum_hi = [_mm256_setzero_si256(); T];
             let mut sum_lo = [_mm256_setzero_si256(); T];
             for j in 0..4 {
-                let v = load32(&nibbles[32 * j..]);
-                let w_lo = _mm256_and_si256(v, nibble);
-                let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+                let (w_lo, w_hi) = split_nibbles(load32(&nibbles[32 * j..]));
                 let plane = |x: &[i8; BLOCK]| {
                     _mm256_add_epi16(
                         _mm256_maddubs_epi16(w_lo, word(x, 4 * j)),
@@ -174,6 +171,19 @@ macro_rules! nibble_block_sums {
 pub(crate) use nibble_block_sums;
 
 nibble_block_sums!();
+
+/// The low and the high nibbles of the 32 bytes `v` as bytes: in the
+/// packed chunk layout, four columns of the eight rows and the four
+/// columns 16 further on.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn split_nibbles(v: __m256i) -> (__m256i, __m256i) {
+    let nibble = _mm256_set1_epi8(0x0F);
+    (
+        _mm256_and_si256(v, nibble),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble),
+    )
+}
 
 /// The eight rows' f16 scales `d` and offsets `m` (zero for Q4_0) at the
 /// start of a packed Q4 or Q5 block, as f32.

@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store_pair;
 use super::avx2_i8::load32;
-use super::avx2_packed::{add_block, block_scales, word, BlockPlanes, RowPlanes};
+use super::avx2_packed::{add_block, block_scales, split_nibbles, word, BlockPlanes, RowPlanes};
 use crate::cpu::kernels::packed::{GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES, TILE_TOKENS};
 use crate::cpu::kernels::qact::{Q16Row, BYTE};
 
@@ -116,7 +116,10 @@ fn pair_block_sums<const T: usize, const SHIFT: u32>(
     // A trip count the compiler cannot see keeps it from unrolling the
     // four chunks and unpacking all of them up front (which spills).
     for j in 0..std::hint::black_box(4) {
-        let w = [unpack(load32(&a[32 * j..])), unpack(load32(&b[32 * j..]))];
+        let w = [
+            split_nibbles(load32(&a[32 * j..])),
+            split_nibbles(load32(&b[32 * j..])),
+        ];
         for t in 0..T {
             add_plane(&mut sum_hi, t, w, x.his[t], j);
             if BlockPlanes::<T, SHIFT>::HAS_LO {
@@ -133,18 +136,6 @@ fn pair_block_sums<const T: usize, const SHIFT: u32>(
             std::array::from_fn(|t| widen(lo[t])),
         )
     })
-}
-
-/// The low and the high nibbles of the 32 bytes `v` (four columns of the
-/// eight rows).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn unpack(v: __m256i) -> (__m256i, __m256i) {
-    let nibble = _mm256_set1_epi8(0x0F);
-    (
-        _mm256_and_si256(v, nibble),
-        _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble),
-    )
 }
 
 /// Adds row `t`'s 16-bit products of chunk `j` of both groups' unpacked
