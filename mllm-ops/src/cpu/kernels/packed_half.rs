@@ -302,6 +302,9 @@ pub fn packed_half_linear(
 /// bytes on the x86 cores measured).
 const CACHE_SET_SPAN: usize = 4096;
 
+/// Bytes of a cache line: what [`off_set_stride`] adds to each row.
+const CACHE_LINE: usize = 64;
+
 /// A copy of the activation rows `xb` (`cols` each) at a row stride one
 /// cache line longer, with that stride, where rows `cols` apart would map
 /// to the same L1 cache sets (a multiple of [`CACHE_SET_SPAN`] bytes) and
@@ -314,7 +317,7 @@ fn off_set_stride(xb: &[f32], cols: usize) -> Option<(Vec<f32>, usize)> {
     if xb.len() <= cols || !row_bytes.is_multiple_of(CACHE_SET_SPAN) {
         return None;
     }
-    let stride = cols + 64 / size_of::<f32>();
+    let stride = cols + CACHE_LINE / size_of::<f32>();
     let mut rows = vec![0.0f32; xb.len() / cols * stride];
     for (dst, src) in rows.chunks_exact_mut(stride).zip(xb.chunks_exact(cols)) {
         dst[..cols].copy_from_slice(src);
