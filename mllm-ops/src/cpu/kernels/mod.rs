@@ -57,6 +57,9 @@ pub use weight_memory::{WeightArena, WeightMemory};
 /// kernel runs serially instead of dispatching to the thread pool.
 pub(crate) const PAR_THRESHOLD: usize = 32 * 1024;
 
+/// Bytes of a cache line on the CPUs the kernels are tuned for.
+pub(crate) const CACHE_LINE: usize = 64;
+
 /// Helpers shared by the kernel tests.
 #[cfg(test)]
 pub(crate) mod test_util {

@@ -34,6 +34,7 @@ use super::qkernel::{QuantKernel, SimdLevel};
 #[cfg(target_arch = "x86_64")]
 use super::simd;
 use super::weight_memory::{WeightArena, WeightMemory};
+use super::CACHE_LINE;
 
 /// Activation rows that share one pass over a pair of groups in the
 /// AVX-512 kernel: 24 accumulators of its 32 registers, each converted
@@ -301,9 +302,6 @@ pub fn packed_half_linear(
 /// Bytes over which the L1 data cache's set index repeats (64 sets of 64
 /// bytes on the x86 cores measured).
 const CACHE_SET_SPAN: usize = 4096;
-
-/// Bytes of a cache line: what [`off_set_stride`] adds to each row.
-const CACHE_LINE: usize = 64;
 
 /// A copy of the activation rows `xb` (`cols` each) at a row stride one
 /// cache line longer, with that stride, where rows `cols` apart would map

@@ -37,6 +37,8 @@
 
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
 
+use crate::cpu::kernels::CACHE_LINE as LINE;
+
 /// Bytes ahead of the current read position of each weight stream that
 /// the decode kernels prefetch into L2.
 pub(crate) const AHEAD: usize = 4096;
@@ -71,9 +73,6 @@ fn line_into_l1(p: *const u8) {
     // whatever the address.
     unsafe { _mm_prefetch::<_MM_HINT_T0>(line) };
 }
-
-/// Cache line size.
-const LINE: usize = 64;
 
 /// Offsets from `addr` of the cache lines that start within the `len`
 /// bytes at `addr`: adjacent ranges name every line exactly once.
