@@ -710,6 +710,33 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
     act
 }
 
+/// Fills `out` (`per_row` items for each row of `in_f` values, `len`
+/// values in all) by `fill(first, part)`, where `first` is the index of
+/// `part`'s first item: in the pool, a few rows per task, when the call
+/// is parallel and has many values.
+pub(crate) fn fill_by_rows<T: Send>(
+    split: &Split<'_>,
+    in_f: usize,
+    len: usize,
+    per_row: usize,
+    out: &mut [T],
+    fill: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let Some(pool) = split
+        .pool()
+        .filter(|_| len >= PAR_QUANTIZE_VALUES.max(2 * in_f))
+    else {
+        return fill(0, out);
+    };
+    let rows = len / in_f;
+    let per_task = rows.div_ceil(4 * pool.current_num_threads()).max(1) * per_row;
+    pool.install(|| {
+        out.par_chunks_mut(per_task)
+            .enumerate()
+            .for_each(|(i, part)| fill(i * per_task, part))
+    });
+}
+
 /// Writes the outputs of every row group (`groups(g, n)`: the `n` groups
 /// from `g` on, each of `cols` weights per row) for the activation rows
 /// `xs` into `dst` (`[xs.len(), out_f]`, row-major), parallel over blocks

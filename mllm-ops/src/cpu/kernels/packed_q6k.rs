@@ -33,12 +33,12 @@ use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, group_outputs, pack_blocks, quantize_rows, PackedData, PackedFormat, SourceRows,
-    GROUP_ROWS, TILE_TOKENS,
+    by_row_blocks, fill_by_rows, group_outputs, pack_blocks, quantize_rows, PackedData,
+    PackedFormat, SourceRows, GROUP_ROWS, TILE_TOKENS,
 };
 use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
-use super::qmatmul::QuantMatrix;
+use super::qmatmul::{QuantMatrix, Split};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q6_k, QuantType};
 
@@ -201,17 +201,36 @@ pub(crate) struct Q6KInput<'a, const SHIFT: u32> {
     pub half_sums: &'a [i32],
 }
 
-/// `Σ q_x` of each 16 values of `x`.
-fn half_sums<const SHIFT: u32>(x: Q16Row<'_, SHIFT>) -> Vec<i32> {
-    x.hi.chunks_exact(16)
-        .zip(x.lo.chunks_exact(16))
-        .map(|(h, l)| {
-            h.iter()
-                .zip(l)
-                .map(|(&h, &l)| ((h as i32) << SHIFT) + l as i32)
-                .sum()
-        })
-        .collect()
+/// `Σ q_x` of each 16 values of the planes `hi` and `lo`, into `out`.
+fn half_sums_into<const SHIFT: u32>(hi: &[i8], lo: &[i8], out: &mut [i32]) {
+    for (o, (h, l)) in out
+        .iter_mut()
+        .zip(hi.chunks_exact(16).zip(lo.chunks_exact(16)))
+    {
+        *o = h
+            .iter()
+            .zip(l)
+            .map(|(&h, &l)| ((h as i32) << SHIFT) + l as i32)
+            .sum();
+    }
+}
+
+/// [`half_sums_into`] of every row of `x` (`in_f` values each), in the
+/// pool when the call is parallel.
+fn half_sums<const SHIFT: u32>(x: Q16Row<'_, SHIFT>, in_f: usize, split: &Split<'_>) -> Vec<i32> {
+    let mut sums = vec![0; x.hi.len() / 16];
+    fill_by_rows(
+        split,
+        in_f,
+        x.hi.len(),
+        in_f / 16,
+        &mut sums,
+        |first, out| {
+            let (hi, lo) = (&x.hi[16 * first..], &x.lo[16 * first..]);
+            half_sums_into::<SHIFT>(hi, lo, out)
+        },
+    );
+    sums
 }
 
 /// The packed Q6_K layout (see the module documentation) for activation
@@ -307,7 +326,7 @@ fn q6k_linear<const SHIFT: u32>(
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
         let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
         let act = act.row();
-        let sums = half_sums(act);
+        let sums = half_sums(act, in_f, split);
         let xs: Vec<Q6KInput<'_, SHIFT>> = (0..xb.len() / in_f)
             .map(|t| Q6KInput {
                 x: act.sub_row(t, in_f),
@@ -410,7 +429,14 @@ mod tests {
         let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
             .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
             .collect();
-        let sums: Vec<Vec<i32>> = acts.iter().map(|a| half_sums(a.row())).collect();
+        let sums: Vec<Vec<i32>> = acts
+            .iter()
+            .map(|a| {
+                let mut s = vec![0; cols / 16];
+                half_sums_into::<SHIFT>(a.row().hi, a.row().lo, &mut s);
+                s
+            })
+            .collect();
         let xs: Vec<Q6KInput<'_, SHIFT>> = acts
             .iter()
             .zip(&sums)

@@ -25,12 +25,12 @@ use mllm_core::{DType, Result};
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, group_outputs, pack_blocks, quantize_rows, PackedData, PackedFormat, SourceRows,
-    GROUP_ROWS, TILE_TOKENS,
+    by_row_blocks, fill_by_rows, group_outputs, pack_blocks, quantize_rows, PackedData,
+    PackedFormat, SourceRows, GROUP_ROWS, TILE_TOKENS,
 };
 use super::qact::{Q16Row, BLOCK, BYTE, NARROW};
-use super::qkernel::{QuantKernel, QuantPath};
-use super::qmatmul::QuantMatrix;
+use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
+use super::qmatmul::{QuantMatrix, Split};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q8_0, QuantType};
 
@@ -126,19 +126,80 @@ impl PackedQ8 {
 
 /// One activation row as the packed Q8_0 kernels take it: its planes split
 /// at `SHIFT` ([`NARROW`] or [`BYTE`]), per block the sum of its high
-/// plane (the VNNI kernel multiplies offset weights `w + 128` and subtracts
+/// plane (the VNNI kernels multiply offset weights `w + 128` and subtract
 /// `128 · Σ hi`), and its values `2^SHIFT·hi + lo` as 16-bit integers (the
-/// AVX2 kernel multiplies them with `madd`).
+/// AVX2 kernel multiplies them with `madd`). A linear layer makes only
+/// what its level's kernel reads (see [`Q8Extras`]); the rest is empty.
 #[derive(Clone, Copy)]
 pub(crate) struct Q8Input<'a, const SHIFT: u32> {
     /// The quantized row.
     pub x: Q16Row<'a, SHIFT>,
-    /// `Σ hi` over each block of 32 (read by the AVX-512 VNNI kernel).
+    /// `Σ hi` over each block of 32 (read by the VNNI kernels).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub hi_sums: &'a [i32],
     /// The row's values `2^SHIFT·hi + lo` (read by the AVX2 kernel).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub values: &'a [i16],
+}
+
+/// What the Q8_0 kernel of one level reads besides the activation planes,
+/// for every row of a block of rows: the high planes' block sums at the
+/// VNNI levels, the 16-bit values at the AVX2 level, nothing for the
+/// portable and NEON kernels (which multiply the planes). Made only for
+/// the level that runs, in the pool when the call is parallel: both made
+/// on one thread for every level cost SmolLM2 Q8_0's prefill about 5 %.
+struct Q8Extras {
+    hi_sums: Vec<i32>,
+    values: Vec<i16>,
+}
+
+impl Q8Extras {
+    /// The extras of `k`'s level for the rows of `act` (`in_f` values each).
+    fn for_kernel<const SHIFT: u32>(
+        k: QuantKernel,
+        act: &Q16Row<'_, SHIFT>,
+        in_f: usize,
+        split: &Split<'_>,
+    ) -> Self {
+        let mut extras = Q8Extras {
+            hi_sums: Vec::new(),
+            values: Vec::new(),
+        };
+        let len = act.hi.len();
+        match k.level() {
+            SimdLevel::Avx512 | SimdLevel::AvxVnni => {
+                extras.hi_sums = vec![0; len / BLOCK];
+                let sums = &mut extras.hi_sums;
+                fill_by_rows(split, in_f, len, in_f / BLOCK, sums, |first, out| {
+                    block_sums_into(&act.hi[first * BLOCK..][..out.len() * BLOCK], out)
+                });
+            }
+            SimdLevel::Avx2 => {
+                extras.values = vec![0; len];
+                fill_by_rows(split, in_f, len, in_f, &mut extras.values, |first, out| {
+                    let (hi, lo) = (&act.hi[first..], &act.lo[first..]);
+                    values16_into::<SHIFT>(hi, lo, out)
+                });
+            }
+            SimdLevel::Scalar | SimdLevel::Neon => {}
+        }
+        extras
+    }
+
+    /// The input of row `t` (`in_f` values), whose planes are `x`.
+    fn input<'a, const SHIFT: u32>(
+        &'a self,
+        x: Q16Row<'a, SHIFT>,
+        t: usize,
+        in_f: usize,
+    ) -> Q8Input<'a, SHIFT> {
+        let nb = in_f / BLOCK;
+        Q8Input {
+            x,
+            hi_sums: self.hi_sums.get(t * nb..(t + 1) * nb).unwrap_or(&[]),
+            values: self.values.get(t * in_f..(t + 1) * in_f).unwrap_or(&[]),
+        }
+    }
 }
 
 /// The packed Q8_0 layout (see the module documentation) for activation
@@ -195,20 +256,20 @@ pub(crate) fn group_dot<const SHIFT: u32>(
     }
 }
 
-/// `Σ hi` of each block of 32 of a high plane.
-fn block_sums(hi: &[i8]) -> Vec<i32> {
-    hi.chunks_exact(BLOCK)
-        .map(|b| b.iter().map(|&v| v as i32).sum())
-        .collect()
+/// `Σ hi` of each block of 32 of a high plane, into `out`.
+fn block_sums_into(hi: &[i8], out: &mut [i32]) {
+    for (o, b) in out.iter_mut().zip(hi.chunks_exact(BLOCK)) {
+        *o = b.iter().map(|&v| v as i32).sum();
+    }
 }
 
-/// The 16-bit values `2^SHIFT·hi + lo` of rows split at `SHIFT` (at most
-/// `127·128 + 127` in magnitude for [`NARROW`], 127 for [`BYTE`]).
-fn values16<const SHIFT: u32>(x: &Q16Row<'_, SHIFT>) -> Vec<i16> {
-    x.hi.iter()
-        .zip(x.lo)
-        .map(|(&hi, &lo)| ((hi as i16) << SHIFT) + lo as i16)
-        .collect()
+/// The 16-bit values `2^SHIFT·hi + lo` of planes split at `SHIFT` (at
+/// most `127·128 + 127` in magnitude for [`NARROW`], 127 for [`BYTE`]),
+/// into `out`.
+fn values16_into<const SHIFT: u32>(hi: &[i8], lo: &[i8], out: &mut [i16]) {
+    for (o, (&hi, &lo)) in out.iter_mut().zip(hi.iter().zip(lo)) {
+        *o = ((hi as i16) << SHIFT) + lo as i16;
+    }
 }
 
 /// Linear layer over a packed Q8_0 matrix: `y[t, o] = Σ_i x[t, i] ·
@@ -250,15 +311,9 @@ fn split_q8_linear<const SHIFT: u32>(
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
         let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
         let act = act.row();
-        let sums = block_sums(act.hi);
-        let values = values16(&act);
-        let nb = in_f / BLOCK;
+        let extras = Q8Extras::for_kernel(k, &act, in_f, split);
         let xs: Vec<Q8Input<'_, SHIFT>> = (0..xb.len() / in_f)
-            .map(|t| Q8Input {
-                x: act.sub_row(t, in_f),
-                hi_sums: &sums[t * nb..(t + 1) * nb],
-                values: &values[t * in_f..(t + 1) * in_f],
-            })
+            .map(|t| extras.input(act.sub_row(t, in_f), t, in_f))
             .collect();
         group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
             k.packed_dot::<Q8Format<SHIFT>>(g, xs, out)
@@ -276,7 +331,6 @@ mod tests {
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
-    use crate::cpu::kernels::qkernel::SimdLevel;
     use crate::cpu::kernels::test_util::Rng;
 
     /// Q8_0 blocks whose quants include the extremes −128 and 127.
@@ -289,6 +343,15 @@ mod tests {
         w
     }
 
+    /// Both extras of a row (see `Q8Extras`), whatever the level.
+    fn both_extras<const SHIFT: u32>(x: &Q16Row<'_, SHIFT>) -> (Vec<i32>, Vec<i16>) {
+        let mut sums = vec![0; x.d.len()];
+        block_sums_into(x.hi, &mut sums);
+        let mut values = vec![0; x.hi.len()];
+        values16_into::<SHIFT>(x.hi, x.lo, &mut values);
+        (sums, values)
+    }
+
     /// Packing keeps every value: the portable packed dot of rows split at
     /// `SHIFT` equals the f64 dot of each unpacked row's dequantized
     /// weights with the dequantized activations.
@@ -299,8 +362,7 @@ mod tests {
         let p = PackedQ8::pack(&m).unwrap();
         let a = Q16Act::<SHIFT>::quantize(&rng.vec(nb * BLOCK, 1.0));
         let xr = a.row();
-        let sums = block_sums(xr.hi);
-        let values = values16(&xr);
+        let (sums, values) = both_extras(&xr);
         let input = Q8Input {
             x: xr,
             hi_sums: &sums,
@@ -371,7 +433,14 @@ mod tests {
     #[test]
     fn packed_q8_linear_matches_reference() {
         let mut rng = Rng::new(52);
-        let cases = [(1, 3, 8), (1, 18, 200), (5, 7, 64), (130, 2, 16)];
+        // The last case's first 128 rows make their extras in the pool.
+        let cases = [
+            (1, 3, 8),
+            (1, 18, 200),
+            (5, 7, 64),
+            (130, 2, 16),
+            (130, 18, 8),
+        ];
         for path in PATHS {
             check_packed_linear(
                 path,
@@ -417,11 +486,11 @@ mod tests {
         let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
             .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
             .collect();
-        let sums: Vec<Vec<i32>> = acts.iter().map(|a| block_sums(a.row().hi)).collect();
-        let values: Vec<Vec<i16>> = acts.iter().map(|a| values16(&a.row())).collect();
+        let extras: Vec<(Vec<i32>, Vec<i16>)> =
+            acts.iter().map(|a| both_extras(&a.row())).collect();
         let xs: Vec<Q8Input<'_, SHIFT>> = acts
             .iter()
-            .zip(sums.iter().zip(&values))
+            .zip(&extras)
             .map(|(a, (s, v))| Q8Input {
                 x: a.row(),
                 hi_sums: s,
