@@ -1,8 +1,9 @@
 //! Micro-benchmarks of the main CPU kernels at SmolLM2-135M sizes, so that
 //! regressions show: quantized matrix-vector products (decode), quantized
-//! GEMM (prefill) and attention, plus one decode through a matrix larger
-//! than the caches (the memory stream). Every kernel is called from a
-//! thread of its pool, as the model's decode steps run.
+//! GEMM (prefill, with 16-bit and with 8-bit activation rows) and
+//! attention, plus one decode through a matrix larger than the caches (the
+//! memory stream). Every kernel is called from a thread of its pool, as
+//! the model's decode steps run.
 //!
 //! ```text
 //! cargo bench -p mllm-ops --bench kernels
@@ -343,6 +344,12 @@ fn bench_packed_prefill(c: &mut Criterion) {
         .map(|&v| half::f16::from_f32(v).to_bits())
         .collect();
     let f16 = PackedHalf::pack(&bits, HalfBits::F16, out_f, in_f).expect("packed");
+    // A down projection in Q6_K (rows of 1536 columns: whole 256-blocks).
+    let w6 = quantize(DType::Q6K, &values(in_f * out_f, 6)).expect("quantize");
+    let m6 = QuantMatrix::new(QuantType::Q6K, &w6, in_f, out_f).expect("matrix");
+    let q6 = PackedQ6K::pack(&m6).expect("packed");
+    let x_down = values(rows * out_f, 7);
+    let mut y_down = vec![0.0f32; rows * in_f];
     // A 1.1B model's attention output projection: rows of 2048 columns,
     // 64 KiB of f16 weights per pair of row groups.
     let wide = 2048;
@@ -357,12 +364,19 @@ fn bench_packed_prefill(c: &mut Criterion) {
     g.throughput(Throughput::Elements((rows * out_f * in_f) as u64));
     for threads in [1, 2] {
         let pool = pool(threads);
-        for level in X86_LEVELS {
-            let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
+        let paths = [QuantPath::Int16Activations, QuantPath::Int8Packed];
+        for (path, level) in paths.into_iter().flat_map(|p| X86_LEVELS.map(|l| (p, l))) {
+            let Some(k) = QuantKernel::with_level(path, level) else {
                 continue;
             };
+            let rows_of = if path == QuantPath::Int8Packed {
+                "8-bit"
+            } else {
+                "16-bit"
+            };
             let case = |name: &str| {
-                BenchmarkId::new(format!("{name}, {threads} threads"), format!("{level:?}"))
+                let name = format!("{name}, {rows_of} rows, {threads} threads");
+                BenchmarkId::new(name, format!("{level:?}"))
             };
             g.bench_function(case("q8_0 ffn prefill128"), |b| {
                 pool.install(|| b.iter(|| packed_q8_linear(k, &x, rows, &q8, None, &mut y, &pool)))
@@ -373,6 +387,15 @@ fn bench_packed_prefill(c: &mut Criterion) {
             g.bench_function(case("q5_0 ffn prefill128"), |b| {
                 pool.install(|| b.iter(|| packed_q5_linear(k, &x, rows, &q5, None, &mut y, &pool)))
             });
+            g.bench_function(case("q6_k ffn down prefill128"), |b| {
+                pool.install(|| {
+                    b.iter(|| packed_q6k_linear(k, &x_down, rows, &q6, None, &mut y_down, &pool))
+                })
+            });
+            if path == QuantPath::Int8Packed {
+                // The float layout takes no activation rows in bytes.
+                continue;
+            }
             g.bench_function(case("f16 ffn prefill128"), |b| {
                 pool.install(|| {
                     b.iter(|| packed_half_linear(k, &x, rows, &f16, None, &mut y, &pool))
