@@ -676,6 +676,16 @@ pub(crate) fn by_row_blocks(
 /// (a step of a few dozen tokens quantizes in microseconds).
 const PAR_QUANTIZE_VALUES: usize = 1 << 15;
 
+/// The pool and the rows per task of a pass over `rows` activation rows
+/// of `in_f` values each, split by rows: `None` (one thread) unless the
+/// call is parallel and has many values.
+fn row_tasks<'p>(split: &Split<'p>, rows: usize, in_f: usize) -> Option<(&'p ThreadPool, usize)> {
+    let pool = split
+        .pool()
+        .filter(|_| rows * in_f >= PAR_QUANTIZE_VALUES.max(2 * in_f))?;
+    Some((pool, rows.div_ceil(4 * pool.current_num_threads()).max(1)))
+}
+
 /// Quantizes the rows of `x` (each `in_f` long) to 16 bits with the plane
 /// split `SHIFT`, split over the pool by rows when the call is parallel
 /// and has many values.
@@ -686,16 +696,11 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
     split: &Split<'_>,
 ) -> Q16Act<SHIFT> {
     let mut act = Q16Act::zeros(x.len());
-    let Some(pool) = split
-        .pool()
-        .filter(|_| x.len() >= PAR_QUANTIZE_VALUES.max(2 * in_f))
-    else {
+    let Some((pool, per_task)) = row_tasks(split, x.len() / in_f, in_f) else {
         let (hi, lo, d, s) = act.parts_mut();
         k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s);
         return act;
     };
-    let rows = x.len() / in_f;
-    let per_task = rows.div_ceil(4 * pool.current_num_threads()).max(1);
     let (vals, blocks) = (per_task * in_f, per_task * (in_f / BLOCK));
     let (hi, lo, d, s) = act.parts_mut();
     let parts = hi
@@ -710,30 +715,24 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
     act
 }
 
-/// Fills `out` (`per_row` items for each row of `in_f` values, `len`
-/// values in all) by `fill(first, part)`, where `first` is the index of
-/// `part`'s first item: in the pool, a few rows per task, when the call
-/// is parallel and has many values.
+/// Fills `out`, `per_row` items for each activation row of `in_f` values,
+/// by `fill(first, part)`, where `first` is the index of `part`'s first
+/// item: split by rows over the pool as [`quantize_rows`] is.
 pub(crate) fn fill_by_rows<T: Send>(
     split: &Split<'_>,
     in_f: usize,
-    len: usize,
     per_row: usize,
     out: &mut [T],
     fill: impl Fn(usize, &mut [T]) + Sync,
 ) {
-    let Some(pool) = split
-        .pool()
-        .filter(|_| len >= PAR_QUANTIZE_VALUES.max(2 * in_f))
-    else {
+    let Some((pool, per_task)) = row_tasks(split, out.len() / per_row.max(1), in_f) else {
         return fill(0, out);
     };
-    let rows = len / in_f;
-    let per_task = rows.div_ceil(4 * pool.current_num_threads()).max(1) * per_row;
+    let items = per_task * per_row;
     pool.install(|| {
-        out.par_chunks_mut(per_task)
+        out.par_chunks_mut(items)
             .enumerate()
-            .for_each(|(i, part)| fill(i * per_task, part))
+            .for_each(|(i, part)| fill(i * items, part))
     });
 }
 

@@ -219,17 +219,10 @@ fn half_sums_into<const SHIFT: u32>(hi: &[i8], lo: &[i8], out: &mut [i32]) {
 /// pool when the call is parallel.
 fn half_sums<const SHIFT: u32>(x: Q16Row<'_, SHIFT>, in_f: usize, split: &Split<'_>) -> Vec<i32> {
     let mut sums = vec![0; x.hi.len() / 16];
-    fill_by_rows(
-        split,
-        in_f,
-        x.hi.len(),
-        in_f / 16,
-        &mut sums,
-        |first, out| {
-            let (hi, lo) = (&x.hi[16 * first..], &x.lo[16 * first..]);
-            half_sums_into::<SHIFT>(hi, lo, out)
-        },
-    );
+    fill_by_rows(split, in_f, in_f / 16, &mut sums, |first, out| {
+        let (hi, lo) = (&x.hi[16 * first..], &x.lo[16 * first..]);
+        half_sums_into::<SHIFT>(hi, lo, out)
+    });
     sums
 }
 

@@ -170,13 +170,13 @@ impl Q8Extras {
             SimdLevel::Avx512 | SimdLevel::AvxVnni => {
                 extras.hi_sums = vec![0; len / BLOCK];
                 let sums = &mut extras.hi_sums;
-                fill_by_rows(split, in_f, len, in_f / BLOCK, sums, |first, out| {
+                fill_by_rows(split, in_f, in_f / BLOCK, sums, |first, out| {
                     block_sums_into(&act.hi[first * BLOCK..][..out.len() * BLOCK], out)
                 });
             }
             SimdLevel::Avx2 => {
                 extras.values = vec![0; len];
-                fill_by_rows(split, in_f, len, in_f, &mut extras.values, |first, out| {
+                fill_by_rows(split, in_f, in_f, &mut extras.values, |first, out| {
                     let (hi, lo) = (&act.hi[first..], &act.lo[first..]);
                     values16_into::<SHIFT>(hi, lo, out)
                 });
