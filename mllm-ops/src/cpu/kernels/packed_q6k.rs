@@ -20,9 +20,9 @@
 //! columns of all eight rows with shifts and masks.
 //!
 //! The two halves of a block are Q6_K's sub-blocks of 16, each with its own
-//! scale: their sums `Σ q·q_x` stay apart, and `32·Σ q_x` (the activation
-//! half's sum, computed once per call) is subtracted to give the exact
-//! integer `Σ (q − 32)·q_x`. Each half then adds
+//! scale: their sums `Σ q·q_x` stay apart, and `−32·Σ q_x` (from the
+//! activation half's sum, computed once per call) is added to give the
+//! exact integer `Σ (q − 32)·q_x`. Each half then adds
 //! `fma(Σ, (d·sc)·d_x, acc)`, the same integers and float steps at every
 //! level, so all levels give the same bits.
 
@@ -191,39 +191,46 @@ fn half_scale(sb: &[u8], r: usize, j: usize) -> f32 {
 }
 
 /// One activation row as the packed Q6_K kernels take it: its planes
-/// (split at `SHIFT`, [`WIDE`] or [`BYTE`]) and the exact sum `Σ q_x` of
-/// each half block (16 values).
+/// (split at `SHIFT`, [`WIDE`] or [`BYTE`]) and each half block's offset
+/// `−32·Σ q_x` (16 values), which turns `Σ q·q_x` into `Σ (q − 32)·q_x`.
 #[derive(Clone, Copy)]
 pub(crate) struct Q6KInput<'a, const SHIFT: u32> {
     /// The quantized row.
     pub x: Q16Row<'a, SHIFT>,
-    /// `Σ q_x` over each 16 values.
-    pub half_sums: &'a [i32],
+    /// `−32·Σ q_x` over each 16 values. Stored ready to add, so that a
+    /// kernel can start a half's sum at it (a broadcast from memory)
+    /// instead of scaling and subtracting per weight group.
+    pub half_offsets: &'a [i32],
 }
 
-/// `Σ q_x` of each 16 values of the planes `hi` and `lo`, into `out`.
-fn half_sums_into<const SHIFT: u32>(hi: &[i8], lo: &[i8], out: &mut [i32]) {
+/// `−32·Σ q_x` of each 16 values of the planes `hi` and `lo`, into `out`.
+fn half_offsets_into<const SHIFT: u32>(hi: &[i8], lo: &[i8], out: &mut [i32]) {
     for (o, (h, l)) in out
         .iter_mut()
         .zip(hi.chunks_exact(16).zip(lo.chunks_exact(16)))
     {
-        *o = h
+        let sum: i32 = h
             .iter()
             .zip(l)
             .map(|(&h, &l)| ((h as i32) << SHIFT) + l as i32)
             .sum();
+        *o = -32 * sum;
     }
 }
 
-/// [`half_sums_into`] of every row of `x` (`in_f` values each), in the
+/// [`half_offsets_into`] of every row of `x` (`in_f` values each), in the
 /// pool when the call is parallel.
-fn half_sums<const SHIFT: u32>(x: Q16Row<'_, SHIFT>, in_f: usize, split: &Split<'_>) -> Vec<i32> {
-    let mut sums = vec![0; x.hi.len() / 16];
-    fill_by_rows(split, in_f, in_f / 16, &mut sums, |first, out| {
+fn half_offsets<const SHIFT: u32>(
+    x: Q16Row<'_, SHIFT>,
+    in_f: usize,
+    split: &Split<'_>,
+) -> Vec<i32> {
+    let mut offsets = vec![0; x.hi.len() / 16];
+    fill_by_rows(split, in_f, in_f / 16, &mut offsets, |first, out| {
         let (hi, lo) = (&x.hi[16 * first..], &x.lo[16 * first..]);
-        half_sums_into::<SHIFT>(hi, lo, out)
+        half_offsets_into::<SHIFT>(hi, lo, out)
     });
-    sums
+    offsets
 }
 
 /// The packed Q6_K layout (see the module documentation) for activation
@@ -271,7 +278,7 @@ pub(crate) fn group_dot<const SHIFT: u32>(
                         let qx = ((x.hi[at + k] as i32) << SHIFT) + x.lo[at + k] as i32;
                         sum += value(sb, r, 16 * half + k) as i32 * qx;
                     }
-                    let p = sum - 32 * input.half_sums[at / 16];
+                    let p = sum + input.half_offsets[at / 16];
                     let dx = x.d[at / BLOCK];
                     *acc = (p as f32).mul_add(half_scale(sb, r, half) * dx, *acc);
                 }
@@ -319,11 +326,11 @@ fn q6k_linear<const SHIFT: u32>(
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
         let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
         let act = act.row();
-        let sums = half_sums(act, in_f, split);
+        let offsets = half_offsets(act, in_f, split);
         let xs: Vec<Q6KInput<'_, SHIFT>> = (0..xb.len() / in_f)
             .map(|t| Q6KInput {
                 x: act.sub_row(t, in_f),
-                half_sums: &sums[t * in_f / 16..(t + 1) * in_f / 16],
+                half_offsets: &offsets[t * in_f / 16..(t + 1) * in_f / 16],
             })
             .collect();
         group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
@@ -422,20 +429,20 @@ mod tests {
         let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
             .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
             .collect();
-        let sums: Vec<Vec<i32>> = acts
+        let offsets: Vec<Vec<i32>> = acts
             .iter()
             .map(|a| {
-                let mut s = vec![0; cols / 16];
-                half_sums_into::<SHIFT>(a.row().hi, a.row().lo, &mut s);
-                s
+                let mut o = vec![0; cols / 16];
+                half_offsets_into::<SHIFT>(a.row().hi, a.row().lo, &mut o);
+                o
             })
             .collect();
         let xs: Vec<Q6KInput<'_, SHIFT>> = acts
             .iter()
-            .zip(&sums)
-            .map(|(a, s)| Q6KInput {
+            .zip(&offsets)
+            .map(|(a, o)| Q6KInput {
                 x: a.row(),
-                half_sums: s,
+                half_offsets: o,
             })
             .collect();
         let levels = [

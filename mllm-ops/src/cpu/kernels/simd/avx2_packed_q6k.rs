@@ -47,7 +47,7 @@ macro_rules! q6k_tile {
                 .as_chunks::<SUPER_BYTES>()
                 .0;
             let d_supers = xs.map(|x| x.x.d.as_chunks::<BLOCKS>().0);
-            let h_supers = xs.map(|x| x.half_sums.as_chunks::<{ 2 * BLOCKS }>().0);
+            let h_supers = xs.map(|x| x.half_offsets.as_chunks::<{ 2 * BLOCKS }>().0);
             let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, T);
             for (s, sb) in supers.iter().enumerate() {
                 let (dxs, hss) = (d_supers.map(|d| &d[s]), h_supers.map(|h| &h[s]));
@@ -173,11 +173,11 @@ fn plane_sums<const T: usize, const SHIFT: u32>(
 }
 
 /// `fma(Σ w·q_x − 32·Σ q_x, scale·dx, acc)`: one half block's
-/// contribution to the eight rows.
+/// contribution to the eight rows (`offset` is `−32·Σ q_x`).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn add_half(acc: __m256, sum: __m256i, half_sum: i32, scale: __m256, dx: f32) -> __m256 {
-    let p = _mm256_sub_epi32(sum, _mm256_set1_epi32(32 * half_sum));
+pub(crate) fn add_half(acc: __m256, sum: __m256i, offset: i32, scale: __m256, dx: f32) -> __m256 {
+    let p = _mm256_add_epi32(sum, _mm256_set1_epi32(offset));
     let scale = _mm256_mul_ps(scale, _mm256_set1_ps(dx));
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc)
 }

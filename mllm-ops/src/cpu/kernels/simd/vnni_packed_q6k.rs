@@ -108,7 +108,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
     let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     let d_supers = xs.map(|x| x.x.d.as_chunks::<BLOCKS>().0);
-    let h_supers = xs.map(|x| x.half_sums.as_chunks::<{ 2 * BLOCKS }>().0);
+    let h_supers = xs.map(|x| x.half_offsets.as_chunks::<{ 2 * BLOCKS }>().0);
     let mut ahead = super::prefetch::Streams::new(a, 2, T);
     for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
         let (dxs, hss) = (d_supers.map(|d| &d[s]), h_supers.map(|h| &h[s]));
@@ -152,7 +152,18 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
             let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
             super::per_row!(T, |t| {
                 let (h, l) = (block.his[t], block.los[t]);
-                let mut sums = [[_mm512_setzero_si512(); 2]; 2];
+                // Each half's sum starts at its offset `−32·Σ q_x`: in the
+                // high plane's sum for 8-bit rows, the low plane's (added
+                // after the shift) for 16-bit ones.
+                let offsets = hss[t];
+                let mut sums = [0, 1].map(|half| {
+                    let offset = _mm512_set1_epi32(offsets[2 * j + half]);
+                    if BlockPlanes::<T, SHIFT>::HAS_LO {
+                        [_mm512_setzero_si512(), offset]
+                    } else {
+                        [offset, _mm512_setzero_si512()]
+                    }
+                });
                 for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
                     for (c, &w) in w.iter().enumerate() {
                         let at = 16 * half + 4 * c;
@@ -162,10 +173,9 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
                         }
                     }
                 }
-                let (dx, hs) = (dxs[t][j], hss[t]);
+                let dx = dxs[t][j];
                 for (half, [hi, lo]) in sums.into_iter().enumerate() {
-                    let sum = pair_combine::<SHIFT>(hi, lo);
-                    let p = _mm512_sub_epi32(sum, _mm512_set1_epi32(32 * hs[2 * j + half]));
+                    let p = pair_combine::<SHIFT>(hi, lo);
                     let scale = if half == 0 { scale0 } else { scale1 };
                     let scale = _mm512_mul_ps(scale, _mm512_set1_ps(dx));
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[t]);
