@@ -17,9 +17,10 @@ use mllm_core::{DType, KvDtype};
 use mllm_ops::cpu::kernels::kv_rows::encode;
 use mllm_ops::cpu::kernels::matmul::HalfBits;
 use mllm_ops::cpu::kernels::{
-    attention, attention_batch, packed_half_linear, packed_linear, packed_q5_linear,
-    packed_q6k_linear, packed_q8_linear, quant_linear, AttnShape, KvRows, PackedHalf, PackedQ4,
-    PackedQ5, PackedQ6K, PackedQ8, QuantKernel, QuantMatrix, QuantPath, SeqAttention, SimdLevel,
+    attention, attention_batch, packed_half_linear, packed_linear, packed_q4k_linear,
+    packed_q5_linear, packed_q6k_linear, packed_q8_linear, quant_linear, AttnShape, KvRows,
+    PackedHalf, PackedQ4, PackedQ4K, PackedQ5, PackedQ6K, PackedQ8, QuantKernel, QuantMatrix,
+    QuantPath, SeqAttention, SimdLevel,
 };
 use mllm_ops::quant::{quantize, QuantType};
 
@@ -415,6 +416,53 @@ fn bench_packed_prefill(c: &mut Criterion) {
     g.finish();
 }
 
+/// The 1.1B Llama-shaped model's FFN in Q4_K, the bulk of a Q4_K_M file's
+/// prefill: the gate projection (rows of 2048 columns) and the down
+/// projection (rows of 8192, where a tile's activation rows outgrow L1),
+/// 128 rows, two threads, each activation width at each level.
+fn bench_q4k_prefill(c: &mut Criterion) {
+    let mut g = c.benchmark_group("q4k_prefill_1b");
+    let (hidden, ffn, rows) = (2048, 8192, 128);
+    let pack = |out_f: usize, in_f: usize, seed: u64| {
+        let w = quantize(DType::Q4K, &values(out_f * in_f, seed)).expect("quantize");
+        let m = QuantMatrix::new(QuantType::Q4K, &w, out_f, in_f).expect("matrix");
+        PackedQ4K::pack(&m).expect("packed")
+    };
+    let cases = [
+        (
+            "gate 8192x2048",
+            pack(ffn, hidden, 1),
+            values(rows * hidden, 2),
+            ffn,
+        ),
+        (
+            "down 2048x8192",
+            pack(hidden, ffn, 3),
+            values(rows * ffn, 4),
+            hidden,
+        ),
+    ];
+    g.throughput(Throughput::Elements((rows * hidden * ffn) as u64));
+    let pool = pool(2);
+    for path in [QuantPath::Int16Activations, QuantPath::Int8Packed] {
+        for level in X86_LEVELS {
+            let Some(k) = QuantKernel::with_level(path, level) else {
+                continue;
+            };
+            for (name, w, x, out_f) in &cases {
+                let mut y = vec![0.0f32; rows * out_f];
+                let id = BenchmarkId::new(format!("{name}, {path:?}"), format!("{level:?}"));
+                g.bench_function(id, |b| {
+                    pool.install(|| {
+                        b.iter(|| packed_q4k_linear(k, x, rows, w, None, &mut y, &pool))
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
 /// Benchmarks `product` at each level this CPU has, one call per
 /// iteration on the next of the `packed` copies in turn.
 fn each_level<P: Sync>(
@@ -450,6 +498,7 @@ criterion_group!(
     bench_decode_depths,
     bench_streaming_decode,
     bench_decode_roofline,
-    bench_packed_prefill
+    bench_packed_prefill,
+    bench_q4k_prefill
 );
 criterion_main!(benches);

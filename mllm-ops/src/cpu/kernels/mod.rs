@@ -43,6 +43,7 @@ pub use matmul::{axpy, dot, linear, WeightElem};
 pub use norm::{layer_norm, rms_norm};
 pub use packed::{packed_linear, PackedQ4};
 pub use packed_half::{packed_half_linear, PackedHalf};
+pub use packed_q4k::{packed_q4k_linear, PackedQ4K};
 pub use packed_q5::{packed_q5_linear, PackedQ5};
 pub use packed_q6k::{packed_q6k_linear, PackedQ6K};
 pub use packed_q8::{packed_q8_linear, PackedQ8};

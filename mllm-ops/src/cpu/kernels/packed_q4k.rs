@@ -119,8 +119,28 @@ pub(crate) struct PackedKQuant<B> {
     bits: PhantomData<B>,
 }
 
-/// A Q4_K matrix repacked (see the module documentation).
-pub(crate) type PackedQ4K = PackedKQuant<Nibbles>;
+/// A Q4_K matrix `[rows, cols]` repacked in groups of eight rows (see the
+/// module documentation).
+pub struct PackedQ4K {
+    packed: PackedKQuant<Nibbles>,
+}
+
+impl PackedQ4K {
+    /// Repacks `w`; fails when it is not Q4_K or when its row count is not
+    /// a multiple of eight.
+    pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4K> {
+        Self::pack_with(std::slice::from_ref(w), None, &|_| {})
+    }
+
+    /// [`PackedKQuant::pack_with`] for Q4_K.
+    pub(crate) fn pack_with(
+        parts: &[QuantMatrix<'_>],
+        arena: Option<&WeightArena>,
+        copied: &(dyn Fn(Range<usize>) + Sync),
+    ) -> Result<PackedQ4K> {
+        PackedKQuant::pack_with(parts, arena, copied).map(|packed| PackedQ4K { packed })
+    }
+}
 
 impl<B: SubBlockBits> PackedKQuant<B> {
     /// Repacks `w`; fails when it is not of `B`'s block type or when its
@@ -342,6 +362,24 @@ pub(crate) fn packed_kquant_linear<B: SubBlockBits>(
     } else {
         wide_packed_linear::<KQuantFormat<B, WIDE>, WIDE>(k, x, rows, &w.data, bias, y, pool)
     }
+}
+
+/// Linear layer over a packed Q4_K matrix: `y[t, o] = Σ_i x[t, i] ·
+/// W[o, i] + bias[o]` with the activation rows quantized to 16 bits, or to
+/// 8 bits on [`QuantPath::Int8Packed`]. `x` is `[rows, cols]`, `y`
+/// `[rows, out]`; parallel over row groups in `pool` unless the work is
+/// tiny, each row's result independent of the other rows and of the split
+/// over threads. Slice lengths are checked with `debug_assert!`.
+pub fn packed_q4k_linear(
+    k: QuantKernel,
+    x: &[f32],
+    rows: usize,
+    w: &PackedQ4K,
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+    pool: &ThreadPool,
+) {
+    packed_kquant_linear(k, x, rows, &w.packed, bias, y, pool)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::cpu::kernels::columns::place_columns;
 use crate::cpu::kernels::matmul::{linear_at, HalfBits};
 use crate::cpu::kernels::packed::{packed_linear, stacked_ranges, PackedQ4};
 use crate::cpu::kernels::packed_half::{packed_half_linear, PackedHalf};
-use crate::cpu::kernels::packed_q4k::{packed_kquant_linear, PackedQ4K};
+use crate::cpu::kernels::packed_q4k::{packed_kquant_linear, packed_q4k_linear, PackedQ4K};
 use crate::cpu::kernels::packed_q5::{packed_q5_linear, PackedQ5};
 use crate::cpu::kernels::packed_q5k::PackedQ5K;
 use crate::cpu::kernels::packed_q6k::{packed_q6k_linear, PackedQ6K};
@@ -109,7 +109,7 @@ impl PackedWeight {
             PackedWeight::Q4(w) => packed_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Q5(w) => packed_q5_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Q8(w) => packed_q8_linear(k, x, rows, w, bias, y, pool),
-            PackedWeight::Q4K(w) => packed_kquant_linear(k, x, rows, w, bias, y, pool),
+            PackedWeight::Q4K(w) => packed_q4k_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Q5K(w) => packed_kquant_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Q6K(w) => packed_q6k_linear(k, x, rows, w, bias, y, pool),
             PackedWeight::Half(w) => packed_half_linear(k, x, rows, w, bias, y, pool),
