@@ -9,9 +9,9 @@ use crate::{DType, Result};
 /// its thread pool, so that the parallel ops inside the step start their
 /// work from a worker instead of handing it over from another thread.
 pub trait StepRunner: Send + Sync {
-    /// Calls `f` once for a step of `n_tokens` tokens, in the backend's
-    /// context, and returns when it is done.
-    fn run(&self, n_tokens: usize, f: &mut (dyn FnMut() + Send));
+    /// Calls `f` (one step) once, in the backend's context, and returns
+    /// when it is done.
+    fn run(&self, f: &mut (dyn FnMut() + Send));
 }
 
 /// A device family (CPU, CUDA, ...) that can instantiate ops.

@@ -374,7 +374,7 @@ impl Executor {
         match self.runner.clone() {
             Some(runner) => {
                 let mut result = Ok(());
-                runner.run(layout.n_tokens(), &mut || result = self.execute(&layout));
+                runner.run(&mut || result = self.execute(&layout));
                 result?;
             }
             None => self.execute(&layout)?,
