@@ -120,14 +120,11 @@ impl Backend for CpuBackend {
         self.linear(Vec::new()).repacks(dtype)
     }
 
-    /// Small steps (decode) run on a worker of the pool: every parallel op
-    /// inside then splits its work from there (the caller helps and steals
-    /// instead of sleeping until another thread wakes it), which is what
-    /// makes the hundreds of small parallel ops of a decode step cheap.
-    /// Larger steps stay on the calling thread: their ops are long enough
-    /// for the hand-off not to matter, and their large scratch buffers then
-    /// come from the caller's allocator arena instead of growing a worker's
-    /// (measured: +35 MiB peak RSS, and slower prefill, when they did not).
+    /// Steps run on a worker of the pool, with the other workers kept
+    /// awake until the step ends (see `step::PoolRunner`): every parallel
+    /// op inside then splits its work from there (the caller helps and
+    /// steals instead of sleeping until another thread wakes it), which is
+    /// what makes the hundreds of parallel ops of a step cheap.
     fn step_runner(&self) -> Option<Arc<dyn StepRunner>> {
         Some(Arc::new(PoolRunner::new(Arc::clone(&self.pool))))
     }
