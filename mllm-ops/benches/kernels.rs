@@ -19,9 +19,9 @@ use mllm_ops::cpu::kernels::kv_rows::encode;
 use mllm_ops::cpu::kernels::matmul::HalfBits;
 use mllm_ops::cpu::kernels::{
     attention, attention_batch, packed_half_linear, packed_linear, packed_q4k_linear,
-    packed_q5_linear, packed_q6k_linear, packed_q8_linear, quant_linear, AttnShape, KvRows,
-    PackedHalf, PackedQ4, PackedQ4K, PackedQ5, PackedQ6K, PackedQ8, QuantKernel, QuantMatrix,
-    QuantPath, SeqAttention, SimdLevel,
+    packed_q5_linear, packed_q6k_linear, packed_q8_linear, quant_linear, ActivationScratch,
+    AttnShape, KvRows, PackedHalf, PackedQ4, PackedQ4K, PackedQ5, PackedQ6K, PackedQ8, QuantKernel,
+    QuantMatrix, QuantPath, SeqAttention, SimdLevel,
 };
 use mllm_ops::quant::{quantize, QuantType};
 
@@ -56,6 +56,7 @@ fn linear_case(dtype: DType, out_f: usize, in_f: usize, rows: usize) -> (Vec<u8>
 }
 
 fn bench_linear(c: &mut Criterion) {
+    let scratch = ActivationScratch::default();
     let pool = pool(2);
     let mut g = c.benchmark_group("quant_linear");
     // (name, dtype, out_f, in_f, rows): an FFN projection, a key
@@ -88,7 +89,9 @@ fn bench_linear(c: &mut Criterion) {
         let k = QuantKernel::new(QuantPath::Int16Activations);
         if let (true, Ok(p)) = (k.repacks_weights(), PackedQ4::pack(&m)) {
             g.bench_function(BenchmarkId::new(name, "Packed"), |b| {
-                pool.install(|| b.iter(|| packed_linear(k, &x, rows, &p, None, &mut y, &pool)))
+                pool.install(|| {
+                    b.iter(|| packed_linear(k, &x, rows, &p, None, &mut y, &pool, &scratch))
+                })
             });
         }
     }
@@ -257,6 +260,7 @@ fn bench_decode_at(c: &mut Criterion, past: usize) {
 /// a 1B model's FFN projection four times over) on one thread, at each
 /// level this CPU has: the memory stream the weight prefetch serves.
 fn bench_streaming_decode(c: &mut Criterion) {
+    let scratch = ActivationScratch::default();
     let pool = pool(1);
     let mut g = c.benchmark_group("streaming_decode");
     let (out_f, in_f) = (32768, 2048);
@@ -271,7 +275,11 @@ fn bench_streaming_decode(c: &mut Criterion) {
         };
         g.bench_function(
             BenchmarkId::new("q4_1 32768x2048", format!("{level:?}")),
-            |b| pool.install(|| b.iter(|| packed_linear(k, &x, 1, &p, None, &mut y, &pool))),
+            |b| {
+                pool.install(|| {
+                    b.iter(|| packed_linear(k, &x, 1, &p, None, &mut y, &pool, &scratch))
+                })
+            },
         );
     }
     g.finish();
@@ -284,6 +292,7 @@ fn bench_streaming_decode(c: &mut Criterion) {
 /// of 1B-model FFN matrices (8192 x 2048) that together exceed 768 MiB,
 /// so that every call reads its matrix from memory, as decode does.
 fn bench_decode_roofline(c: &mut Criterion) {
+    let scratch = ActivationScratch::default();
     let mut g = c.benchmark_group("decode_roofline");
     g.sample_size(20);
     let in_f = 2048;
@@ -309,14 +318,14 @@ fn bench_decode_roofline(c: &mut Criterion) {
                     .map(|_| PackedQ8::pack(&m).expect("packed"))
                     .collect();
                 each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
-                    packed_q8_linear(k, &x, 1, p, None, y, &pool)
+                    packed_q8_linear(k, &x, 1, p, None, y, &pool, &scratch)
                 });
             } else {
                 let packed: Vec<PackedQ6K> = (0..copies)
                     .map(|_| PackedQ6K::pack(&m).expect("packed"))
                     .collect();
                 each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
-                    packed_q6k_linear(k, &x, 1, p, None, y, &pool)
+                    packed_q6k_linear(k, &x, 1, p, None, y, &pool, &scratch)
                 });
             }
         }
@@ -330,6 +339,7 @@ fn bench_decode_roofline(c: &mut Criterion) {
 /// CPU has, on one thread (the kernel alone) and two; and the f16 GEMM
 /// over a 1.1B model's wider rows.
 fn bench_packed_prefill(c: &mut Criterion) {
+    let scratch = ActivationScratch::default();
     let mut g = c.benchmark_group("packed_prefill");
     let (out_f, in_f, rows) = (1536, 576, 128);
     let (w, x) = linear_case(DType::Q8_0, out_f, in_f, rows);
@@ -381,17 +391,25 @@ fn bench_packed_prefill(c: &mut Criterion) {
                 BenchmarkId::new(name, format!("{level:?}"))
             };
             g.bench_function(case("q8_0 ffn prefill128"), |b| {
-                pool.install(|| b.iter(|| packed_q8_linear(k, &x, rows, &q8, None, &mut y, &pool)))
+                pool.install(|| {
+                    b.iter(|| packed_q8_linear(k, &x, rows, &q8, None, &mut y, &pool, &scratch))
+                })
             });
             g.bench_function(case("q4_1 ffn prefill128"), |b| {
-                pool.install(|| b.iter(|| packed_linear(k, &x, rows, &q4, None, &mut y, &pool)))
+                pool.install(|| {
+                    b.iter(|| packed_linear(k, &x, rows, &q4, None, &mut y, &pool, &scratch))
+                })
             });
             g.bench_function(case("q5_0 ffn prefill128"), |b| {
-                pool.install(|| b.iter(|| packed_q5_linear(k, &x, rows, &q5, None, &mut y, &pool)))
+                pool.install(|| {
+                    b.iter(|| packed_q5_linear(k, &x, rows, &q5, None, &mut y, &pool, &scratch))
+                })
             });
             g.bench_function(case("q6_k ffn down prefill128"), |b| {
                 pool.install(|| {
-                    b.iter(|| packed_q6k_linear(k, &x_down, rows, &q6, None, &mut y_down, &pool))
+                    b.iter(|| {
+                        packed_q6k_linear(k, &x_down, rows, &q6, None, &mut y_down, &pool, &scratch)
+                    })
                 })
             });
             if path == QuantPath::Int8Packed {
@@ -422,6 +440,7 @@ fn bench_packed_prefill(c: &mut Criterion) {
 /// projection (rows of 8192, where a tile's activation rows outgrow L1),
 /// 128 rows, two threads, each activation width at each level.
 fn bench_q4k_prefill(c: &mut Criterion) {
+    let scratch = ActivationScratch::default();
     let mut g = c.benchmark_group("q4k_prefill_1b");
     let (hidden, ffn, rows) = (2048, 8192, 128);
     let pack = |out_f: usize, in_f: usize, seed: u64| {
@@ -455,7 +474,7 @@ fn bench_q4k_prefill(c: &mut Criterion) {
                 let id = BenchmarkId::new(format!("{name}, {path:?}"), format!("{level:?}"));
                 g.bench_function(id, |b| {
                     pool.install(|| {
-                        b.iter(|| packed_q4k_linear(k, x, rows, w, None, &mut y, &pool))
+                        b.iter(|| packed_q4k_linear(k, x, rows, w, None, &mut y, &pool, &scratch))
                     })
                 });
             }

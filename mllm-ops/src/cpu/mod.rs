@@ -12,16 +12,17 @@ use mllm_core::op::{LinearParams, Op, OpDesc};
 use mllm_core::{Backend, DType, Error, KvDtype, Result};
 use rayon::ThreadPool;
 
-use kernels::{QuantPath, SimdLevel, WeightArena};
+use kernels::{ActivationScratch, QuantPath, SimdLevel, WeightArena};
 use ops::*;
 use step::PoolRunner;
 
-/// Creates CPU ops that share one worker pool and one arena for repacked
-/// weights (see `kernels::weight_memory`). The arena never reuses memory:
-/// make one backend per model.
+/// Creates CPU ops that share one worker pool, one arena for repacked
+/// weights (see `kernels::weight_memory`) and one scratch for quantized
+/// activations. The arena never reuses memory: make one backend per model.
 pub struct CpuBackend {
     pool: Arc<ThreadPool>,
     arena: Arc<WeightArena>,
+    scratch: Arc<ActivationScratch>,
     kv_dtype: KvDtype,
     quant_path: Option<QuantPath>,
     max_simd: Option<SimdLevel>,
@@ -38,6 +39,7 @@ impl CpuBackend {
         Ok(CpuBackend {
             pool: Arc::new(pool),
             arena: Arc::new(WeightArena::new()),
+            scratch: Arc::default(),
             kv_dtype: KvDtype::F32,
             quant_path: None,
             max_simd: None,
@@ -70,7 +72,8 @@ impl CpuBackend {
     /// backend's pool, arena, activation path and SIMD cap.
     fn linear(&self, layers: Vec<LinearParams>) -> LinearOp {
         let mut op = LinearOp::stacked(layers, Arc::clone(&self.pool))
-            .with_weight_arena(Arc::clone(&self.arena));
+            .with_weight_arena(Arc::clone(&self.arena))
+            .with_activation_scratch(Arc::clone(&self.scratch));
         if let Some(path) = self.quant_path {
             op = op.with_quant_path(path);
         }

@@ -47,6 +47,7 @@ pub use packed_q4k::{packed_q4k_linear, PackedQ4K};
 pub use packed_q5::{packed_q5_linear, PackedQ5};
 pub use packed_q6k::{packed_q6k_linear, PackedQ6K};
 pub use packed_q8::{packed_q8_linear, PackedQ8};
+pub use qact::ActivationScratch;
 pub use qembedding::quant_embedding;
 pub use qkernel::{QuantKernel, QuantPath, SimdLevel};
 pub use qmatmul::{quant_linear, QuantMatrix};

@@ -21,7 +21,7 @@ use mllm_core::{DType, Error, Result};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
-use super::qact::{Q16Act, Q16Row, BLOCK, BYTE, WIDE};
+use super::qact::{ActivationScratch, Q16Act, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::{add_bias_rows, QuantMatrix, Split};
 use super::weight_memory::{WeightArena, WeightMemory};
@@ -591,8 +591,10 @@ pub(crate) fn nibble_block_sum<const SHIFT: u32>(
 /// planes per block of 32 split at [`WIDE`], see `Q16Act`). `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`. Parallel over row groups in
 /// `pool` unless the work is tiny; [`TILE_TOKENS`] activation rows share
-/// each pass over a group, blocks of [`ROW_BLOCK`] rows one scratch.
+/// each pass over a group, blocks of [`ROW_BLOCK`] rows one scratch; the
+/// quantized rows go into the buffers of `scratch`.
 /// Slice lengths are checked with `debug_assert!`.
+#[allow(clippy::too_many_arguments)]
 pub fn packed_linear(
     k: QuantKernel,
     x: &[f32],
@@ -601,17 +603,20 @@ pub fn packed_linear(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
+    scratch: &ActivationScratch,
 ) {
+    let w = &w.data;
     if k.path() == QuantPath::Int8Packed {
-        wide_packed_linear::<Q4Format<BYTE>, BYTE>(k, x, rows, &w.data, bias, y, pool)
+        wide_packed_linear::<Q4Format<BYTE>, BYTE>(k, x, rows, w, bias, y, pool, scratch)
     } else {
-        wide_packed_linear::<Q4Format<WIDE>, WIDE>(k, x, rows, &w.data, bias, y, pool)
+        wide_packed_linear::<Q4Format<WIDE>, WIDE>(k, x, rows, w, bias, y, pool, scratch)
     }
 }
 
 /// [`packed_linear`] over the packed matrix `w` of any format `F` whose
 /// kernels take the activation rows split at `SHIFT` as they are (Q4 and
 /// Q5 at [`WIDE`], Q4_K and Q5_K at [`WIDE`] or `BYTE`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
     k: QuantKernel,
     x: &[f32],
@@ -620,19 +625,21 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
+    scratch: &ActivationScratch,
 ) where
     F: for<'a> PackedFormat<Input<'a> = Q16Row<'a, SHIFT>>,
 {
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
-        let act = act.row();
+        let act = quantize_rows::<SHIFT>(k, xb, in_f, split, scratch);
+        let row = act.row();
         let xs: Vec<Q16Row<'_, SHIFT>> =
-            (0..xb.len() / in_f).map(|t| act.sub_row(t, in_f)).collect();
+            (0..xb.len() / in_f).map(|t| row.sub_row(t, in_f)).collect();
         group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
             k.packed_dot::<F>(g, xs, out)
         });
+        scratch.put(act.into_buffers());
     });
 }
 
@@ -687,15 +694,17 @@ fn row_tasks<'p>(split: &Split<'p>, rows: usize, in_f: usize) -> Option<(&'p Thr
 }
 
 /// Quantizes the rows of `x` (each `in_f` long) to 16 bits with the plane
-/// split `SHIFT`, split over the pool by rows when the call is parallel
+/// split `SHIFT`, into the buffers of `scratch` (to be put back once the
+/// rows are used), split over the pool by rows when the call is parallel
 /// and has many values.
 pub(crate) fn quantize_rows<const SHIFT: u32>(
     k: QuantKernel,
     x: &[f32],
     in_f: usize,
     split: &Split<'_>,
+    scratch: &ActivationScratch,
 ) -> Q16Act<SHIFT> {
-    let mut act = Q16Act::zeros(x.len());
+    let mut act = Q16Act::in_buffers(x.len(), scratch.take());
     let Some((pool, per_task)) = row_tasks(split, x.len() / in_f, in_f) else {
         let (hi, lo, d, s) = act.parts_mut();
         k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s);
@@ -1180,7 +1189,16 @@ pub(crate) mod tests {
                 &blocks,
                 &cases,
                 &|k, m, x, rows, b, y, pool| {
-                    packed_linear(k, x, rows, &PackedQ4::pack(m).unwrap(), b, y, pool)
+                    packed_linear(
+                        k,
+                        x,
+                        rows,
+                        &PackedQ4::pack(m).unwrap(),
+                        b,
+                        y,
+                        pool,
+                        &ActivationScratch::default(),
+                    )
                 },
             );
         }
@@ -1245,10 +1263,72 @@ pub(crate) mod tests {
                 let p = PackedQ4::pack(&QuantMatrix::new(qt, &w, out_f, in_f).unwrap()).unwrap();
                 let x = rng.vec(rows * in_f, 1.0);
                 let b = rng.vec(out_f, 1.0);
-                let linear: &BoundLinear<'_> =
-                    &|k, x, rows, y, pool| packed_linear(k, x, rows, &p, Some(&b), y, pool);
+                let linear: &BoundLinear<'_> = &|k, x, rows, y, pool| {
+                    packed_linear(
+                        k,
+                        x,
+                        rows,
+                        &p,
+                        Some(&b),
+                        y,
+                        pool,
+                        &ActivationScratch::default(),
+                    )
+                };
                 check_rows_alone(path, linear, &x, rows, out_f, false, &qt.to_string());
             }
+        }
+    }
+
+    /// One activation scratch shared by calls of other widths and row
+    /// counts, on both paths, gives the bits of a fresh scratch per call:
+    /// whatever the buffers held from a wider or longer call (or from the
+    /// other path's planes), the kernels read only what the call wrote.
+    #[test]
+    fn a_reused_scratch_gives_the_bits_of_a_fresh_one() {
+        use crate::cpu::kernels::packed_q6k::{packed_q6k_linear, PackedQ6K};
+        use crate::cpu::kernels::packed_q8::{packed_q8_linear, PackedQ8};
+        let mut rng = Rng::new(61);
+        let pool = pool2();
+        let shared = ActivationScratch::default();
+        let cases = [
+            (QuantType::Q4_1, 48, 256, 130),
+            (QuantType::Q8_0, 24, 96, 3),
+        ];
+        let cases = cases.into_iter().chain([
+            (QuantType::Q6K, 16, 512, 129),
+            (QuantType::Q4_1, 16, 64, 1),
+            (QuantType::Q8_0, 32, 512, 131),
+        ]);
+        for ((qt, out_f, in_f, rows), path) in cases.flat_map(|c| PATHS.map(|p| (c, p))) {
+            let k = QuantKernel::new(path);
+            let w = random_blocks(&mut rng, qt, out_f * in_f / qt.block_len());
+            let m = QuantMatrix::new(qt, &w, out_f, in_f).unwrap();
+            let x = rng.vec(rows * in_f, 1.0);
+            let run = |scratch: &ActivationScratch| {
+                let mut y = vec![0.0f32; rows * out_f];
+                match qt {
+                    QuantType::Q4_1 => {
+                        let p = PackedQ4::pack(&m).unwrap();
+                        packed_linear(k, &x, rows, &p, None, &mut y, &pool, scratch);
+                    }
+                    QuantType::Q8_0 => {
+                        let p = PackedQ8::pack(&m).unwrap();
+                        packed_q8_linear(k, &x, rows, &p, None, &mut y, &pool, scratch);
+                    }
+                    _ => {
+                        let p = PackedQ6K::pack(&m).unwrap();
+                        packed_q6k_linear(k, &x, rows, &p, None, &mut y, &pool, scratch);
+                    }
+                }
+                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let fresh = run(&ActivationScratch::default());
+            assert_eq!(
+                run(&shared),
+                fresh,
+                "{qt} {path:?} {out_f}x{in_f}, {rows} rows"
+            );
         }
     }
 

@@ -33,7 +33,7 @@ use super::packed::{
     nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat, SourceRows,
     GROUP_ROWS,
 };
-use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
+use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 use super::weight_memory::{WeightArena, WeightMemory};
@@ -348,6 +348,7 @@ fn group_dot<B: SubBlockBits, const SHIFT: u32>(
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked
 /// with `debug_assert!`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn packed_kquant_linear<B: SubBlockBits>(
     k: QuantKernel,
     x: &[f32],
@@ -356,11 +357,13 @@ pub(crate) fn packed_kquant_linear<B: SubBlockBits>(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
+    scratch: &ActivationScratch,
 ) {
+    let w = &w.data;
     if k.path() == QuantPath::Int8Packed {
-        wide_packed_linear::<KQuantFormat<B, BYTE>, BYTE>(k, x, rows, &w.data, bias, y, pool)
+        wide_packed_linear::<KQuantFormat<B, BYTE>, BYTE>(k, x, rows, w, bias, y, pool, scratch)
     } else {
-        wide_packed_linear::<KQuantFormat<B, WIDE>, WIDE>(k, x, rows, &w.data, bias, y, pool)
+        wide_packed_linear::<KQuantFormat<B, WIDE>, WIDE>(k, x, rows, w, bias, y, pool, scratch)
     }
 }
 
@@ -370,6 +373,7 @@ pub(crate) fn packed_kquant_linear<B: SubBlockBits>(
 /// `[rows, out]`; parallel over row groups in `pool` unless the work is
 /// tiny, each row's result independent of the other rows and of the split
 /// over threads. Slice lengths are checked with `debug_assert!`.
+#[allow(clippy::too_many_arguments)]
 pub fn packed_q4k_linear(
     k: QuantKernel,
     x: &[f32],
@@ -378,8 +382,9 @@ pub fn packed_q4k_linear(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
+    scratch: &ActivationScratch,
 ) {
-    packed_kquant_linear(k, x, rows, &w.packed, bias, y, pool)
+    packed_kquant_linear(k, x, rows, &w.packed, bias, y, pool, scratch)
 }
 
 #[cfg(test)]
@@ -442,7 +447,7 @@ mod tests {
                 &cases,
                 &|k, m, x, rows, b, y, pool| {
                     let p = PackedKQuant::<B>::pack(m).unwrap();
-                    packed_kquant_linear(k, x, rows, &p, b, y, pool)
+                    packed_kquant_linear(k, x, rows, &p, b, y, pool, &ActivationScratch::default())
                 },
             );
         }
@@ -468,8 +473,18 @@ mod tests {
             let p = PackedKQuant::<B>::pack(&m).unwrap();
             let x = rng.vec(rows * in_f, 1.0);
             let b = rng.vec(out_f, 1.0);
-            let linear: &BoundLinear<'_> =
-                &|k, x, rows, y, pool| packed_kquant_linear(k, x, rows, &p, Some(&b), y, pool);
+            let linear: &BoundLinear<'_> = &|k, x, rows, y, pool| {
+                packed_kquant_linear(
+                    k,
+                    x,
+                    rows,
+                    &p,
+                    Some(&b),
+                    y,
+                    pool,
+                    &ActivationScratch::default(),
+                )
+            };
             check_rows_alone(path, linear, &x, rows, out_f, false, &B::QT.to_string());
         }
     }

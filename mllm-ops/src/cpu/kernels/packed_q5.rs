@@ -20,7 +20,7 @@ use rayon::ThreadPool;
 use super::packed::{
     pack_blocks, wide_packed_linear, PackedData, PackedFormat, SourceRows, GROUP_ROWS, NIBBLES_AT,
 };
-use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
+use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 use super::weight_memory::{WeightArena, WeightMemory};
@@ -229,6 +229,7 @@ pub(crate) fn group_dot<const SHIFT: u32>(
 /// `y` `[rows, w.rows()]`; parallel over row groups in `pool` unless the
 /// work is tiny. Each row's result is independent of the other rows and of
 /// the split over threads. Slice lengths are checked with `debug_assert!`.
+#[allow(clippy::too_many_arguments)]
 pub fn packed_q5_linear(
     k: QuantKernel,
     x: &[f32],
@@ -237,11 +238,12 @@ pub fn packed_q5_linear(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
+    scratch: &ActivationScratch,
 ) {
     if k.path() == QuantPath::Int8Packed {
-        wide_packed_linear::<Q5Format<BYTE>, BYTE>(k, x, rows, &w.data, bias, y, pool)
+        wide_packed_linear::<Q5Format<BYTE>, BYTE>(k, x, rows, &w.data, bias, y, pool, scratch)
     } else {
-        wide_packed_linear::<Q5Format<WIDE>, WIDE>(k, x, rows, &w.data, bias, y, pool)
+        wide_packed_linear::<Q5Format<WIDE>, WIDE>(k, x, rows, &w.data, bias, y, pool, scratch)
     }
 }
 
@@ -296,7 +298,16 @@ mod tests {
                 &blocks,
                 &cases,
                 &|k, m, x, rows, b, y, pool| {
-                    packed_q5_linear(k, x, rows, &PackedQ5::pack(m).unwrap(), b, y, pool)
+                    packed_q5_linear(
+                        k,
+                        x,
+                        rows,
+                        &PackedQ5::pack(m).unwrap(),
+                        b,
+                        y,
+                        pool,
+                        &ActivationScratch::default(),
+                    )
                 },
             );
         }
@@ -312,8 +323,9 @@ mod tests {
                 let w = random_blocks(&mut rng, qt, out_f * nb);
                 let p = PackedQ5::pack(&QuantMatrix::new(qt, &w, out_f, in_f).unwrap()).unwrap();
                 let x = rng.vec(rows * in_f, 1.0);
-                let linear: &BoundLinear<'_> =
-                    &|k, x, rows, y, pool| packed_q5_linear(k, x, rows, &p, None, y, pool);
+                let linear: &BoundLinear<'_> = &|k, x, rows, y, pool| {
+                    packed_q5_linear(k, x, rows, &p, None, y, pool, &ActivationScratch::default())
+                };
                 check_rows_alone(path, linear, &x, rows, out_f, false, &qt.to_string());
             }
         }

@@ -36,7 +36,7 @@ use super::packed::{
     by_row_blocks, fill_by_rows, group_outputs, pack_blocks, quantize_rows, PackedData,
     PackedFormat, SourceRows, GROUP_ROWS, TILE_TOKENS,
 };
-use super::qact::{Q16Row, BLOCK, BYTE, WIDE};
+use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::{QuantMatrix, Split};
 use super::weight_memory::{WeightArena, WeightMemory};
@@ -295,6 +295,7 @@ pub(crate) fn group_dot<const SHIFT: u32>(
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked
 /// with `debug_assert!`.
+#[allow(clippy::too_many_arguments)]
 pub fn packed_q6k_linear(
     k: QuantKernel,
     x: &[f32],
@@ -303,15 +304,17 @@ pub fn packed_q6k_linear(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
+    scratch: &ActivationScratch,
 ) {
     if k.path() == QuantPath::Int8Packed {
-        q6k_linear::<BYTE>(k, x, rows, w, bias, y, pool)
+        q6k_linear::<BYTE>(k, x, rows, w, bias, y, pool, scratch)
     } else {
-        q6k_linear::<WIDE>(k, x, rows, w, bias, y, pool)
+        q6k_linear::<WIDE>(k, x, rows, w, bias, y, pool, scratch)
     }
 }
 
 /// [`packed_q6k_linear`] with the activation rows split at `SHIFT`.
+#[allow(clippy::too_many_arguments)]
 fn q6k_linear<const SHIFT: u32>(
     k: QuantKernel,
     x: &[f32],
@@ -320,22 +323,24 @@ fn q6k_linear<const SHIFT: u32>(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
+    scratch: &ActivationScratch,
 ) {
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
-        let act = act.row();
-        let offsets = half_offsets(act, in_f, split);
+        let act = quantize_rows::<SHIFT>(k, xb, in_f, split, scratch);
+        let row = act.row();
+        let offsets = half_offsets(row, in_f, split);
         let xs: Vec<Q6KInput<'_, SHIFT>> = (0..xb.len() / in_f)
             .map(|t| Q6KInput {
-                x: act.sub_row(t, in_f),
+                x: row.sub_row(t, in_f),
                 half_offsets: &offsets[t * in_f / 16..(t + 1) * in_f / 16],
             })
             .collect();
         group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
             k.packed_dot::<Q6KFormat<SHIFT>>(g, xs, out)
         });
+        scratch.put(act.into_buffers());
     });
 }
 
@@ -390,7 +395,16 @@ mod tests {
                 &blocks,
                 &cases,
                 &|k, m, x, rows, b, y, pool| {
-                    packed_q6k_linear(k, x, rows, &PackedQ6K::pack(m).unwrap(), b, y, pool)
+                    packed_q6k_linear(
+                        k,
+                        x,
+                        rows,
+                        &PackedQ6K::pack(m).unwrap(),
+                        b,
+                        y,
+                        pool,
+                        &ActivationScratch::default(),
+                    )
                 },
             );
         }
@@ -412,8 +426,18 @@ mod tests {
             let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, out_f, in_f).unwrap()).unwrap();
             let x = rng.vec(rows * in_f, 1.0);
             let b = rng.vec(out_f, 1.0);
-            let linear: &BoundLinear<'_> =
-                &|k, x, rows, y, pool| packed_q6k_linear(k, x, rows, &p, Some(&b), y, pool);
+            let linear: &BoundLinear<'_> = &|k, x, rows, y, pool| {
+                packed_q6k_linear(
+                    k,
+                    x,
+                    rows,
+                    &p,
+                    Some(&b),
+                    y,
+                    pool,
+                    &ActivationScratch::default(),
+                )
+            };
             check_rows_alone(path, linear, &x, rows, out_f, true, "q6_k");
         }
     }

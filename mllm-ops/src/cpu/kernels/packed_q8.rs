@@ -28,7 +28,7 @@ use super::packed::{
     by_row_blocks, fill_by_rows, group_outputs, pack_blocks, quantize_rows, PackedData,
     PackedFormat, SourceRows, GROUP_ROWS, TILE_TOKENS,
 };
-use super::qact::{Q16Row, BLOCK, BYTE, NARROW};
+use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, NARROW};
 use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use super::qmatmul::{QuantMatrix, Split};
 use super::weight_memory::{WeightArena, WeightMemory};
@@ -280,6 +280,7 @@ fn values16_into<const SHIFT: u32>(hi: &[i8], lo: &[i8], out: &mut [i16]) {
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked
 /// with `debug_assert!`.
+#[allow(clippy::too_many_arguments)]
 pub fn packed_q8_linear(
     k: QuantKernel,
     x: &[f32],
@@ -288,15 +289,17 @@ pub fn packed_q8_linear(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
+    scratch: &ActivationScratch,
 ) {
     if k.path() == QuantPath::Int8Packed {
-        split_q8_linear::<BYTE>(k, x, rows, w, bias, y, pool)
+        split_q8_linear::<BYTE>(k, x, rows, w, bias, y, pool, scratch)
     } else {
-        split_q8_linear::<NARROW>(k, x, rows, w, bias, y, pool)
+        split_q8_linear::<NARROW>(k, x, rows, w, bias, y, pool, scratch)
     }
 }
 
 /// [`packed_q8_linear`] with the activation rows split at `SHIFT`.
+#[allow(clippy::too_many_arguments)]
 fn split_q8_linear<const SHIFT: u32>(
     k: QuantKernel,
     x: &[f32],
@@ -305,19 +308,21 @@ fn split_q8_linear<const SHIFT: u32>(
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
+    scratch: &ActivationScratch,
 ) {
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<SHIFT>(k, xb, in_f, split);
-        let act = act.row();
-        let extras = Q8Extras::for_kernel(k, &act, in_f, split);
+        let act = quantize_rows::<SHIFT>(k, xb, in_f, split, scratch);
+        let row = act.row();
+        let extras = Q8Extras::for_kernel(k, &row, in_f, split);
         let xs: Vec<Q8Input<'_, SHIFT>> = (0..xb.len() / in_f)
-            .map(|t| extras.input(act.sub_row(t, in_f), t, in_f))
+            .map(|t| extras.input(row.sub_row(t, in_f), t, in_f))
             .collect();
         group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
             k.packed_dot::<Q8Format<SHIFT>>(g, xs, out)
         });
+        scratch.put(act.into_buffers());
     });
 }
 
@@ -449,7 +454,16 @@ mod tests {
                 &blocks_with_extremes,
                 &cases,
                 &|k, m, x, rows, b, y, pool| {
-                    packed_q8_linear(k, x, rows, &PackedQ8::pack(m).unwrap(), b, y, pool)
+                    packed_q8_linear(
+                        k,
+                        x,
+                        rows,
+                        &PackedQ8::pack(m).unwrap(),
+                        b,
+                        y,
+                        pool,
+                        &ActivationScratch::default(),
+                    )
                 },
             );
         }
@@ -468,8 +482,9 @@ mod tests {
         let m = QuantMatrix::new(QuantType::Q8_0, &w, out_f, in_f).unwrap();
         let p = PackedQ8::pack(&m).unwrap();
         let x = rng.vec(rows * in_f, 4.0);
-        let linear: &BoundLinear<'_> =
-            &|k, x, rows, y, pool| packed_q8_linear(k, x, rows, &p, None, y, pool);
+        let linear: &BoundLinear<'_> = &|k, x, rows, y, pool| {
+            packed_q8_linear(k, x, rows, &p, None, y, pool, &ActivationScratch::default())
+        };
         for path in PATHS {
             check_rows_alone(path, linear, &x, rows, out_f, true, "q8_0");
         }

@@ -2,6 +2,8 @@
 //! block of 32 (like ggml's Q8_1, with an f32 scale), and the scalar integer
 //! dot products of Q8_0, Q4_0 and Q4_1 weight rows with them.
 
+use std::sync::Mutex;
+
 use crate::quant::{q4_0, q4_1, q8_0, QuantType};
 
 /// Values per activation block (the block length of the weight formats).
@@ -225,22 +227,82 @@ fn split<const SHIFT: u32>(q: i32) -> (i8, i8) {
 /// projection 17 % slower than the gate's (criterion `q4k_prefill_1b`).
 const LO_PLANE_SKEW: usize = 2048 + 64;
 
+/// The buffers of a [`Q16Act`], kept between quantizations (see
+/// [`ActivationScratch`]): they may be longer than a row needs, and
+/// hold the values of an earlier row until a quantizer overwrites them.
+#[derive(Default)]
+pub(crate) struct Q16Buffers {
+    planes: Vec<i8>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+}
+
+/// Buffers for the quantized activations of linear calls, kept from one
+/// call to the next so that a call neither allocates nor clears them
+/// (clearing them was a serial pass over both planes before every 128-row
+/// block). Share one among layers that run one after another, as a
+/// backend's linear ops do: a call that finds it taken by another
+/// (concurrent) call uses buffers of its own.
+#[derive(Default)]
+pub struct ActivationScratch {
+    spare: Mutex<Q16Buffers>,
+}
+
+impl ActivationScratch {
+    /// The spare buffers, or empty ones while another call holds them.
+    pub(crate) fn take(&self) -> Q16Buffers {
+        match self.spare.try_lock() {
+            Ok(mut spare) => std::mem::take(&mut *spare),
+            Err(_) => Q16Buffers::default(),
+        }
+    }
+
+    /// Keeps `buffers` for the next call, unless another call is putting
+    /// its own back.
+    pub(crate) fn put(&self, buffers: Q16Buffers) {
+        if let Ok(mut spare) = self.spare.try_lock() {
+            *spare = buffers;
+        }
+    }
+}
+
+/// Grows `v` to at least `n` elements; what it holds stays.
+fn at_least<T: Copy + Default>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::default());
+    }
+}
+
 impl<const SHIFT: u32> Q16Act<SHIFT> {
     /// An all-zero row of `len` values (a multiple of 32).
     pub(crate) fn zeros(len: usize) -> Self {
-        Q16Act {
-            planes: vec![0; 2 * len + LO_PLANE_SKEW],
-            len,
-            d: vec![0.0; len / BLOCK],
-            s: vec![0.0; len / BLOCK],
-        }
+        Self::in_buffers(len, Q16Buffers::default())
+    }
+
+    /// A row of `len` values (a multiple of 32) in `buffers`, grown where
+    /// they are too short: its values are whatever they held (zero where
+    /// they grew) until a quantizer fills [`Self::parts_mut`].
+    pub(crate) fn in_buffers(len: usize, mut buffers: Q16Buffers) -> Self {
+        at_least(&mut buffers.planes, 2 * len + LO_PLANE_SKEW);
+        at_least(&mut buffers.d, len / BLOCK);
+        at_least(&mut buffers.s, len / BLOCK);
+        let Q16Buffers { planes, d, s } = buffers;
+        Q16Act { planes, len, d, s }
+    }
+
+    /// The buffers, for another row.
+    pub(crate) fn into_buffers(self) -> Q16Buffers {
+        let Q16Act { planes, d, s, .. } = self;
+        Q16Buffers { planes, d, s }
     }
 
     /// The parts (`hi`, `lo`, `d`, `s`), to be filled by a SIMD quantizer.
     #[allow(clippy::type_complexity)]
     pub(crate) fn parts_mut(&mut self) -> (&mut [i8], &mut [i8], &mut [f32], &mut [f32]) {
-        let (hi, rest) = self.planes.split_at_mut(self.len);
-        (hi, &mut rest[LO_PLANE_SKEW..], &mut self.d, &mut self.s)
+        let (len, nb) = (self.len, self.len / BLOCK);
+        let (hi, rest) = self.planes.split_at_mut(len);
+        let lo = &mut rest[LO_PLANE_SKEW..LO_PLANE_SKEW + len];
+        (hi, lo, &mut self.d[..nb], &mut self.s[..nb])
     }
 
     /// Quantizes `x` (its length a multiple of 32).
@@ -254,11 +316,12 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
 
     /// The quantized row.
     pub(crate) fn row(&self) -> Q16Row<'_, SHIFT> {
+        let (len, nb) = (self.len, self.len / BLOCK);
         Q16Row {
-            hi: &self.planes[..self.len],
-            lo: &self.planes[self.len + LO_PLANE_SKEW..],
-            d: &self.d,
-            s: &self.s,
+            hi: &self.planes[..len],
+            lo: &self.planes[len + LO_PLANE_SKEW..][..len],
+            d: &self.d[..nb],
+            s: &self.s[..nb],
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::cpu::kernels::packed_q5::{packed_q5_linear, PackedQ5};
 use crate::cpu::kernels::packed_q5k::PackedQ5K;
 use crate::cpu::kernels::packed_q6k::{packed_q6k_linear, PackedQ6K};
 use crate::cpu::kernels::packed_q8::{packed_q8_linear, PackedQ8};
+use crate::cpu::kernels::qact::ActivationScratch;
 use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use crate::cpu::kernels::qmatmul::{quant_linear, QuantMatrix};
 use crate::cpu::kernels::weight_memory::WeightArena;
@@ -96,6 +97,7 @@ impl PackedWeight {
     }
 
     /// The layer's product with this weight (see `packed_linear`).
+    #[allow(clippy::too_many_arguments)]
     fn linear(
         &self,
         k: QuantKernel,
@@ -104,14 +106,16 @@ impl PackedWeight {
         bias: Option<&[f32]>,
         y: &mut [f32],
         pool: &ThreadPool,
+        scratch: &ActivationScratch,
     ) {
+        let s = scratch;
         match self {
-            PackedWeight::Q4(w) => packed_linear(k, x, rows, w, bias, y, pool),
-            PackedWeight::Q5(w) => packed_q5_linear(k, x, rows, w, bias, y, pool),
-            PackedWeight::Q8(w) => packed_q8_linear(k, x, rows, w, bias, y, pool),
-            PackedWeight::Q4K(w) => packed_q4k_linear(k, x, rows, w, bias, y, pool),
-            PackedWeight::Q5K(w) => packed_kquant_linear(k, x, rows, w, bias, y, pool),
-            PackedWeight::Q6K(w) => packed_q6k_linear(k, x, rows, w, bias, y, pool),
+            PackedWeight::Q4(w) => packed_linear(k, x, rows, w, bias, y, pool, s),
+            PackedWeight::Q5(w) => packed_q5_linear(k, x, rows, w, bias, y, pool, s),
+            PackedWeight::Q8(w) => packed_q8_linear(k, x, rows, w, bias, y, pool, s),
+            PackedWeight::Q4K(w) => packed_q4k_linear(k, x, rows, w, bias, y, pool, s),
+            PackedWeight::Q5K(w) => packed_kquant_linear(k, x, rows, w, bias, y, pool, s),
+            PackedWeight::Q6K(w) => packed_q6k_linear(k, x, rows, w, bias, y, pool, s),
             PackedWeight::Half(w) => packed_half_linear(k, x, rows, w, bias, y, pool),
         }
     }
@@ -137,6 +141,8 @@ pub struct LinearOp {
     max_simd: SimdLevel,
     /// Where repacked weights go (a buffer of their own without one).
     arena: Option<Arc<WeightArena>>,
+    /// Where packed kernels quantize the activations.
+    scratch: Arc<ActivationScratch>,
 }
 
 impl LinearOp {
@@ -171,6 +177,7 @@ impl LinearOp {
             float: QuantKernel::new(QuantPath::F32Activations),
             max_simd: SimdLevel::FASTEST_FIRST[0],
             arena: None,
+            scratch: Arc::default(),
         }
     }
 
@@ -178,6 +185,13 @@ impl LinearOp {
     /// other layers (see `weight_memory`).
     pub fn with_weight_arena(mut self, arena: Arc<WeightArena>) -> Self {
         self.arena = Some(arena);
+        self
+    }
+
+    /// Quantizes activations into the buffers of `scratch`, shared with
+    /// the model's other layers (see [`ActivationScratch`]).
+    pub fn with_activation_scratch(mut self, scratch: Arc<ActivationScratch>) -> Self {
+        self.scratch = scratch;
         self
     }
 
@@ -279,6 +293,7 @@ impl Op for LinearOp {
             quant: self.quant,
             float: self.float,
             pool: &self.pool,
+            scratch: &self.scratch,
         };
         let LinearWeight::Parts(parts) = w else {
             let shape = [self.out_features, self.in_features];
@@ -321,11 +336,13 @@ impl LinearOp {
     }
 }
 
-/// What a linear op multiplies with: its kernel variants and pool.
+/// What a linear op multiplies with: its kernel variants, pool and
+/// activation scratch.
 struct Kernels<'a> {
     quant: QuantKernel,
     float: QuantKernel,
     pool: &'a ThreadPool,
+    scratch: &'a ActivationScratch,
 }
 
 impl Kernels<'_> {
@@ -342,7 +359,9 @@ impl Kernels<'_> {
     ) {
         let (pool, fk) = (self.pool, self.float);
         match w {
-            LinearWeight::Packed(w, _) => w.linear(self.quant, x, rows, bias, y, pool),
+            LinearWeight::Packed(w, _) => {
+                w.linear(self.quant, x, rows, bias, y, pool, self.scratch)
+            }
             LinearWeight::Plain(w) => match w.slice() {
                 MatrixSlice::Float(FloatSlice::F32(w)) => {
                     linear_at(fk, x, rows, in_f, w, out_f, bias, y, pool)
