@@ -28,3 +28,29 @@ pub(crate) fn for_pieces(
             .for_each(|(i, piece)| f(i * PIECE, piece))
     });
 }
+
+/// Runs `f(first_row, piece)` over consecutive pieces of whole rows of
+/// `row_len` elements of `output` (`first_row` is the index of the piece's
+/// first row), each at least [`PIECE`] elements: in `pool` when `output`
+/// has more than one such piece, else as one call. For ops whose rows are
+/// computed independently (norms, rotary embeddings), so that a row's
+/// result does not depend on the split.
+pub(crate) fn for_row_pieces(
+    pool: &ThreadPool,
+    output: &mut [f32],
+    row_len: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
+    let rows_per_piece = PIECE.div_ceil(row_len.max(1));
+    let piece = rows_per_piece * row_len;
+    if row_len == 0 || output.len() <= piece {
+        f(0, output);
+        return;
+    }
+    pool.install(|| {
+        output
+            .par_chunks_mut(piece)
+            .enumerate()
+            .for_each(|(i, rows)| f(i * rows_per_piece, rows))
+    });
+}
