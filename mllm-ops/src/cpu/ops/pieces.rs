@@ -1,6 +1,6 @@
-//! Elementwise work split over the pool when a tensor is large (prefill),
-//! in pieces whose bounds keep every element on the kernel path it takes
-//! in one call over the whole tensor.
+//! Elementwise and row-by-row work split over the pool when a tensor is
+//! large (prefill), in pieces whose bounds keep every element on the
+//! kernel path it takes in one call over the whole tensor.
 
 use rayon::prelude::*;
 use rayon::ThreadPool;
@@ -17,16 +17,7 @@ pub(crate) fn for_pieces(
     output: &mut [f32],
     f: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) {
-    if output.len() <= PIECE {
-        f(0, output);
-        return;
-    }
-    pool.install(|| {
-        output
-            .par_chunks_mut(PIECE)
-            .enumerate()
-            .for_each(|(i, piece)| f(i * PIECE, piece))
-    });
+    for_row_pieces(pool, output, 1, f);
 }
 
 /// Runs `f(first_row, piece)` over consecutive pieces of whole rows of
