@@ -3,8 +3,8 @@
 //! GEMM (prefill, with 16-bit and with 8-bit activation rows) and
 //! attention, plus one decode through a matrix larger than the caches (the
 //! memory stream) and a few prefill cases at the 1.1B benchmark model's
-//! widths (f16 2048 x 2048, its Q4_K FFN). Every kernel is called from a thread of its pool, as
-//! the model's decode steps run.
+//! widths (f16 2048 x 2048, its Q4_K FFN). Every kernel is called from a
+//! thread of its pool, as the model's decode steps run.
 //!
 //! ```text
 //! cargo bench -p mllm-ops --bench kernels

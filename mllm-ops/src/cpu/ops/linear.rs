@@ -108,14 +108,13 @@ impl PackedWeight {
         pool: &ThreadPool,
         scratch: &ActivationScratch,
     ) {
-        let s = scratch;
         match self {
-            PackedWeight::Q4(w) => packed_linear(k, x, rows, w, bias, y, pool, s),
-            PackedWeight::Q5(w) => packed_q5_linear(k, x, rows, w, bias, y, pool, s),
-            PackedWeight::Q8(w) => packed_q8_linear(k, x, rows, w, bias, y, pool, s),
-            PackedWeight::Q4K(w) => packed_q4k_linear(k, x, rows, w, bias, y, pool, s),
-            PackedWeight::Q5K(w) => packed_kquant_linear(k, x, rows, w, bias, y, pool, s),
-            PackedWeight::Q6K(w) => packed_q6k_linear(k, x, rows, w, bias, y, pool, s),
+            PackedWeight::Q4(w) => packed_linear(k, x, rows, w, bias, y, pool, scratch),
+            PackedWeight::Q5(w) => packed_q5_linear(k, x, rows, w, bias, y, pool, scratch),
+            PackedWeight::Q8(w) => packed_q8_linear(k, x, rows, w, bias, y, pool, scratch),
+            PackedWeight::Q4K(w) => packed_q4k_linear(k, x, rows, w, bias, y, pool, scratch),
+            PackedWeight::Q5K(w) => packed_kquant_linear(k, x, rows, w, bias, y, pool, scratch),
+            PackedWeight::Q6K(w) => packed_q6k_linear(k, x, rows, w, bias, y, pool, scratch),
             PackedWeight::Half(w) => packed_half_linear(k, x, rows, w, bias, y, pool),
         }
     }

@@ -65,13 +65,12 @@ impl Op for RopeOp {
         for_row_pieces(&self.pool, output, width, |first, out| {
             out.copy_from_slice(&x.data[first * width..][..out.len()]);
             let positions = &step.positions[first..][..out.len() / width];
-            let (heads, dim, rotary) = (p.n_heads, p.head_dim, p.rotary_dim);
             apply_rope(
                 out,
                 positions,
-                heads,
-                dim,
-                rotary,
+                p.n_heads,
+                p.head_dim,
+                p.rotary_dim,
                 &self.inv_freq,
                 p.interleaved,
             );
