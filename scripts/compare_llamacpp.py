@@ -51,6 +51,8 @@ import sys
 
 LLAMA_CPP_PYTHON = "0.3.36"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The release binaries the comparison runs.
+RELEASE = ROOT / "target" / "release"
 
 
 def cache_dir():
@@ -120,7 +122,7 @@ def roofline(threads, max_simd=None):
     """(read GB/s, f32 GMAC/s, byte GMAC/s) of this machine on `threads`,
     the peaks at the fastest level or at `max_simd` (AVX2's f32 peak for
     "avxvnni")."""
-    examples = ROOT / "target" / "release" / "examples"
+    examples = RELEASE / "examples"
     out = subprocess.run([str(examples / "membw"), "-t", str(threads), "-r", "10"],
                          check=True, capture_output=True, text=True).stdout
     bandwidth = float(out.split("read bandwidth:")[1].split()[0])
@@ -143,9 +145,8 @@ def build_binaries():
     """Builds the release binaries the comparison runs. On a machine
     without cargo (binaries built elsewhere and copied into target/release),
     uses those that are there, or says which are missing."""
-    release = ROOT / "target" / "release"
-    needed = [release / "examples" / name for name in ("bench", "membw", "peak")]
-    needed.append(release / "mllm-convert")
+    needed = [RELEASE / "examples" / name for name in ("bench", "membw", "peak")]
+    needed.append(RELEASE / "mllm-convert")
     if shutil.which("cargo") is None:
         missing = [str(p) for p in needed if not p.exists()]
         if missing:
@@ -186,7 +187,7 @@ def main():
     args = ap.parse_args()
 
     build_binaries()
-    bench = ROOT / "target" / "release" / "examples" / "bench"
+    bench = RELEASE / "examples" / "bench"
     common = ["-p", args.n_prompt, "-n", args.n_gen, "-d", str(args.n_depth),
               "-t", str(args.threads), "-r", "1"]
     flags = ["--int8-activations"] if args.int8_activations else []
@@ -198,7 +199,7 @@ def main():
         gguf = args.gguf
         model = gguf.with_suffix(".mllm")
         if not model.exists():
-            subprocess.run([str(ROOT / "target" / "release" / "mllm-convert"), str(gguf),
+            subprocess.run([str(RELEASE / "mllm-convert"), str(gguf),
                             "-o", str(model), "--quiet"], check=True)
         ours = [str(bench), "--json", "-m", str(model)] + common + flags
     else:
