@@ -286,9 +286,10 @@ const MIN_SPLIT_KEYS: usize = 32;
 
 /// Keys per part of a decode over `len` visible keys: [`PART_KEYS`], or
 /// half of them (rounded up to 8) when that makes at most two parts.
-/// Decodes over at most 256 keys used to run one task per query head, each
-/// reading its kv head's slice of every row (each row three times for
-/// SmolLM2's nine heads over three kv heads); in two parts SmolLM2's
+/// Decodes over at most 256 keys used to run a task per kv head, or per
+/// query head where that gave the threads more tasks, each reading its kv
+/// head's slice of every row (each row three times for SmolLM2's nine
+/// heads over three kv heads); in two parts SmolLM2's
 /// attention ops took 0.82x the time over a 128-token decode and 0.85x
 /// after 200 tokens (medians of 8 and 6 alternated runs).
 fn part_keys(len: usize) -> usize {
