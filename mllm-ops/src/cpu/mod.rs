@@ -17,12 +17,14 @@ use ops::*;
 use step::PoolRunner;
 
 /// Creates CPU ops that share one worker pool, one arena for repacked
-/// weights (see `kernels::weight_memory`) and one scratch for quantized
-/// activations. The arena never reuses memory: make one backend per model.
+/// weights (see `kernels::weight_memory`), one scratch for quantized
+/// activations and one table of RoPE angles. The arena never reuses
+/// memory: make one backend per model.
 pub struct CpuBackend {
     pool: Arc<ThreadPool>,
     arena: Arc<WeightArena>,
     scratch: Arc<ActivationScratch>,
+    rope_angles: Arc<RopeAngles>,
     kv_dtype: KvDtype,
     quant_path: Option<QuantPath>,
     max_simd: Option<SimdLevel>,
@@ -40,6 +42,7 @@ impl CpuBackend {
             pool: Arc::new(pool),
             arena: Arc::new(WeightArena::new()),
             scratch: Arc::default(),
+            rope_angles: Arc::default(),
             kv_dtype: KvDtype::F32,
             quant_path: None,
             max_simd: None,
@@ -103,7 +106,9 @@ impl Backend for CpuBackend {
             OpDesc::StackedLinear(layers) => Box::new(self.linear(layers.clone())),
             OpDesc::RmsNorm(p) => Box::new(RmsNormOp::new(p.clone(), pool())),
             OpDesc::LayerNorm(p) => Box::new(LayerNormOp::new(p.clone(), pool())),
-            OpDesc::Rope(p) => Box::new(RopeOp::new(p.clone(), pool())?),
+            OpDesc::Rope(p) => {
+                Box::new(RopeOp::new(p.clone(), pool())?.with_angles(Arc::clone(&self.rope_angles)))
+            }
             OpDesc::Activation(a) => Box::new(ActivationOp::new(*a)),
             OpDesc::Glu(a) => Box::new(GluOp::new(*a, pool())),
             OpDesc::Add => Box::new(BinaryOp::add(pool())),

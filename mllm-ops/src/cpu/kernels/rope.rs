@@ -89,29 +89,76 @@ pub fn apply_rope(
     if width == 0 || half == 0 {
         return;
     }
-    let mut cos = vec![0.0f32; half];
-    let mut sin = vec![0.0f32; half];
+    let mut angles = vec![0.0f32; 2 * half];
     for (row, &pos) in x.chunks_exact_mut(width).zip(positions) {
-        let p = pos as f32;
-        for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(inv_freq) {
-            let angle = p * f;
-            *c = angle.cos();
-            *s = angle.sin();
-        }
-        for head in row.chunks_exact_mut(head_dim) {
-            if interleaved {
-                for ((pair, &c), &s) in head[..2 * half].chunks_exact_mut(2).zip(&cos).zip(&sin) {
-                    let (a, b) = (pair[0], pair[1]);
-                    pair[0] = a * c - b * s;
-                    pair[1] = b * c + a * s;
-                }
-            } else {
-                let (lo, hi) = head[..2 * half].split_at_mut(half);
-                for (((a, b), &c), &s) in lo.iter_mut().zip(hi.iter_mut()).zip(&cos).zip(&sin) {
-                    let (va, vb) = (*a, *b);
-                    *a = va * c - vb * s;
-                    *b = vb * c + va * s;
-                }
+        rope_angles_into(pos, &inv_freq[..half], &mut angles);
+        rotate_token(row, head_dim, &angles, interleaved);
+    }
+}
+
+/// Writes the RoPE angles of a token at position `pos` into `row`
+/// (`2 · inv_freq.len()` values): `cos(pos · inv_freq[j])` for every `j`,
+/// then the sines, each angle `(pos as f32) * inv_freq[j]` in f32 as
+/// [`apply_rope`] takes it.
+pub fn rope_angles_into(pos: usize, inv_freq: &[f32], row: &mut [f32]) {
+    let (cos, sin) = row.split_at_mut(inv_freq.len());
+    let p = pos as f32;
+    for ((c, s), &f) in cos.iter_mut().zip(sin.iter_mut()).zip(inv_freq) {
+        let angle = p * f;
+        *c = angle.cos();
+        *s = angle.sin();
+    }
+}
+
+/// [`apply_rope`] with each token's angles already computed: row `t` of
+/// `angles` (`[tokens, rotary_dim]`) holds what [`rope_angles_into`] writes
+/// for token `t`'s position, so the results are the same bits.
+pub fn apply_rope_angles(
+    x: &mut [f32],
+    angles: &[f32],
+    n_heads: usize,
+    head_dim: usize,
+    rotary_dim: usize,
+    interleaved: bool,
+) {
+    let width = n_heads * head_dim;
+    debug_assert!(rotary_dim <= head_dim, "rotary_dim must be <= head_dim");
+    debug_assert!(rotary_dim.is_multiple_of(2), "rotary_dim must be even");
+    if width == 0 || rotary_dim == 0 {
+        return;
+    }
+    debug_assert_eq!(
+        angles.len() / rotary_dim,
+        x.len() / width,
+        "one row of angles per token"
+    );
+    for (row, token_angles) in x
+        .chunks_exact_mut(width)
+        .zip(angles.chunks_exact(rotary_dim))
+    {
+        rotate_token(row, head_dim, token_angles, interleaved);
+    }
+}
+
+/// Rotates every head of one token's row by `angles` (`[cos; half][sin;
+/// half]`, `half` pairs per head).
+#[inline]
+fn rotate_token(row: &mut [f32], head_dim: usize, angles: &[f32], interleaved: bool) {
+    let half = angles.len() / 2;
+    let (cos, sin) = angles.split_at(half);
+    for head in row.chunks_exact_mut(head_dim) {
+        if interleaved {
+            for ((pair, &c), &s) in head[..2 * half].chunks_exact_mut(2).zip(cos).zip(sin) {
+                let (a, b) = (pair[0], pair[1]);
+                pair[0] = a * c - b * s;
+                pair[1] = b * c + a * s;
+            }
+        } else {
+            let (lo, hi) = head[..2 * half].split_at_mut(half);
+            for (((a, b), &c), &s) in lo.iter_mut().zip(hi.iter_mut()).zip(cos).zip(sin) {
+                let (va, vb) = (*a, *b);
+                *a = va * c - vb * s;
+                *b = vb * c + va * s;
             }
         }
     }

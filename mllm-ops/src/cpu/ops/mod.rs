@@ -19,7 +19,7 @@ pub use kv_cache::{KvCacheOp, KvCacheState};
 pub use linear::LinearOp;
 pub use norm::{LayerNormOp, RmsNormOp};
 pub use position_embedding::PositionEmbeddingOp;
-pub use rope::RopeOp;
+pub use rope::{RopeAngles, RopeOp};
 pub use select_rows::SelectLogitsRowsOp;
 pub use slice_columns::SliceColumnsOp;
 
