@@ -278,6 +278,7 @@ fn attention_of(
 /// (three parts of 1024 keys on two threads left one idle a third of the
 /// time) and 1.05x after 512 (where each query head's task had read its
 /// kv head's keys and values again); 128 was no better.
+#[cfg(target_arch = "x86_64")]
 const PART_KEYS: usize = 256;
 
 /// Visible keys above which a single query is split into parts (see
@@ -292,6 +293,7 @@ const MIN_SPLIT_KEYS: usize = 32;
 /// heads over three kv heads); in two parts SmolLM2's
 /// attention ops took 0.82x the time over a 128-token decode and 0.85x
 /// after 200 tokens (medians of 8 and 6 alternated runs).
+#[cfg(target_arch = "x86_64")]
 fn part_keys(len: usize) -> usize {
     if len > 2 * PART_KEYS {
         PART_KEYS
@@ -527,7 +529,10 @@ mod simd {
     /// value rows, are read front to back once, whole rows at a time:
     /// task by task, each would read one head's slice of every row, a
     /// stride the prefetchers do not follow, from memory (a decode step's
-    /// weights have pushed the cache out of the caches).
+    /// weights have pushed the cache out of the caches). Each tile's rows
+    /// are first streamed in whole (`KvRows::stream_rows`): SmolLM2's
+    /// attention ops then took 0.68x the time after 1024 tokens (its whole
+    /// decode 1.17x as fast) and the 1.1B model's 0.59x.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn part(
         ctx: &Task<'_>,
@@ -551,11 +556,9 @@ mod simd {
             }
         };
         let lo = local(0).lo;
-        ctx.k.prefetch_rows(lo..lo + n.min(TILE_KEYS));
         for t0 in (0..n).step_by(TILE_KEYS) {
             let t1 = (t0 + TILE_KEYS).min(n);
-            ctx.k.prefetch_rows(lo + t1..lo + (t1 + TILE_KEYS).min(n));
-            ctx.v.prefetch_rows(lo + t0..lo + t1);
+            ctx.k.stream_rows(lo + t0..lo + t1);
             for (idx, task_scores) in scores.chunks_exact_mut(hpt * n).enumerate() {
                 score_keys(ctx, &local(idx), t0..t1, task_scores, buf);
             }
@@ -574,6 +577,7 @@ mod simd {
         }
         for t0 in (0..n).step_by(TILE_KEYS) {
             let t1 = (t0 + TILE_KEYS).min(n);
+            ctx.v.stream_rows(lo + t0..lo + t1);
             for (idx, (probs, o)) in scores
                 .chunks_exact(hpt * n)
                 .zip(out.chunks_exact_mut(item))

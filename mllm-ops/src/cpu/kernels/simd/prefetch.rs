@@ -1,6 +1,6 @@
 //! Software prefetch of the kernels' weight streams: into L2 for decode,
-//! into L1 for prefill; and of whole KV-cache rows for decode attention
-//! ([`span_into_l2`], see `KvRows::prefetch_rows`).
+//! into L1 for prefill. (Decode attention reads its KV-cache rows ahead
+//! with plain loads instead, see `KvRows::stream_rows`.)
 //!
 //! Decode reads every weight once, from memory. A kernel on its own keeps
 //! too few cache misses in flight: one thread streamed a 39 MB packed Q4_K
@@ -79,14 +79,6 @@ fn line_into_l1(p: *const u8) {
 fn line_starts(addr: usize, len: usize) -> impl Iterator<Item = usize> {
     let first = addr.next_multiple_of(LINE) - addr;
     (first..len).step_by(LINE)
-}
-
-/// Asks for every cache line that the `len` bytes at `p` touch in the L2
-/// cache.
-#[inline(always)]
-pub(crate) fn span_into_l2(p: *const u8, len: usize) {
-    let skew = p as usize % LINE;
-    lines(p.wrapping_sub(skew), len + skew);
 }
 
 /// Prefetches the cache lines that start within the `len` bytes at `p`.
