@@ -632,14 +632,13 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<SHIFT>(k, xb, in_f, split, scratch);
-        let row = act.row();
-        let xs: Vec<Q16Row<'_, SHIFT>> =
-            (0..xb.len() / in_f).map(|t| row.sub_row(t, in_f)).collect();
-        group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
-            k.packed_dot::<F>(g, xs, out)
+        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |row| {
+            let xs: Vec<Q16Row<'_, SHIFT>> =
+                (0..xb.len() / in_f).map(|t| row.sub_row(t, in_f)).collect();
+            group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
+                k.packed_dot::<F>(g, xs, out)
+            });
         });
-        scratch.put(act.into_buffers());
     });
 }
 
@@ -694,34 +693,38 @@ fn row_tasks<'p>(split: &Split<'p>, rows: usize, in_f: usize) -> Option<(&'p Thr
 }
 
 /// Quantizes the rows of `x` (each `in_f` long) to 16 bits with the plane
-/// split `SHIFT`, into the buffers of `scratch` (to be put back once the
-/// rows are used), split over the pool by rows when the call is parallel
-/// and has many values.
+/// split `SHIFT` into the buffers of `scratch`, split over the pool by
+/// rows when the call is parallel and has many values, calls `use_rows`
+/// with them and puts the buffers back.
 pub(crate) fn quantize_rows<const SHIFT: u32>(
     k: QuantKernel,
     x: &[f32],
     in_f: usize,
     split: &Split<'_>,
     scratch: &ActivationScratch,
-) -> Q16Act<SHIFT> {
+    use_rows: impl FnOnce(Q16Row<'_, SHIFT>),
+) {
     let mut act = Q16Act::in_buffers(x.len(), scratch.take());
-    let Some((pool, per_task)) = row_tasks(split, x.len() / in_f, in_f) else {
-        let (hi, lo, d, s) = act.parts_mut();
-        k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s);
-        return act;
-    };
-    let (vals, blocks) = (per_task * in_f, per_task * (in_f / BLOCK));
     let (hi, lo, d, s) = act.parts_mut();
-    let parts = hi
-        .par_chunks_mut(vals)
-        .zip(lo.par_chunks_mut(vals))
-        .zip(d.par_chunks_mut(blocks))
-        .zip(s.par_chunks_mut(blocks))
-        .zip(x.par_chunks(vals));
-    pool.install(|| {
-        parts.for_each(|((((hi, lo), d), s), x)| k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s))
-    });
-    act
+    match row_tasks(split, x.len() / in_f, in_f) {
+        None => k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s),
+        Some((pool, per_task)) => {
+            let (vals, blocks) = (per_task * in_f, per_task * (in_f / BLOCK));
+            let parts = hi
+                .par_chunks_mut(vals)
+                .zip(lo.par_chunks_mut(vals))
+                .zip(d.par_chunks_mut(blocks))
+                .zip(s.par_chunks_mut(blocks))
+                .zip(x.par_chunks(vals));
+            pool.install(|| {
+                parts.for_each(|((((hi, lo), d), s), x)| {
+                    k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s)
+                })
+            });
+        }
+    }
+    use_rows(act.row());
+    scratch.put(act.into_buffers());
 }
 
 /// Fills `out`, `per_row` items for each activation row of `in_f` values,

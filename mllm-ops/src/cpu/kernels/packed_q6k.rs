@@ -328,19 +328,18 @@ fn q6k_linear<const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<SHIFT>(k, xb, in_f, split, scratch);
-        let row = act.row();
-        let offsets = half_offsets(row, in_f, split);
-        let xs: Vec<Q6KInput<'_, SHIFT>> = (0..xb.len() / in_f)
-            .map(|t| Q6KInput {
-                x: row.sub_row(t, in_f),
-                half_offsets: &offsets[t * in_f / 16..(t + 1) * in_f / 16],
-            })
-            .collect();
-        group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
-            k.packed_dot::<Q6KFormat<SHIFT>>(g, xs, out)
+        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |row| {
+            let offsets = half_offsets(row, in_f, split);
+            let xs: Vec<Q6KInput<'_, SHIFT>> = (0..xb.len() / in_f)
+                .map(|t| Q6KInput {
+                    x: row.sub_row(t, in_f),
+                    half_offsets: &offsets[t * in_f / 16..(t + 1) * in_f / 16],
+                })
+                .collect();
+            group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
+                k.packed_dot::<Q6KFormat<SHIFT>>(g, xs, out)
+            });
         });
-        scratch.put(act.into_buffers());
     });
 }
 

@@ -313,16 +313,15 @@ fn split_q8_linear<const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let act = quantize_rows::<SHIFT>(k, xb, in_f, split, scratch);
-        let row = act.row();
-        let extras = Q8Extras::for_kernel(k, &row, in_f, split);
-        let xs: Vec<Q8Input<'_, SHIFT>> = (0..xb.len() / in_f)
-            .map(|t| extras.input(row.sub_row(t, in_f), t, in_f))
-            .collect();
-        group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
-            k.packed_dot::<Q8Format<SHIFT>>(g, xs, out)
+        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |row| {
+            let extras = Q8Extras::for_kernel(k, &row, in_f, split);
+            let xs: Vec<Q8Input<'_, SHIFT>> = (0..xb.len() / in_f)
+                .map(|t| extras.input(row.sub_row(t, in_f), t, in_f))
+                .collect();
+            group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
+                k.packed_dot::<Q8Format<SHIFT>>(g, xs, out)
+            });
         });
-        scratch.put(act.into_buffers());
     });
 }
 
