@@ -710,7 +710,7 @@ mod simd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::kernels::test_util::{assert_close, pool1, pool2, Rng};
+    use crate::cpu::kernels::test_util::{assert_close, bits, pool1, pool2, Rng};
 
     /// The AVX2 softmax agrees with the portable one within 1e-6 of each
     /// probability (plus relative 1e-5), on rows with tails and large ranges.
@@ -1063,7 +1063,6 @@ mod tests {
         use mllm_core::KvDtype;
         let mut rng = Rng::new(68);
         let row = 3 * 64;
-        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         for (past, window) in [
             (40, None),
             (127, None),
@@ -1183,7 +1182,6 @@ mod tests {
                         };
                         let mut got = vec![f32::NAN; q.len()];
                         attention_batch(&[seq], &s, vec![&mut got[..]], &pool);
-                        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&got), bits(&want), "{kind} n_q {n_q} past {past}");
                     }
                 }

@@ -518,6 +518,8 @@ pub(crate) fn hadamard32(x: &mut [f32; 32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "x86_64")]
+    use crate::cpu::kernels::test_util::bits;
     use crate::cpu::kernels::test_util::Rng;
 
     /// Encoded rows of SmolLM2's width (3 heads of 64) in every type.
@@ -773,12 +775,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// The bit patterns of `v`, to compare floats exactly (NaN included).
-    #[cfg(target_arch = "x86_64")]
-    fn bits(v: &[f32]) -> Vec<u32> {
-        v.iter().map(|x| x.to_bits()).collect()
     }
 
     /// The SIMD row decoder gives the portable decoder's bits for every

@@ -153,6 +153,11 @@ pub(crate) mod test_util {
         }
     }
 
+    /// The bit patterns of `v`, to compare floats exactly (NaN included).
+    pub fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
     /// A two-thread pool.
     pub fn pool2() -> rayon::ThreadPool {
         rayon::ThreadPoolBuilder::new()

@@ -234,7 +234,7 @@ impl Op for SoftmaxOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::kernels::test_util::Rng;
+    use crate::cpu::kernels::test_util::{bits, Rng};
     use mllm_core::tensor::TensorRef;
 
     /// Split over two threads, with `up` in its own buffer or already in
@@ -257,7 +257,6 @@ mod tests {
                 data,
             })
         };
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for act in [
             Activation::Silu,
             Activation::GeluTanh,

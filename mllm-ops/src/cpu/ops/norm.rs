@@ -123,7 +123,7 @@ impl Op for LayerNormOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::kernels::test_util::{pool2, Rng};
+    use crate::cpu::kernels::test_util::{bits, pool2, Rng};
     use crate::cpu::ops::pieces::PIECE;
     use mllm_core::tensor::TensorRef;
 
@@ -145,7 +145,6 @@ mod tests {
     fn split_norms_give_the_bits_of_one_call() {
         let mut rng = Rng::new(11);
         let pool = Arc::new(pool2());
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for (dim, groups) in [(576, 1), (64, 9)] {
             let rows = 2 * PIECE / (dim * groups) + 7;
             let shape = Shape::new([rows, dim * groups]);

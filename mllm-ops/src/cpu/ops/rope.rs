@@ -174,7 +174,7 @@ impl Op for RopeOp {
 mod tests {
     use super::*;
     use crate::cpu::kernels::rope::apply_rope;
-    use crate::cpu::kernels::test_util::{pool2, Rng};
+    use crate::cpu::kernels::test_util::{bits, pool2, Rng};
     use crate::cpu::ops::pieces::PIECE;
     use mllm_core::tensor::TensorRef;
 
@@ -209,10 +209,6 @@ mod tests {
             p.interleaved,
         );
         want
-    }
-
-    fn bits(v: &[f32]) -> Vec<u32> {
-        v.iter().map(|x| x.to_bits()).collect()
     }
 
     /// Ops sharing one angle table (queries and keys of one model, a

@@ -322,7 +322,7 @@ fn add_heads<const H: usize, const V: usize, R: HeadRows>(
 mod tests {
     use super::*;
     use crate::cpu::kernels::kv_rows::{decode_portable, encode};
-    use crate::cpu::kernels::test_util::Rng;
+    use crate::cpu::kernels::test_util::{bits, Rng};
     use mllm_core::KvDtype;
 
     /// Whether this CPU lacks what the kernels need (said on stderr).
@@ -350,10 +350,6 @@ mod tests {
             off: 2 * hd,
         };
         (f32_rows, f16_rows)
-    }
-
-    fn bits(v: &[f32]) -> Vec<u32> {
-        v.iter().map(|x| x.to_bits()).collect()
     }
 
     /// The score the module documentation specifies: lane `d % 8` takes the
