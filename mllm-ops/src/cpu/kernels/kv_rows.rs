@@ -294,8 +294,8 @@ impl<'a> KvRows<'a> {
     /// prefetchers do not follow, it brings them into the caches at the
     /// rate memory streams. Software prefetches of each next tile of rows
     /// did it at about a third of that: with this instead, one decode after
-    /// 4096 tokens (SmolLM2's heads, f32 cache from memory) took 441 us
-    /// instead of 785 on one thread and 239 instead of 414 on two.
+    /// 4096 tokens (SmolLM2's heads, f32 cache from memory) took 417 us
+    /// instead of 785 on one thread and 211 instead of 414 on two.
     #[cfg(target_arch = "x86_64")]
     pub(crate) fn stream_rows(&self, rows: Range<usize>) {
         let end = rows.end.min(self.rows);
