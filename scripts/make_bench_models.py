@@ -2,7 +2,7 @@
 """Benchmark GGUF files made locally, with nothing new downloaded.
 
 Usage (from the repository root):
-    python3 scripts/make_bench_models.py [--out DIR] [--skip-1b]
+    python3 scripts/make_bench_models.py [--out DIR] [--skip-1b] [--random-smollm2]
 
 Writes into DIR (default: <cache>/bench, the cache of compare_llamacpp.py):
 - smollm2-135m.{q4_k_m,q5_k_m,q8_0,f16}.gguf: the default SmolLM2 GGUF (Q4_1)
@@ -18,6 +18,13 @@ Writes into DIR (default: <cache>/bench, the cache of compare_llamacpp.py):
   whole 256-blocks, so its Q4_K_M is Q4_K and Q6_K (Q5_K_M: Q5_K and
   Q6_K), unlike SmolLM2's (576-wide rows, mostly Q5_0/Q5_1/Q8_0
   fallbacks).
+
+With `--random-smollm2` it also writes smollm2-135m-random.f16.gguf, seeded
+random weights in SmolLM2-135M's shapes (576 wide, 30 layers, 9 query
+and 3 KV heads, FFN 1536) with its tokenizer, and that file's llama.cpp
+quantizations smollm2-135m-random.{q4_1,q4_k_m,q8_0}.gguf: the same
+tensor types and sizes as the default file's (within a few hundred bytes
+of metadata), for timing on a machine that has only the tokenizer.
 
 Every file is skipped when it exists. gguf-py (pinned below) is installed
 into the llama-cpp-python venv that compare_llamacpp.py builds on first
@@ -37,13 +44,18 @@ from compare_llamacpp import cache_dir, ensure_venv  # noqa: E402
 GGUF_PY = "gguf==0.19.0"
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-# Written by the venv's python: argv = default GGUF (for the vocabulary), output.
-WRITE_1B = r"""
+# Shapes of the random models: hidden, layers, query heads, KV heads, FFN.
+SHAPES = {"1b": (2048, 16, 32, 8, 8192), "smollm2": (576, 30, 9, 3, 1536)}
+
+# Written by the venv's python: argv = default GGUF (for the vocabulary),
+# output, the shape's name, then its five numbers.
+WRITE_RANDOM = r"""
 import sys
 import numpy as np
 import gguf
 
-HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 2048, 16, 32, 8, 8192
+NAME = sys.argv[3]
+HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = map(int, sys.argv[4:9])
 HEAD_DIM = HIDDEN // HEADS
 src, dst = sys.argv[1], sys.argv[2]
 vocab = gguf.GGUFReader(src)
@@ -59,7 +71,7 @@ def normal(*shape, std):
     return (rng.standard_normal(shape, dtype=np.float32) * std).astype(np.float16)
 
 w = gguf.GGUFWriter(dst, "llama")
-w.add_name("llama-1b-random")
+w.add_name(f"llama-{NAME}-random")
 w.add_context_length(8192)
 w.add_embedding_length(HIDDEN)
 w.add_block_count(LAYERS)
@@ -117,6 +129,8 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=pathlib.Path, default=cache_dir() / "bench")
     ap.add_argument("--skip-1b", action="store_true", help="only the SmolLM2 files")
+    ap.add_argument("--random-smollm2", action="store_true",
+                    help="also SmolLM2-shaped files of seeded random weights (see above)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     default = cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -125,18 +139,32 @@ def main() -> None:
                         "-p", "0", "-n", "1", "-r", "1"], check=True, cwd=ROOT)
     for kind in ("q4_k_m", "q5_k_m", "q8_0", "f16"):
         quantize(default, args.out / f"smollm2-135m.{kind}.gguf", kind)
+    if args.random_smollm2:
+        f16 = write_random(default, args.out / "smollm2-135m-random.f16.gguf", "smollm2")
+        for kind in ("q4_1", "q4_k_m", "q8_0"):
+            quantize(f16, args.out / f"smollm2-135m-random.{kind}.gguf", kind)
     if args.skip_1b:
         return
-    python = ensure_venv()
-    f16 = args.out / "llama-1b.f16.gguf"
-    if not f16.exists():
-        subprocess.run([str(python), "-m", "pip", "install", "-q", GGUF_PY], check=True)
-        tmp = f16.with_suffix(".tmp")
-        print(f"writing {f16} (about 2.2 GB of seeded random weights)")
-        subprocess.run([str(python), "-c", WRITE_1B, str(default), str(tmp)], check=True)
-        tmp.rename(f16)
+    f16 = write_random(default, args.out / "llama-1b.f16.gguf", "1b")
     for kind in ("q4_k_m", "q5_k_m", "q8_0"):
         quantize(f16, args.out / f"llama-1b.{kind}.gguf", kind)
+
+
+def write_random(default: pathlib.Path, f16: pathlib.Path, shape: str) -> pathlib.Path:
+    """Writes `f16` (unless it exists): seeded random F16 weights in the
+    shape named `shape` (see SHAPES), with `default`'s tokenizer."""
+    if f16.exists():
+        print(f"have {f16}")
+        return f16
+    python = ensure_venv()
+    subprocess.run([str(python), "-m", "pip", "install", "-q", GGUF_PY], check=True)
+    tmp = f16.with_suffix(".tmp")
+    print(f"writing {f16} (seeded random weights)")
+    dims = [str(n) for n in SHAPES[shape]]
+    subprocess.run([str(python), "-c", WRITE_RANDOM, str(default), str(tmp), shape] + dims,
+                   check=True)
+    tmp.rename(f16)
+    return f16
 
 
 if __name__ == "__main__":
