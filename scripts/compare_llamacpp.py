@@ -4,7 +4,7 @@
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
         [-d DEPTH] [--kv-dtype f16] [--gguf OTHER.gguf] [--int8-activations]
-        [--max-simd avx2|avxvnni]
+        [--max-simd avx2|avxvnni] [--json OUT.json]
 
 What it does:
 0. Builds the release binaries it runs (on a machine without cargo, it uses
@@ -28,6 +28,10 @@ What it does:
    read bandwidth. Prefill share: one multiply-add per parameter and token
    over the byte (u8 x i8) peak, or over the f32 FMA peak for float files
    (two or more bytes per parameter); attention's own work is left out.
+With `--json OUT.json` it also writes every round's numbers there (each
+engine's tokens/s per test and round, the per-round ratios, peak RSS, the
+rooflines, the CPU and kernel level), so that runs on one machine can be
+pooled: the median of all their per-round ratios.
 With `-d DEPTH` every test starts after DEPTH tokens already in the KV
 cache, in both engines (decode at depth reads the cache too, which the
 decode share leaves out). llama.cpp keeps its cache in f16 (its default);
@@ -184,6 +188,8 @@ def main():
     ap.add_argument("--max-simd", choices=["avx2", "avxvnni"],
                     help="run both engines as on an AVX2-only CPU, or one with "
                     "AVX2 and AVX-VNNI but no AVX-512 (see above)")
+    ap.add_argument("--json", type=pathlib.Path, dest="json_out",
+                    help="also write every round's numbers to this file (see above)")
     args = ap.parse_args()
 
     build_binaries()
@@ -256,6 +262,20 @@ def main():
     mib = lambda b: b / (1024 * 1024)
     print(f"\npeak RSS: mllm-rs {mib(max(rss['mllm-rs'])):.1f} MiB, "
           f"llama.cpp {mib(max(rss['llama.cpp'])):.1f} MiB (excluding the Python interpreter)")
+    if args.json_out:
+        record = {
+            "gguf": str(gguf), "threads": args.threads, "rounds": args.rounds,
+            "int8_activations": args.int8_activations, "max_simd": args.max_simd,
+            "kv_dtype": args.kv_dtype or "f32", "cpu": about["cpu_info"],
+            "kernel_level": about["kernel_level"], "llama_cpp_python": LLAMA_CPP_PYTHON,
+            "read_bandwidth_gbs": bandwidth, "f32_peak_gmacs": f32_peak,
+            "byte_peak_gmacs": byte_peak, "tokens_per_s": samples, "ratios": ratios,
+            "peak_rss_bytes": {engine: max(v) for engine, v in rss.items()},
+        }
+        tmp = args.json_out.with_name(args.json_out.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        tmp.replace(args.json_out)
+        print(f"wrote {args.json_out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
