@@ -518,9 +518,7 @@ pub(crate) fn hadamard32(x: &mut [f32; 32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[cfg(target_arch = "x86_64")]
-    use crate::cpu::kernels::test_util::bits;
-    use crate::cpu::kernels::test_util::Rng;
+    use crate::cpu::kernels::test_util::{bits, Rng};
 
     /// Encoded rows of SmolLM2's width (3 heads of 64) in every type.
     fn rows(kind: KvDtype, n: usize, seed: u64) -> (Vec<f32>, Vec<u8>) {
@@ -696,12 +694,9 @@ mod tests {
                     let want = flat.head_tile(range.clone(), head * 64, 64, &mut a);
                     let got = paged.head_tile(range.clone(), head * 64, 64, &mut b);
                     for r in 0..range.len() {
-                        let bits = |t: &Tile<'_>| {
-                            t.row(r, 64).iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-                        };
                         assert_eq!(
-                            bits(&got),
-                            bits(&want),
+                            bits(got.row(r, 64)),
+                            bits(want.row(r, 64)),
                             "{kind} {range:?} head {head} row {r}"
                         );
                     }

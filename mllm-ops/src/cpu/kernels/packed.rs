@@ -906,7 +906,9 @@ pub(crate) mod tests {
     use crate::cpu::kernels::qact::Q8Act;
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
-    use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
+    use crate::cpu::kernels::test_util::{
+        assert_within, bits, linear_reference, pool1, pool2, Rng,
+    };
 
     /// Checks the row ranges a packer reported through its progress
     /// callback for a matrix of `rows` rows of `row_bytes` source bytes:
@@ -1323,7 +1325,7 @@ pub(crate) mod tests {
                         packed_q6k_linear(k, &x, rows, &p, None, &mut y, &pool, scratch);
                     }
                 }
-                y.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                bits(&y)
             };
             let fresh = run(&ActivationScratch::default());
             assert_eq!(
