@@ -119,15 +119,15 @@ macro_rules! five_bit_pair_block_sums {
         ) -> ([__m512i; T], [__m512i; T]) {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_packed::BlockPlanes;
-            use $crate::cpu::kernels::simd::vnni_packed::word16;
+            use $crate::cpu::kernels::simd::vnni_packed::dpbusd_word;
             use $crate::cpu::kernels::simd::vnni_packed_q5::pair_values;
             let w = pair_values(a, b);
             let mut sum_hi = [_mm512_setzero_si512(); T];
             let mut sum_lo = [_mm512_setzero_si512(); T];
             let plane = |x: &[i8; BLOCK], sum: __m512i| {
                 w.iter().enumerate().fold(sum, |sum, (c, [w_lo, w_hi])| {
-                    let sum = _mm512_dpbusd_epi32(sum, *w_lo, word16(x, 4 * c));
-                    _mm512_dpbusd_epi32(sum, *w_hi, word16(x, 16 + 4 * c))
+                    let sum = dpbusd_word(sum, *w_lo, x, 4 * c);
+                    dpbusd_word(sum, *w_hi, x, 16 + 4 * c)
                 })
             };
             for t in 0..T {

@@ -17,7 +17,7 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::avx2_i8::load32;
 use super::avx2_packed::{BlockPlanes, RowPlanes};
-use super::vnni_packed::{f16x16, join, pair_combine, store_pair, word16};
+use super::vnni_packed::{dpbusd_word, f16x16, join, pair_combine, store_pair};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
     Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
@@ -167,9 +167,9 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
                 for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
                     for (c, &w) in w.iter().enumerate() {
                         let at = 16 * half + 4 * c;
-                        sum[0] = _mm512_dpbusd_epi32(sum[0], w, word16(h, at));
+                        sum[0] = dpbusd_word(sum[0], w, h, at);
                         if BlockPlanes::<T, SHIFT>::HAS_LO {
-                            sum[1] = _mm512_dpbusd_epi32(sum[1], w, word16(l, at));
+                            sum[1] = dpbusd_word(sum[1], w, l, at);
                         }
                     }
                 }
