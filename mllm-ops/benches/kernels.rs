@@ -285,7 +285,7 @@ fn bench_streaming_decode(c: &mut Criterion) {
     g.finish();
 }
 
-/// One-row products of the packed Q8_0 and Q6_K kernels at each level
+/// One-row products of the packed Q4_1, Q4_K, Q6_K and Q8_0 kernels at each level
 /// this CPU has, in bytes of weights per second, to set against
 /// `examples/membw`: with the weights in L2 on one thread (what a core
 /// computes when reads cost nothing), and on two threads through a round
@@ -300,7 +300,7 @@ fn bench_decode_roofline(c: &mut Criterion) {
         ("in L2, 1 thread", 1, 512),
         ("from memory, 2 threads", 2, 8192),
     ];
-    for dtype in [DType::Q8_0, DType::Q6K] {
+    for dtype in [DType::Q4_1, DType::Q4K, DType::Q6K, DType::Q8_0] {
         let qt = QuantType::from_dtype(dtype).expect("quantized dtype");
         for (case, threads, out_f) in cases {
             let (w, x) = linear_case(dtype, out_f, in_f, 1);
@@ -313,20 +313,40 @@ fn bench_decode_roofline(c: &mut Criterion) {
             let pool = pool(threads);
             g.throughput(Throughput::Bytes(w.len() as u64));
             let name = format!("{dtype} {out_f}x{in_f} {case}");
-            if dtype == DType::Q8_0 {
-                let packed: Vec<PackedQ8> = (0..copies)
-                    .map(|_| PackedQ8::pack(&m).expect("packed"))
-                    .collect();
-                each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
-                    packed_q8_linear(k, &x, 1, p, None, y, &pool, &scratch)
-                });
-            } else {
-                let packed: Vec<PackedQ6K> = (0..copies)
-                    .map(|_| PackedQ6K::pack(&m).expect("packed"))
-                    .collect();
-                each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
-                    packed_q6k_linear(k, &x, 1, p, None, y, &pool, &scratch)
-                });
+            let copies = 0..copies;
+            match dtype {
+                DType::Q8_0 => {
+                    let packed: Vec<PackedQ8> = copies
+                        .map(|_| PackedQ8::pack(&m).expect("packed"))
+                        .collect();
+                    each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
+                        packed_q8_linear(k, &x, 1, p, None, y, &pool, &scratch)
+                    });
+                }
+                DType::Q6K => {
+                    let packed: Vec<PackedQ6K> = copies
+                        .map(|_| PackedQ6K::pack(&m).expect("packed"))
+                        .collect();
+                    each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
+                        packed_q6k_linear(k, &x, 1, p, None, y, &pool, &scratch)
+                    });
+                }
+                DType::Q4K => {
+                    let packed: Vec<PackedQ4K> = copies
+                        .map(|_| PackedQ4K::pack(&m).expect("packed"))
+                        .collect();
+                    each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
+                        packed_q4k_linear(k, &x, 1, p, None, y, &pool, &scratch)
+                    });
+                }
+                _ => {
+                    let packed: Vec<PackedQ4> = copies
+                        .map(|_| PackedQ4::pack(&m).expect("packed"))
+                        .collect();
+                    each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
+                        packed_linear(k, &x, 1, p, None, y, &pool, &scratch)
+                    });
+                }
             }
         }
     }
