@@ -107,15 +107,51 @@ pub(crate) fn f16x16(a: &[u8], b: &[u8]) -> __m512 {
     _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(a), b))
 }
 
-/// `vpdpbusd` of `acc`, the unsigned bytes `w` and, in every lane, the
-/// 4-byte word at `at` of a 32-byte activation block, read by the
-/// instruction itself (an embedded broadcast). Written out because the
-/// compiler loads such a word into a general register and broadcasts it
-/// from there: an extra vector instruction per product, which cost the
-/// one-row (decode) loops about a sixth of their speed.
+/// The 4-byte word at `at` of a 32-byte activation block in every lane of
+/// a 512-bit vector, in a kernel of `T` activation rows. With one row the
+/// broadcast load is written out (see [`dpbusd_word`]).
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn word16<const T: usize>(x: &[i8; BLOCK], at: usize) -> __m512i {
+    if T > 1 {
+        let w = [x[at], x[at + 1], x[at + 2], x[at + 3]].map(|b| b as u8);
+        return _mm512_set1_epi32(i32::from_le_bytes(w));
+    }
+    let word = &x[at..at + 4];
+    let out: __m512i;
+    // SAFETY: the instruction reads the 4 bytes of `word` (sliced above,
+    // no alignment needed) and writes only `out`; the enclosing function
+    // requires AVX-512F, which a broadcast into a 512-bit register needs.
+    unsafe {
+        std::arch::asm!(
+            "vpbroadcastd {out}, dword ptr [{p}]",
+            out = out(zmm_reg) out,
+            p = in(reg) word.as_ptr(),
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+/// `_mm512_dpbusd_epi32(acc, w, word16::<T>(x, at))` in a kernel of `T`
+/// activation rows. With one row (decode) the `vpdpbusd` reads the word
+/// itself (an embedded broadcast), written out because the compiler loads
+/// such words into general registers and broadcasts them from there: an
+/// extra vector instruction per product, which cost the one-row loops a
+/// third of their speed. With more rows the compiler folds the broadcasts
+/// itself, with addresses that the written-out form would need an extra
+/// instruction for (and, with three or four rows, spills).
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
-pub(crate) fn dpbusd_word(acc: __m512i, w: __m512i, x: &[i8; BLOCK], at: usize) -> __m512i {
+pub(crate) fn dpbusd_word<const T: usize>(
+    acc: __m512i,
+    w: __m512i,
+    x: &[i8; BLOCK],
+    at: usize,
+) -> __m512i {
+    if T > 1 {
+        return _mm512_dpbusd_epi32(acc, w, word16::<T>(x, at));
+    }
     let word = &x[at..at + 4];
     let mut acc = acc;
     // SAFETY: the instruction reads the 4 bytes of `word` (sliced above,
@@ -132,29 +168,6 @@ pub(crate) fn dpbusd_word(acc: __m512i, w: __m512i, x: &[i8; BLOCK], at: usize) 
         );
     }
     acc
-}
-
-/// The 4-byte word at `at` of a 32-byte activation block in every lane of
-/// a 512-bit vector, by a broadcast load: for a word on the unsigned side
-/// of a `vpdpbusd`, which cannot broadcast that side from memory (see
-/// [`dpbusd_word`] for why this is written out).
-#[target_feature(enable = "avx512f")]
-#[inline]
-pub(crate) fn loaded_word16(x: &[i8; BLOCK], at: usize) -> __m512i {
-    let word = &x[at..at + 4];
-    let out: __m512i;
-    // SAFETY: the instruction reads the 4 bytes of `word` (sliced above,
-    // no alignment needed) and writes only `out`; the enclosing function
-    // requires AVX-512F, which a broadcast into a 512-bit register needs.
-    unsafe {
-        std::arch::asm!(
-            "vpbroadcastd {out}, dword ptr [{p}]",
-            out = out(zmm_reg) out,
-            p = in(reg) word.as_ptr(),
-            options(pure, readonly, nostack, preserves_flags),
-        );
-    }
-    out
 }
 
 /// Defines `pair_tile::<T>`, the outputs of two consecutive packed groups
@@ -237,12 +250,12 @@ macro_rules! nibble_pair_block_sums {
                 let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
                 for t in 0..T {
                     let h = x.his[t];
-                    sum_hi[t] = dpbusd_word(sum_hi[t], w_lo, h, 4 * j);
-                    sum_hi[t] = dpbusd_word(sum_hi[t], w_hi, h, 16 + 4 * j);
+                    sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_lo, h, 4 * j);
+                    sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_hi, h, 16 + 4 * j);
                     if BlockPlanes::<T, SHIFT>::HAS_LO {
                         let l = x.los[t];
-                        sum_lo[t] = dpbusd_word(sum_lo[t], w_lo, l, 4 * j);
-                        sum_lo[t] = dpbusd_word(sum_lo[t], w_hi, l, 16 + 4 * j);
+                        sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_lo, l, 4 * j);
+                        sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_hi, l, 16 + 4 * j);
                     }
                 }
             }

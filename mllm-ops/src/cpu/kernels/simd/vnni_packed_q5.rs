@@ -126,8 +126,8 @@ macro_rules! five_bit_pair_block_sums {
             let mut sum_lo = [_mm512_setzero_si512(); T];
             let plane = |x: &[i8; BLOCK], sum: __m512i| {
                 w.iter().enumerate().fold(sum, |sum, (c, [w_lo, w_hi])| {
-                    let sum = dpbusd_word(sum, *w_lo, x, 4 * c);
-                    dpbusd_word(sum, *w_hi, x, 16 + 4 * c)
+                    let sum = dpbusd_word::<T>(sum, *w_lo, x, 4 * c);
+                    dpbusd_word::<T>(sum, *w_hi, x, 16 + 4 * c)
                 })
             };
             for t in 0..T {

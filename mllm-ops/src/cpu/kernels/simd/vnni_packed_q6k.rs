@@ -167,9 +167,9 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
                 for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
                     for (c, &w) in w.iter().enumerate() {
                         let at = 16 * half + 4 * c;
-                        sum[0] = dpbusd_word(sum[0], w, h, at);
+                        sum[0] = dpbusd_word::<T>(sum[0], w, h, at);
                         if BlockPlanes::<T, SHIFT>::HAS_LO {
-                            sum[1] = dpbusd_word(sum[1], w, l, at);
+                            sum[1] = dpbusd_word::<T>(sum[1], w, l, at);
                         }
                     }
                 }

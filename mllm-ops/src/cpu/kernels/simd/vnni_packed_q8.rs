@@ -20,7 +20,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::vnni_packed::{dpbusd_word, f16x16, join, loaded_word16, store_pair};
+use super::vnni_packed::{dpbusd_word, f16x16, join, store_pair, word16};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
 use crate::cpu::kernels::qact::{BLOCK, BYTE, NARROW};
@@ -127,10 +127,9 @@ fn pair_tile<const SHIFT: u32, const T: usize>(
             let w = join(load32(&ka[at..]), load32(&kb[at..]));
             let w_offset = _mm512_xor_si512(w, offset);
             for t in 0..T {
-                sum_hi[t] = dpbusd_word(sum_hi[t], w_offset, &his[t][i], 4 * j);
+                sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_offset, &his[t][i], 4 * j);
                 if SHIFT != BYTE {
-                    let lo = loaded_word16(&los[t][i], 4 * j);
-                    sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], lo, w);
+                    sum_lo[t] = _mm512_dpbusd_epi32(sum_lo[t], word16::<T>(&los[t][i], 4 * j), w);
                 }
             }
         }
