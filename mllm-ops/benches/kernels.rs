@@ -313,40 +313,23 @@ fn bench_decode_roofline(c: &mut Criterion) {
             let pool = pool(threads);
             g.throughput(Throughput::Bytes(w.len() as u64));
             let name = format!("{dtype} {out_f}x{in_f} {case}");
-            let copies = 0..copies;
+            // `copies` packed copies of `m` in `$packed`'s layout, timed
+            // through `$linear` at each level.
+            macro_rules! case {
+                ($packed:ty, $linear:path) => {{
+                    let packed: Vec<$packed> = (0..copies)
+                        .map(|_| <$packed>::pack(&m).expect("packed"))
+                        .collect();
+                    each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
+                        $linear(k, &x, 1, p, None, y, &pool, &scratch)
+                    })
+                }};
+            }
             match dtype {
-                DType::Q8_0 => {
-                    let packed: Vec<PackedQ8> = copies
-                        .map(|_| PackedQ8::pack(&m).expect("packed"))
-                        .collect();
-                    each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
-                        packed_q8_linear(k, &x, 1, p, None, y, &pool, &scratch)
-                    });
-                }
-                DType::Q6K => {
-                    let packed: Vec<PackedQ6K> = copies
-                        .map(|_| PackedQ6K::pack(&m).expect("packed"))
-                        .collect();
-                    each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
-                        packed_q6k_linear(k, &x, 1, p, None, y, &pool, &scratch)
-                    });
-                }
-                DType::Q4K => {
-                    let packed: Vec<PackedQ4K> = copies
-                        .map(|_| PackedQ4K::pack(&m).expect("packed"))
-                        .collect();
-                    each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
-                        packed_q4k_linear(k, &x, 1, p, None, y, &pool, &scratch)
-                    });
-                }
-                _ => {
-                    let packed: Vec<PackedQ4> = copies
-                        .map(|_| PackedQ4::pack(&m).expect("packed"))
-                        .collect();
-                    each_level(&mut g, &name, &pool, &packed, out_f, |k, p, y| {
-                        packed_linear(k, &x, 1, p, None, y, &pool, &scratch)
-                    });
-                }
+                DType::Q8_0 => case!(PackedQ8, packed_q8_linear),
+                DType::Q6K => case!(PackedQ6K, packed_q6k_linear),
+                DType::Q4K => case!(PackedQ4K, packed_q4k_linear),
+                _ => case!(PackedQ4, packed_linear),
             }
         }
     }
