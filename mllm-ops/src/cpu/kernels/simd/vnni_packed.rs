@@ -138,9 +138,9 @@ pub(crate) fn word16<const T: usize>(x: &[i8; BLOCK], at: usize) -> __m512i {
 /// itself (an embedded broadcast), written out because the compiler loads
 /// such words into general registers and broadcasts them from there: an
 /// extra vector instruction per product, which cost the one-row loops a
-/// third of their speed. With more rows the compiler folds the broadcasts
-/// itself, with addresses that the written-out form would need an extra
-/// instruction for (and, with three or four rows, spills).
+/// third of their speed. With more rows the compiler folds most of the
+/// broadcasts itself, with addresses that the written-out form would need
+/// an extra instruction for (and, with three or four rows, spills).
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
 pub(crate) fn dpbusd_word<const T: usize>(
