@@ -285,7 +285,7 @@ fn bench_streaming_decode(c: &mut Criterion) {
     g.finish();
 }
 
-/// One-row products of the packed Q4_1, Q4_K, Q6_K and Q8_0 kernels at each level
+/// One-row products of the packed Q4_1, Q5_0, Q4_K, Q6_K and Q8_0 kernels at each level
 /// this CPU has, in bytes of weights per second, to set against
 /// `examples/membw`: with the weights in L2 on one thread (what a core
 /// computes when reads cost nothing), and on two threads through a round
@@ -300,7 +300,13 @@ fn bench_decode_roofline(c: &mut Criterion) {
         ("in L2, 1 thread", 1, 512),
         ("from memory, 2 threads", 2, 8192),
     ];
-    for dtype in [DType::Q4_1, DType::Q4K, DType::Q6K, DType::Q8_0] {
+    for dtype in [
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q4K,
+        DType::Q6K,
+        DType::Q8_0,
+    ] {
         let qt = QuantType::from_dtype(dtype).expect("quantized dtype");
         for (case, threads, out_f) in cases {
             let (w, x) = linear_case(dtype, out_f, in_f, 1);
@@ -329,6 +335,7 @@ fn bench_decode_roofline(c: &mut Criterion) {
                 DType::Q8_0 => case!(PackedQ8, packed_q8_linear),
                 DType::Q6K => case!(PackedQ6K, packed_q6k_linear),
                 DType::Q4K => case!(PackedQ4K, packed_q4k_linear),
+                DType::Q5_0 => case!(PackedQ5, packed_q5_linear),
                 _ => case!(PackedQ4, packed_linear),
             }
         }
