@@ -285,12 +285,13 @@ fn bench_streaming_decode(c: &mut Criterion) {
     g.finish();
 }
 
-/// One-row products of the packed Q4_1, Q5_0, Q4_K, Q6_K and Q8_0 kernels at each level
-/// this CPU has, in bytes of weights per second, to set against
-/// `examples/membw`: with the weights in L2 on one thread (what a core
-/// computes when reads cost nothing), and on two threads through a round
-/// of 1B-model FFN matrices (8192 x 2048) that together exceed 768 MiB,
-/// so that every call reads its matrix from memory, as decode does.
+/// One-row products of the packed Q4_1, Q5_0, Q4_K, Q6_K and Q8_0
+/// kernels at each level this CPU has, in bytes of weights per second, to
+/// set against `examples/membw`: with the weights in L2 on one thread
+/// (what a core computes when reads cost nothing), and on two threads
+/// through a round of 1B-model FFN matrices (8192 x 2048) that together
+/// exceed 768 MiB, so that every call reads its matrix from memory, as
+/// decode does.
 fn bench_decode_roofline(c: &mut Criterion) {
     let scratch = ActivationScratch::default();
     let mut g = c.benchmark_group("decode_roofline");
@@ -336,7 +337,8 @@ fn bench_decode_roofline(c: &mut Criterion) {
                 DType::Q6K => case!(PackedQ6K, packed_q6k_linear),
                 DType::Q4K => case!(PackedQ4K, packed_q4k_linear),
                 DType::Q5_0 => case!(PackedQ5, packed_q5_linear),
-                _ => case!(PackedQ4, packed_linear),
+                DType::Q4_1 => case!(PackedQ4, packed_linear),
+                other => unreachable!("no packed layout listed for {other}"),
             }
         }
     }
