@@ -105,11 +105,15 @@ pub(crate) fn pair_values(a: &[u8], b: &[u8]) -> [[__m512i; 2]; 4] {
 /// `block_sums` of two groups' blocks at once (`a`'s bits in the low
 /// halves, `b`'s in the high ones): the same 32-bit sums lane by lane.
 ///
-/// `five_bit_pair_block_sums!()` defines it in the calling module: each packed
-/// format's kernels get their own copy, so that each instance has one
-/// caller, its tile, and is inlined into it.
+/// `five_bit_pair_block_sums!(first_row_written_out)` defines it in the
+/// calling module: each packed format's kernels get their own copy, so
+/// that each instance has one caller, its tile, and is inlined into it.
+/// `first_row_written_out` (a `bool`) says whether the first activation
+/// row's products take `dpbusd_word_in_row`'s written-out form: the Q5_0
+/// and Q5_1 tiles need it, the Q5_K tiles compile without the broadcasts
+/// from general registers it removes.
 macro_rules! five_bit_pair_block_sums {
-    () => {
+    ($first_row_written_out:expr) => {
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
         #[inline]
         fn pair_block_sums<const T: usize, const SHIFT: u32>(
@@ -119,21 +123,28 @@ macro_rules! five_bit_pair_block_sums {
         ) -> ([__m512i; T], [__m512i; T]) {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_packed::BlockPlanes;
-            use $crate::cpu::kernels::simd::vnni_packed::dpbusd_word;
+            use $crate::cpu::kernels::simd::vnni_packed::{dpbusd_word, dpbusd_word_in_row};
             use $crate::cpu::kernels::simd::vnni_packed_q5::pair_values;
             let w = pair_values(a, b);
             let mut sum_hi = [_mm512_setzero_si512(); T];
             let mut sum_lo = [_mm512_setzero_si512(); T];
-            let plane = |x: &[i8; BLOCK], sum: __m512i| {
+            let product = |sum, w, x: &[i8; BLOCK], at, t| {
+                if $first_row_written_out {
+                    dpbusd_word_in_row::<T>(sum, w, x, at, t)
+                } else {
+                    dpbusd_word::<T>(sum, w, x, at)
+                }
+            };
+            let plane = |x: &[i8; BLOCK], sum: __m512i, t: usize| {
                 w.iter().enumerate().fold(sum, |sum, (c, [w_lo, w_hi])| {
-                    let sum = dpbusd_word::<T>(sum, *w_lo, x, 4 * c);
-                    dpbusd_word::<T>(sum, *w_hi, x, 16 + 4 * c)
+                    let sum = product(sum, *w_lo, x, 4 * c, t);
+                    product(sum, *w_hi, x, 16 + 4 * c, t)
                 })
             };
             for t in 0..T {
-                sum_hi[t] = plane(x.his[t], sum_hi[t]);
+                sum_hi[t] = plane(x.his[t], sum_hi[t], t);
                 if BlockPlanes::<T, SHIFT>::HAS_LO {
-                    sum_lo[t] = plane(x.los[t], sum_lo[t]);
+                    sum_lo[t] = plane(x.los[t], sum_lo[t], t);
                 }
             }
             (sum_hi, sum_lo)
@@ -143,7 +154,7 @@ macro_rules! five_bit_pair_block_sums {
 
 pub(crate) use five_bit_pair_block_sums;
 
-five_bit_pair_block_sums!();
+five_bit_pair_block_sums!(true);
 
 super::vnni_packed::scaled_block_pair_tile!(Q5_PACKED_BLOCK_BYTES, pair_block_sums);
 

@@ -28,7 +28,7 @@ super::avx2_packed::packed_group_dot!(
     [const SHIFT: u32], Q16Row<'_, SHIFT>
 );
 
-super::vnni_packed_q5::five_bit_pair_block_sums!();
+super::vnni_packed_q5::five_bit_pair_block_sums!(false);
 
 super::vnni_packed_q4k::q4k_pair_tile!(crate::cpu::kernels::packed_q5k::FiveBits, pair_block_sums);
 
