@@ -160,7 +160,7 @@ pub(crate) fn dpbusd_word<const T: usize>(
 /// take it: there the compiler broadcasts the first row's words from
 /// general registers (32 extra instructions per block of a group pair
 /// with 16-bit rows), and with them written out the Q5_0 tile ran 1.15x
-/// faster (8-bit rows 1.09x). The other kernels keep `dpbusd_word`: the
+/// faster (8-bit rows 1.08x). The other kernels keep `dpbusd_word`: the
 /// same change cost the Q4_1 tile with 8-bit rows a quarter of its speed
 /// and the Q8_0 tile half of it, and the Q5_K, Q4_K and Q6_K tiles
 /// compile without such broadcasts.
