@@ -275,26 +275,32 @@ pub fn packed_half_linear(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.data.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
+        let products = |xs: &[&[f32]], yt: &mut [f32]| {
+            let tile = HALF_TILE_TOKENS;
+            match w.kind {
+                HalfBits::F16 => group_outputs(&groups, in_f, xs, tile, split, yt, |g, xs, out| {
+                    k.packed_dot::<HalfFormat<false>>(g, xs, out)
+                }),
+                HalfBits::Bf16 => {
+                    group_outputs(&groups, in_f, xs, tile, split, yt, |g, xs, out| {
+                        k.packed_dot::<HalfFormat<true>>(g, xs, out)
+                    })
+                }
+            }
+        };
         // Only the AVX-512 kernel reads more rows side by side than an
         // 8-way L1 set holds; the AVX2 ones read three or six, and the copy
         // would cost them 2-3 %.
-        let padded = if k.level() == SimdLevel::Avx512 {
-            off_set_stride(xb, in_f)
-        } else {
-            None
-        };
-        let xs: Vec<&[f32]> = match &padded {
-            Some((rows, stride)) => rows.chunks_exact(*stride).map(|r| &r[..in_f]).collect(),
-            None => xb.chunks_exact(in_f).collect(),
-        };
-        let tile = HALF_TILE_TOKENS;
-        match w.kind {
-            HalfBits::F16 => group_outputs(&groups, in_f, &xs, tile, split, yt, |g, xs, out| {
-                k.packed_dot::<HalfFormat<false>>(g, xs, out)
-            }),
-            HalfBits::Bf16 => group_outputs(&groups, in_f, &xs, tile, split, yt, |g, xs, out| {
-                k.packed_dot::<HalfFormat<true>>(g, xs, out)
-            }),
+        if k.level() != SimdLevel::Avx512 || !rows_share_cache_sets(xb.len() / in_f, in_f) {
+            let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();
+            return products(&xs, yt);
+        }
+        let mut copy = Vec::new();
+        let part = padded_rows(in_f);
+        for (xc, yc) in xb.chunks(part * in_f).zip(yt.chunks_mut(part * out_f)) {
+            let stride = copy_off_set(xc, in_f, &mut copy);
+            let xs: Vec<&[f32]> = copy.chunks_exact(stride).map(|r| &r[..in_f]).collect();
+            products(&xs, yc);
         }
     });
 }
@@ -303,24 +309,39 @@ pub fn packed_half_linear(
 /// bytes on the x86 cores measured).
 const CACHE_SET_SPAN: usize = 4096;
 
-/// A copy of the activation rows `xb` (`cols` each) at a row stride one
-/// cache line longer, with that stride, where rows `cols` apart would map
-/// to the same L1 cache sets (a multiple of [`CACHE_SET_SPAN`] bytes) and
-/// there is more than one row; `None` otherwise. The AVX-512 kernel reads
-/// `HALF_TILE_TOKENS` rows side by side, more than an 8-way L1 holds in
-/// one set: on a Zen 4 it fell from 57 to 43 GMAC/s on 1024- and
-/// 2048-wide rows. The values are the same, so the bits are.
-fn off_set_stride(xb: &[f32], cols: usize) -> Option<(Vec<f32>, usize)> {
-    let row_bytes = cols * size_of::<f32>();
-    if xb.len() <= cols || !row_bytes.is_multiple_of(CACHE_SET_SPAN) {
-        return None;
-    }
+/// Activation values copied off the cache sets at a time (1.5 MiB):
+/// 48 rows of 8192, a whole 128-row block of rows up to 3072 wide. A
+/// copy of a whole block of 8192-wide rows raised the peak memory of a
+/// 1.1B F16 model's 128-token prefill by 4-8 MiB; in parts the weights
+/// stream past more often, which is why narrower rows stay whole.
+const PADDED_VALUES: usize = 48 * 8192;
+
+/// Rows of `cols` values copied at a time: whole tiles, at least one.
+fn padded_rows(cols: usize) -> usize {
+    (PADDED_VALUES / cols / HALF_TILE_TOKENS * HALF_TILE_TOKENS).max(HALF_TILE_TOKENS)
+}
+
+/// Whether `rows` activation rows of `cols` values map to the same L1
+/// cache sets column for column (their length a multiple of
+/// [`CACHE_SET_SPAN`] bytes) and there is more than one. The AVX-512
+/// kernel reads `HALF_TILE_TOKENS` rows side by side, more than an 8-way
+/// L1 holds in one set: on a Zen 4 it fell from 57 to 43 GMAC/s on 1024-
+/// and 2048-wide rows.
+fn rows_share_cache_sets(rows: usize, cols: usize) -> bool {
+    rows > 1 && (cols * size_of::<f32>()).is_multiple_of(CACHE_SET_SPAN)
+}
+
+/// Copies the activation rows `xb` (`cols` each) into `into` at a row
+/// stride one cache line longer and returns that stride. The values are
+/// the same, so the products' bits are.
+fn copy_off_set(xb: &[f32], cols: usize, into: &mut Vec<f32>) -> usize {
     let stride = cols + CACHE_LINE / size_of::<f32>();
-    let mut rows = vec![0.0f32; xb.len() / cols * stride];
-    for (dst, src) in rows.chunks_exact_mut(stride).zip(xb.chunks_exact(cols)) {
+    into.clear();
+    into.resize(xb.len() / cols * stride, 0.0);
+    for (dst, src) in into.chunks_exact_mut(stride).zip(xb.chunks_exact(cols)) {
         dst[..cols].copy_from_slice(src);
     }
-    Some((rows, stride))
+    stride
 }
 
 #[cfg(test)]
@@ -385,6 +406,8 @@ mod tests {
             (70, 9, 136),
             (131, 4, 16),
             (13, 32, 24),
+            (101, 32, 16),
+            (37, 512, 8),
         ];
         let scalar = kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Scalar).unwrap();
         for kind in KINDS {
@@ -414,21 +437,34 @@ mod tests {
         }
     }
 
-    /// Rows a multiple of 4 KiB long are copied at a stride one cache line
-    /// longer, with their values; other rows, and a single row, are not.
+    /// Rows a multiple of 4 KiB long share cache sets; other rows, and a
+    /// single row, do not. A copy holds the rows, one cache line apart,
+    /// and reuses its buffer.
     #[test]
     fn aliasing_rows_are_copied_off_the_cache_sets() {
+        assert!(rows_share_cache_sets(3, 1024), "4 KiB rows");
+        assert!(rows_share_cache_sets(2, 8192), "32 KiB rows");
+        assert!(!rows_share_cache_sets(1, 1024), "one row");
+        assert!(!rows_share_cache_sets(3, 576), "576 columns");
+        assert!(!rows_share_cache_sets(3, 512), "2 KiB rows");
+        assert_eq!(padded_rows(8192), 48);
+        assert_eq!(padded_rows(2048), 192);
+        assert_eq!(padded_rows(1 << 20), HALF_TILE_TOKENS);
         let mut rng = Rng::new(95);
-        let x = rng.vec(3 * 1024, 1.0);
-        let (copy, stride) = off_set_stride(&x, 1024).expect("4 KiB rows are copied");
-        assert_eq!(stride, 1024 + 16);
-        assert_eq!(copy.len(), 3 * stride);
-        for (r, row) in x.chunks_exact(1024).enumerate() {
-            assert_eq!(&copy[r * stride..r * stride + 1024], row, "row {r}");
+        let mut copy = vec![f32::NAN; 10_000];
+        for rows in [3, 2] {
+            let x = rng.vec(rows * 1024, 1.0);
+            let stride = copy_off_set(&x, 1024, &mut copy);
+            assert_eq!(stride, 1024 + 16);
+            assert_eq!(copy.len(), rows * stride);
+            for (r, row) in x.chunks_exact(1024).enumerate() {
+                assert_eq!(
+                    &copy[r * stride..r * stride + 1024],
+                    row,
+                    "{rows} rows: row {r}"
+                );
+            }
         }
-        assert!(off_set_stride(&x[..1024], 1024).is_none(), "one row");
-        assert!(off_set_stride(&x[..3 * 576], 576).is_none(), "576 columns");
-        assert!(off_set_stride(&x[..3 * 512], 512).is_none(), "2 KiB rows");
     }
 
     /// Batch invariance (see `check_rows_alone`).
@@ -436,7 +472,13 @@ mod tests {
     fn each_row_equals_the_row_alone() {
         let mut rng = Rng::new(93);
         for kind in KINDS {
-            for &(rows, nb, out_f) in &[(3, 7, 64), (6, 18, 200), (131, 4, 24), (14, 32, 16)] {
+            for &(rows, nb, out_f) in &[
+                (3, 7, 64),
+                (6, 18, 200),
+                (131, 4, 24),
+                (14, 32, 16),
+                (29, 512, 8),
+            ] {
                 let in_f = nb * BLOCK;
                 let (bits, _) = random_matrix(&mut rng, kind, out_f * in_f, 1.0);
                 let p = PackedHalf::pack(&bits, kind, out_f, in_f).unwrap();
