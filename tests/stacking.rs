@@ -2,7 +2,8 @@
 //! a model whose q, k and v projections run as one stacked op gives the
 //! logits of the same model run layer by layer, bit for bit, in prefill,
 //! batched and decode steps; only weight types the CPU kernels repack are
-//! stacked, and a gated MLP's gate and up layers stay apart.
+//! stacked, layers of different types apart, and a gated MLP's gate and up
+//! layers stay apart.
 
 mod common;
 
@@ -12,7 +13,9 @@ use common::*;
 use mllm::convert::{convert, ConvertOptions};
 use mllm::core::backend::StepRunner;
 use mllm::core::file::MllmFile;
+use mllm::core::file::TensorData;
 use mllm::core::op::{Op, OpDesc};
+use mllm::core::weights::WeightSource;
 use mllm::core::{Backend, DType, Executor, Graph, Result};
 use mllm::models::registry;
 use mllm::ops::cpu::CpuBackend;
@@ -35,10 +38,34 @@ impl Backend for Unstacked {
 /// An executor for the model in `path` on `backend`.
 fn executor(path: &std::path::Path, backend: &dyn Backend) -> Executor {
     let file = MllmFile::open(path).unwrap();
+    executor_over(&file, &file, backend)
+}
+
+/// An executor for the model described by `file` with its weights from
+/// `weights`, on `backend`.
+fn executor_over(file: &MllmFile, weights: &dyn WeightSource, backend: &dyn Backend) -> Executor {
     let meta = file.metadata().unwrap();
     let model = (registry::find(&meta.architecture).unwrap().build)(&meta.config).unwrap();
     let graph = Graph::trace(model.as_ref()).unwrap();
-    Executor::new(graph, backend, &file, 256).unwrap()
+    Executor::new(graph, backend, weights, 256).unwrap()
+}
+
+/// The weights of one file with the v projections from another, as in
+/// llama.cpp's K-quant mixes, which give v more bits than q and k.
+struct VFromOtherFile {
+    base: MllmFile,
+    v: MllmFile,
+}
+
+impl WeightSource for VFromOtherFile {
+    fn weight(&self, name: &str, shape: &[usize]) -> Result<TensorData> {
+        let file = if name.contains("v_proj") {
+            &self.v
+        } else {
+            &self.base
+        };
+        file.weight(name, shape)
+    }
 }
 
 /// The names of the executor's stacked nodes.
@@ -75,6 +102,37 @@ fn stacked_projections_give_the_unstacked_logits() {
             );
         }
     }
+}
+
+/// Q5_0 q and k projections with Q8_0 v: q and k stack, v stays alone,
+/// and the logits are the unstacked ones.
+#[test]
+fn projections_of_two_weight_types_stack_by_type() {
+    let q5 = convert_to(&fixture("tiny-llama"), DType::Q5_0);
+    let q8 = convert_to(&fixture("tiny-llama"), DType::Q8_0);
+    let cpu = CpuBackend::new(2).unwrap();
+    assert!(cpu.stacks_linears(DType::Q5_0) && cpu.stacks_linears(DType::Q8_0));
+    let mixed = || VFromOtherFile {
+        base: MllmFile::open(&q5.path).unwrap(),
+        v: MllmFile::open(&q8.path).unwrap(),
+    };
+    let (weights, plain_weights) = (mixed(), mixed());
+    let mut stacked = executor_over(&weights.base, &weights, &cpu);
+    let unstacked = Unstacked(CpuBackend::new(2).unwrap());
+    let mut plain = executor_over(&plain_weights.base, &plain_weights, &unstacked);
+    assert_eq!(
+        stacked_nodes(&stacked),
+        [
+            "model.layers.0.self_attn.q_proj+k_proj",
+            "model.layers.1.self_attn.q_proj+k_proj",
+        ]
+    );
+    let logits = two_sequence_logits(&mut stacked, 39);
+    assert_eq!(logits, two_sequence_logits(&mut plain, 39));
+    // The v projections' type shows: the model of the Q5_0 file alone
+    // gives other logits.
+    let mut q5_only = executor(&q5.path, &cpu);
+    assert_ne!(logits, two_sequence_logits(&mut q5_only, 39));
 }
 
 /// Imported Qwen2 (q, k and v projections with biases, stacked with

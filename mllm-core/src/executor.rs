@@ -20,7 +20,7 @@ use crate::stacking::stack_sibling_linears;
 use crate::step::{LogitsMode, StepInput, StepLayout};
 use crate::tensor::TensorRef;
 use crate::weights::WeightSource;
-use crate::{Error, Result, Shape, Tensor};
+use crate::{DType, Error, Result, Shape, Tensor};
 
 /// Shapes in a step depend only on these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -143,8 +143,9 @@ impl Executor {
     /// Creates node `i`'s op on `backends[placement[i]]` and loads the
     /// weights; activations that cross devices are copied (see
     /// [`Executor::copies`]), and the output is copied to device 0. Sibling
-    /// linear layers with one weight dtype on one device are stacked first
-    /// where that device's backend [stacks](Backend::stacks_linears) it.
+    /// linear layers on one device are stacked first, those of each weight
+    /// dtype that device's backend [stacks](Backend::stacks_linears) into
+    /// one node.
     pub fn with_placement(
         graph: Graph,
         backends: &[&dyn Backend],
@@ -168,8 +169,8 @@ impl Executor {
                 backends.len()
             )));
         }
-        let (graph, placement) = stack_sibling_linears(graph, placement, |d, layers| {
-            stacks_on(backends[d], layers, weights)
+        let (graph, placement) = stack_sibling_linears(graph, placement, |d, layer| {
+            stack_class(backends[d], layer, weights)
         })?;
         let placement = &placement[..];
         let output = graph.output().expect("stacking keeps the output");
@@ -652,17 +653,16 @@ impl Schedule {
 /// Whether `layers` share one weight dtype that `backend` stacks (see
 /// [`crate::stacking`]). A weight that cannot be read is left to the
 /// layer's own load to report.
-fn stacks_on(backend: &dyn Backend, layers: &[&LinearParams], weights: &dyn WeightSource) -> bool {
-    let dtype = |p: &&LinearParams| {
-        let shape = [p.out_features, p.in_features];
-        weights.weight(&p.weight, &shape).ok().map(|w| w.dtype())
-    };
-    let Some(dtypes) = layers.iter().map(dtype).collect::<Option<Vec<_>>>() else {
-        return false;
-    };
-    dtypes
-        .first()
-        .is_some_and(|&d| backend.stacks_linears(d) && dtypes.iter().all(|&other| other == d))
+/// The stacking class of `layer` on `backend`: its weights' dtype where
+/// the backend stacks it (see [`Backend::stacks_linears`]), else `None`.
+fn stack_class(
+    backend: &dyn Backend,
+    layer: &LinearParams,
+    weights: &dyn WeightSource,
+) -> Option<DType> {
+    let shape = [layer.out_features, layer.in_features];
+    let dtype = weights.weight(&layer.weight, &shape).ok()?.dtype();
+    backend.stacks_linears(dtype).then_some(dtype)
 }
 
 fn annotate(e: Error, node: &str) -> Error {

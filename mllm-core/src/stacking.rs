@@ -9,13 +9,18 @@
 //! fixed cost is a good part of it. A layer's outputs are the same numbers
 //! either way (each output is its own weight row's dot product), so the
 //! backend decides where it pays ([`crate::Backend::stacks_linears`]) and
-//! the executor applies the pass when it builds its ops.
+//! the executor applies the pass when it builds its ops. Siblings stack by
+//! class (for the CPU, the weights' dtype): in a file that gives an
+//! attention block's v projection more bits than q and k, as llama.cpp's
+//! K-quant mixes do, q and k still become one node and v stays alone.
 //!
 //! A gated MLP's gate and up layers stay apart: stacked, the `Glu` would
 //! read them through slices or as the two halves of one value, and could
 //! no longer write its output over its input, so a long prompt's step
 //! would hold the whole stacked output next to the `Glu`'s (17 MiB more
 //! at 512 tokens of a 1B model), for no speed that could be measured.
+
+use std::hash::Hash;
 
 use indexmap::IndexMap;
 
@@ -34,17 +39,18 @@ struct SiblingKey {
 }
 
 /// Rewrites `graph` (whose node `i` runs on device `placement[i]`) with
-/// every group of two or more sibling linear layers stacked where
-/// `may_stack(device, layers)` agrees, and returns it with the placement
-/// of its nodes. Each group's stacked node takes the place of its first
-/// layer; the slices that give each layer's output follow it, named after
-/// the layer. Without such a group, the graph comes back unchanged.
-pub fn stack_sibling_linears(
+/// every group of two or more sibling linear layers of one class stacked,
+/// and returns it with the placement of its nodes. `stack_class(device,
+/// layer)` gives a layer's class, or `None` for a layer that is never
+/// stacked. Each group's stacked node takes the place of its first layer;
+/// the slices that give each layer's output follow it, named after the
+/// layer. Without such a group, the graph comes back unchanged.
+pub fn stack_sibling_linears<C: Eq + Hash>(
     graph: Graph,
     placement: &[usize],
-    may_stack: impl Fn(usize, &[&LinearParams]) -> bool,
+    stack_class: impl Fn(usize, &LinearParams) -> Option<C>,
 ) -> Result<(Graph, Vec<usize>)> {
-    let groups = sibling_groups(&graph, placement, may_stack);
+    let groups = sibling_groups(&graph, placement, stack_class);
     if groups.is_empty() {
         return Ok((graph, placement.to_vec()));
     }
@@ -107,35 +113,32 @@ pub fn stack_sibling_linears(
     Ok((out, new_placement))
 }
 
-/// The groups of sibling linear nodes that `may_stack` accepts, each in
-/// graph order, in the order of their first nodes.
-fn sibling_groups(
+/// The groups of two or more sibling linear nodes of one class (see
+/// [`stack_sibling_linears`]), each in graph order, in the order of their
+/// first nodes.
+fn sibling_groups<C: Eq + Hash>(
     graph: &Graph,
     placement: &[usize],
-    may_stack: impl Fn(usize, &[&LinearParams]) -> bool,
+    stack_class: impl Fn(usize, &LinearParams) -> Option<C>,
 ) -> Vec<Vec<usize>> {
-    let mut by_key: IndexMap<SiblingKey, Vec<usize>> = IndexMap::new();
+    let mut by_key: IndexMap<(SiblingKey, C), Vec<usize>> = IndexMap::new();
     for (i, node) in graph.nodes().iter().enumerate() {
         if let OpDesc::Linear(p) = &node.desc {
+            let Some(class) = stack_class(placement[i], p) else {
+                continue;
+            };
             let key = SiblingKey {
                 input: node.inputs[0],
                 device: placement[i],
                 in_features: p.in_features,
                 bias: p.bias.is_some(),
             };
-            by_key.entry(key).or_default().push(i);
+            by_key.entry((key, class)).or_default().push(i);
         }
     }
     by_key
-        .into_iter()
-        .filter(|(key, members)| {
-            if members.len() < 2 || feed_one_glu(graph, members) {
-                return false;
-            }
-            let layers: Vec<&LinearParams> = members.iter().map(|&m| linear(graph, m)).collect();
-            may_stack(key.device, &layers)
-        })
-        .map(|(_, members)| members)
+        .into_values()
+        .filter(|members| members.len() >= 2 && !feed_one_glu(graph, members))
         .collect()
 }
 
@@ -235,7 +238,7 @@ mod tests {
     #[test]
     fn siblings_become_one_stacked_node_and_slices() {
         let (g, _) = toy();
-        let (s, placement) = stack_sibling_linears(g, &[0; 12], |_, _| true).unwrap();
+        let (s, placement) = stack_sibling_linears(g, &[0; 12], |_, _| Some(())).unwrap();
         assert_eq!(
             names(&s),
             [
@@ -287,7 +290,7 @@ mod tests {
         let a = g.glu(Activation::Silu, up, up).unwrap();
         let out = g.add(a, gate).unwrap();
         g.set_output(out).unwrap();
-        let (s, _) = stack_sibling_linears(g, &[0; 5], |_, _| true).unwrap();
+        let (s, _) = stack_sibling_linears(g, &[0; 5], |_, _| Some(())).unwrap();
         assert_eq!(
             names(&s),
             [
@@ -305,37 +308,71 @@ mod tests {
     #[test]
     fn nothing_changes_where_stacking_is_refused() {
         let (g, before) = toy();
-        let (s, placement) = stack_sibling_linears(g, &[0; 12], |_, _| false).unwrap();
+        let (s, placement) = stack_sibling_linears(g, &[0; 12], |_, _| None::<()>).unwrap();
         assert_eq!(names(&s), before);
         assert_eq!(placement, vec![0; 12]);
     }
 
     #[test]
-    fn the_backend_is_asked_per_group_with_its_device_and_layers() {
+    fn the_class_is_asked_per_layer_with_its_device() {
         let (g, _) = toy();
         let mut placement = vec![0; 12];
         placement[7] = 1; // mlp.up on another device than mlp.gate
         let asked = std::cell::RefCell::new(Vec::new());
-        let (s, new_placement) = stack_sibling_linears(g, &placement, |d, layers| {
-            let names: Vec<String> = layers.iter().map(|p| p.weight.clone()).collect();
-            asked.borrow_mut().push((d, names));
-            true
+        let (s, new_placement) = stack_sibling_linears(g, &placement, |d, layer| {
+            asked.borrow_mut().push((d, layer.weight.clone()));
+            Some(())
         })
         .unwrap();
-        assert_eq!(
-            asked.into_inner(),
-            [(
-                0,
-                vec![
-                    "attn.q.weight".to_string(),
-                    "attn.k.weight".into(),
-                    "attn.v.weight".into()
-                ]
-            )]
-        );
+        let want = [
+            "attn.q", "attn.k", "attn.v", "mlp.gate", "mlp.up", "lone", "down",
+        ];
+        let devices = [0, 0, 0, 0, 1, 0, 0];
+        let want: Vec<(usize, String)> = devices
+            .iter()
+            .zip(want)
+            .map(|(&d, n)| (d, format!("{n}.weight")))
+            .collect();
+        assert_eq!(asked.into_inner(), want);
         let up = names(&s).iter().position(|&n| n == "mlp.up").unwrap();
         assert_eq!(new_placement[up], 1);
         assert_eq!(new_placement.iter().filter(|&&d| d == 1).count(), 1);
+    }
+
+    /// Siblings of two classes become one stacked node per class with two
+    /// or more layers; a layer alone in its class, or without one, stays.
+    #[test]
+    fn siblings_stack_by_class() {
+        let (mut g, x) = embedded();
+        Linear::new(8, 8, false, "q").call(&mut g, x).unwrap();
+        let k = Linear::new(8, 4, false, "k").call(&mut g, x).unwrap();
+        let v = Linear::new(8, 4, false, "v").call(&mut g, x).unwrap();
+        let o = Linear::new(8, 4, false, "o").call(&mut g, x).unwrap();
+        let kv = g.add(k, v).unwrap();
+        let ko = g.add(kv, o).unwrap();
+        g.set_output(ko).unwrap();
+        let class = |_: usize, layer: &LinearParams| match layer.weight.as_str() {
+            "q.weight" | "k.weight" => Some(5),
+            "v.weight" => Some(8),
+            _ => None,
+        };
+        let (s, _) = stack_sibling_linears(g, &[0; 7], class).unwrap();
+        assert_eq!(
+            names(&s),
+            [
+                "embed",
+                "q+k",
+                "q.columns",
+                "k.columns",
+                "v",
+                "o",
+                "add.5",
+                "add.6"
+            ]
+        );
+        assert_eq!(inputs_of(&s, "q+k"), ["embed"]);
+        assert_eq!(inputs_of(&s, "add.5"), ["k.columns", "v"]);
+        assert_eq!(inputs_of(&s, "add.6"), ["add.5", "o"]);
     }
 
     #[test]
@@ -347,7 +384,7 @@ mod tests {
         let ab = g.add(a, b).unwrap();
         let out = g.add(ab, c).unwrap();
         g.set_output(out).unwrap();
-        let (s, _) = stack_sibling_linears(g, &[0; 6], |_, _| true).unwrap();
+        let (s, _) = stack_sibling_linears(g, &[0; 6], |_, _| Some(())).unwrap();
         assert_eq!(
             names(&s),
             [
