@@ -195,6 +195,11 @@ fn attention_of(
     if use_tiled(n_q, past) {
         let tiled = tiled::Tiled::new(q, n_q, past, k, v, shape);
         #[cfg(target_arch = "x86_64")]
+        if let Some(ops) = tiled::Avx512::detect() {
+            tiled.run(ops, out, pool, parallel);
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
         if let Some(ops) = tiled::Avx2::detect() {
             tiled.run(ops, out, pool, parallel);
             return;
@@ -913,6 +918,53 @@ mod tests {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn tiled_avx512_matches_reference() {
+        match tiled::Avx512::detect() {
+            Some(ops) => check_tiled(ops),
+            None => eprintln!("skipping: no AVX-512F/VL"),
+        }
+    }
+
+    /// The AVX-512 tiles (eight keys or head dimensions) give the AVX2
+    /// ones' (three) bits: head dims that fill whole tiles of both, of
+    /// one, and of neither, with and without a window, serial and on two
+    /// threads.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn tiled_avx512_equals_avx2_bit_for_bit() {
+        let (Some(wide), Some(narrow)) = (tiled::Avx512::detect(), tiled::Avx2::detect()) else {
+            eprintln!("skipping: no AVX-512F/VL");
+            return;
+        };
+        let mut rng = Rng::new(67);
+        let (p1, p2) = (pool1(), pool2());
+        for (n_heads, n_kv_heads, head_dim) in [(9, 3, 64), (4, 4, 24), (6, 2, 7), (2, 1, 40)] {
+            for (n_q, past, window) in [(1, 0, None), (37, 70, None), (100, 13, Some(9))] {
+                let s = AttnShape {
+                    n_heads,
+                    n_kv_heads,
+                    head_dim,
+                    scale: 1.0 / (head_dim as f32).sqrt(),
+                    sliding_window: window,
+                };
+                let kv_len = past + n_q;
+                let q = rng.vec(n_q * n_heads * head_dim, 2.0);
+                let k = rng.vec(kv_len * n_kv_heads * head_dim, 2.0);
+                let v = rng.vec(kv_len * n_kv_heads * head_dim, 1.0);
+                for (pool, parallel) in [(&p1, false), (&p2, true)] {
+                    let a = run_tiled(wide, &q, n_q, past, &k, &v, &s, pool, parallel);
+                    let b = run_tiled(narrow, &q, n_q, past, &k, &v, &s, pool, parallel);
+                    let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+                    let what =
+                        format!("heads {n_heads}/{n_kv_heads}x{head_dim}, {n_q} after {past}");
+                    assert!(same, "{what}, window {window:?}, parallel {parallel}");
+                }
+            }
+        }
+    }
+
     /// Checks with `ops` that the tiled kernel gives each query the same bits
     /// however the prompt is cut into chunks: the queries `r..n` run as one
     /// chunk after `r` cached tokens equal rows `r..n` of the whole prompt,
@@ -962,6 +1014,15 @@ mod tests {
         match tiled::Avx2::detect() {
             Some(ops) => check_tiled_chunking(ops),
             None => eprintln!("skipping: no AVX2/FMA"),
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn tiled_avx512_results_do_not_depend_on_the_chunks() {
+        match tiled::Avx512::detect() {
+            Some(ops) => check_tiled_chunking(ops),
+            None => eprintln!("skipping: no AVX-512F/VL"),
         }
     }
 
