@@ -283,7 +283,7 @@ fn int8_activations_stay_close_to_16_bit() {
     }
 }
 
-/// `--max-simd` caps the level of the linear kernels. Capped at AVX2, a
+/// `--max-simd` caps the level of the linear and attention kernels. Capped at AVX2, a
 /// quantized or f16 model gives the same logits, bit for bit, as at the
 /// CPU's own level (the packed kernels give the AVX2 bits at every level),
 /// so an AVX-512 CPU can stand in for an AVX2-only one; capped at the

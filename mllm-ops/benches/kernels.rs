@@ -170,7 +170,7 @@ fn bench_kv_types(c: &mut Criterion) {
             pool.install(|| {
                 b.iter(|| {
                     let outs = out.chunks_mut(9 * 64).collect();
-                    attention_batch(&batch, &shape, outs, &pool)
+                    attention_batch(&batch, &shape, outs, &pool, SimdLevel::FASTEST_FIRST[0])
                 })
             })
         });
@@ -246,7 +246,13 @@ fn bench_decode_at(c: &mut Criterion, past: usize) {
                     pool.install(|| {
                         b.iter(|| {
                             next = (next + 1) % rotate;
-                            attention_batch(&seqs[next], &shape, vec![&mut out], &pool)
+                            attention_batch(
+                                &seqs[next],
+                                &shape,
+                                vec![&mut out],
+                                &pool,
+                                SimdLevel::FASTEST_FIRST[0],
+                            )
                         })
                     })
                 });

@@ -57,9 +57,9 @@ impl CpuBackend {
         self
     }
 
-    /// The same backend with linear layers running their kernels at `max`
-    /// or a slower SIMD level (default: the fastest this CPU has; see
-    /// [`kernels::QuantKernel::capped`]).
+    /// The same backend with linear layers and attention running their
+    /// kernels at `max` or a slower SIMD level (default: the fastest this
+    /// CPU has; see [`kernels::QuantKernel::capped`]).
     pub fn with_max_simd(mut self, max: SimdLevel) -> Self {
         self.max_simd = Some(max);
         self
@@ -117,7 +117,13 @@ impl Backend for CpuBackend {
             OpDesc::SliceColumns(s) => Box::new(SliceColumnsOp::new(*s)),
             OpDesc::Softmax => Box::new(SoftmaxOp),
             OpDesc::KvCache(p) => Box::new(KvCacheOp::new(p.clone(), self.kv_dtype)?),
-            OpDesc::Attention(p) => Box::new(AttentionOp::new(p.clone(), pool())?),
+            OpDesc::Attention(p) => {
+                let op = AttentionOp::new(p.clone(), pool())?;
+                Box::new(match self.max_simd {
+                    Some(max) => op.with_max_simd(max),
+                    None => op,
+                })
+            }
             OpDesc::SelectLogitsRows => Box::new(SelectLogitsRowsOp),
         })
     }

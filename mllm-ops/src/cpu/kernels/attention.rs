@@ -5,6 +5,7 @@ use rayon::ThreadPool;
 
 use super::kv_rows::KvRows;
 use super::matmul::{axpy, dot};
+use super::qkernel::SimdLevel;
 use super::softmax::softmax_in_place;
 use super::PAR_THRESHOLD;
 
@@ -71,7 +72,7 @@ pub fn attention(
         k: KvRows::f32(k, row_len),
         v: KvRows::f32(v, row_len),
     };
-    attention_of(&seq, shape, out, pool, true);
+    attention_of(&seq, shape, out, pool, true, SimdLevel::FASTEST_FIRST[0]);
 }
 
 /// One sequence of an [`attention_batch`] call: its queries, their count,
@@ -103,11 +104,14 @@ impl SeqAttention<'_> {
 /// sequences run in parallel, each on one thread, instead of splitting each
 /// small one over the pool in turn; otherwise one after another. Every
 /// output equals that of an [`attention`] call for its sequence alone.
+/// The kernels use at most the SIMD level `max` (as
+/// `QuantKernel::capped`: `Avx2` runs what an AVX2-only CPU runs).
 pub fn attention_batch(
     seqs: &[SeqAttention<'_>],
     shape: &AttnShape,
     outs: Vec<&mut [f32]>,
     pool: &ThreadPool,
+    max: SimdLevel,
 ) {
     debug_assert_eq!(seqs.len(), outs.len(), "one output per sequence");
     let total: usize = seqs.iter().map(SeqAttention::pairs).sum();
@@ -116,23 +120,36 @@ pub fn attention_batch(
         pool.install(|| {
             seqs.par_iter()
                 .zip(outs)
-                .for_each(|(seq, out)| attention_of(seq, shape, out, pool, false))
+                .for_each(|(seq, out)| attention_of(seq, shape, out, pool, false, max))
         });
         return;
     }
     for (seq, out) in seqs.iter().zip(outs) {
-        attention_of(seq, shape, out, pool, true);
+        attention_of(seq, shape, out, pool, true, max);
     }
 }
 
+/// Whether `level` is `max` or a slower level (in
+/// [`SimdLevel::FASTEST_FIRST`] order).
+#[cfg(target_arch = "x86_64")]
+fn at_most(max: SimdLevel, level: SimdLevel) -> bool {
+    SimdLevel::FASTEST_FIRST
+        .into_iter()
+        .skip_while(|&l| l != max)
+        .any(|l| l == level)
+}
+
 /// [`attention`] of one sequence, split over `pool` only when `may_split`
-/// and the work is large enough (the split never changes the results).
+/// and the work is large enough (the split never changes the results),
+/// with SIMD levels up to `max`.
 fn attention_of(
     seq: &SeqAttention<'_>,
     shape: &AttnShape,
     out: &mut [f32],
     pool: &ThreadPool,
     may_split: bool,
+    // Only x86-64 has attention kernels beyond the portable ones.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] max: SimdLevel,
 ) {
     let SeqAttention { q, n_q, past, k, v } = *seq;
     let AttnShape {
@@ -195,12 +212,12 @@ fn attention_of(
     if use_tiled(n_q, past) {
         let tiled = tiled::Tiled::new(q, n_q, past, k, v, shape);
         #[cfg(target_arch = "x86_64")]
-        if let Some(ops) = tiled::Avx512::detect() {
+        if let Some(ops) = tiled::Avx512::detect().filter(|_| at_most(max, SimdLevel::Avx512)) {
             tiled.run(ops, out, pool, parallel);
             return;
         }
         #[cfg(target_arch = "x86_64")]
-        if let Some(ops) = tiled::Avx2::detect() {
+        if let Some(ops) = tiled::Avx2::detect().filter(|_| at_most(max, SimdLevel::Avx2)) {
             tiled.run(ops, out, pool, parallel);
             return;
         }
@@ -209,7 +226,8 @@ fn attention_of(
     }
 
     #[cfg(target_arch = "x86_64")]
-    let avx2 = is_x86_feature_detected!("avx2")
+    let avx2 = at_most(max, SimdLevel::Avx2)
+        && is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c");
     #[cfg(not(target_arch = "x86_64"))]
@@ -715,6 +733,9 @@ mod simd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No cap on the SIMD level.
+    const FASTEST: SimdLevel = SimdLevel::FASTEST_FIRST[0];
     use crate::cpu::kernels::test_util::{assert_close, bits, pool1, pool2, Rng};
 
     /// The AVX2 softmax agrees with the portable one within 1e-6 of each
@@ -924,6 +945,51 @@ mod tests {
         match tiled::Avx512::detect() {
             Some(ops) => check_tiled(ops),
             None => eprintln!("skipping: no AVX-512F/VL"),
+        }
+    }
+
+    /// A capped call runs the capped level's kernels: a prefill capped at
+    /// AVX2 gives the AVX2 tiles' bits, capped at scalar the portable
+    /// tiles' bits, and a capped decode the reference's values.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_simd_cap_picks_the_kernels() {
+        let Some(avx2) = tiled::Avx2::detect() else {
+            eprintln!("skipping: no AVX2/FMA");
+            return;
+        };
+        let mut rng = Rng::new(68);
+        let s = SMOLLM2_SHAPE;
+        let width = s.n_heads * s.head_dim;
+        let row_len = s.n_kv_heads * s.head_dim;
+        let (n_q, past) = (40, 30);
+        let q = rng.vec(n_q * width, 2.0);
+        let k = rng.vec((past + n_q) * row_len, 2.0);
+        let v = rng.vec((past + n_q) * row_len, 1.0);
+        let pool = pool2();
+        let capped = |n_q: usize, past: usize, max: SimdLevel| {
+            let seq = SeqAttention {
+                q: &q[..n_q * width],
+                n_q,
+                past,
+                k: KvRows::f32(&k, row_len),
+                v: KvRows::f32(&v, row_len),
+            };
+            let mut out = vec![f32::NAN; n_q * width];
+            attention_batch(&[seq], &s, vec![&mut out[..]], &pool, max);
+            out
+        };
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let tiled_at = |ops| run_tiled(ops, &q, n_q, past, &k, &v, &s, &pool, true);
+        assert_eq!(
+            bits(&capped(n_q, past, SimdLevel::Avx2)),
+            bits(&tiled_at(avx2))
+        );
+        let scalar = run_tiled(tiled::Scalar, &q, n_q, past, &k, &v, &s, &pool, true);
+        assert_eq!(bits(&capped(n_q, past, SimdLevel::Scalar)), bits(&scalar));
+        let want = reference(&q[..width], 1, past + n_q - 1, &k, &v, &s);
+        for max in [SimdLevel::Scalar, SimdLevel::Avx2] {
+            assert_close(&capped(1, past + n_q - 1, max), &want, ATOL, RTOL);
         }
     }
 
@@ -1169,14 +1235,14 @@ mod tests {
             ];
             let mut outs = [vec![f32::NAN; q.len()], vec![f32::NAN; q.len()]];
             let [a, b] = &mut outs;
-            attention_batch(&seqs, &s, vec![&mut a[..], &mut b[..]], &pool2());
+            attention_batch(&seqs, &s, vec![&mut a[..], &mut b[..]], &pool2(), FASTEST);
             assert_eq!(bits(&outs[0]), bits(&one), "past {past} in a batch");
             // Three long decodes together run one per thread, each serial.
             let three = [seqs[0], seqs[0], seqs[0]];
             let mut outs = [0, 1, 2].map(|_| vec![f32::NAN; q.len()]);
             let [a, b, c] = &mut outs;
             let views = vec![&mut a[..], &mut b[..], &mut c[..]];
-            attention_batch(&three, &s, views, &pool2());
+            attention_batch(&three, &s, views, &pool2(), FASTEST);
             for o in &outs {
                 assert_eq!(bits(o), bits(&one), "past {past}, three in a batch");
             }
@@ -1198,7 +1264,7 @@ mod tests {
                 v: KvRows::encoded(kind, &vb, row),
             };
             let mut got = vec![f32::NAN; q.len()];
-            attention_batch(&[seq], &s, vec![&mut got[..]], &pool2());
+            attention_batch(&[seq], &s, vec![&mut got[..]], &pool2(), FASTEST);
             assert_eq!(bits(&got), bits(&plain), "past {past} q8_0");
         }
     }
@@ -1242,7 +1308,7 @@ mod tests {
                             v: KvRows::encoded(kind, &vb, row),
                         };
                         let mut got = vec![f32::NAN; q.len()];
-                        attention_batch(&[seq], &s, vec![&mut got[..]], &pool);
+                        attention_batch(&[seq], &s, vec![&mut got[..]], &pool, FASTEST);
                         assert_eq!(bits(&got), bits(&want), "{kind} n_q {n_q} past {past}");
                     }
                 }
@@ -1297,6 +1363,7 @@ mod tests {
                 &s,
                 outs.iter_mut().map(|o| &mut o[..]).collect(),
                 &pool,
+                FASTEST,
             );
             for ((seq, got), (_, k, v)) in seqs.iter().zip(&outs).zip(&data) {
                 let mut alone = vec![f32::NAN; got.len()];

@@ -10,11 +10,13 @@ use rayon::ThreadPool;
 use super::expect_rows;
 use super::kv_cache::KvCacheState;
 use crate::cpu::kernels::attention::{attention_batch, AttnShape, SeqAttention};
+use crate::cpu::kernels::SimdLevel;
 
 /// The CPU attention op.
 pub struct AttentionOp {
     shape: AttnShape,
     pool: Arc<ThreadPool>,
+    max_simd: SimdLevel,
 }
 
 impl AttentionOp {
@@ -38,7 +40,15 @@ impl AttentionOp {
                 sliding_window: p.sliding_window,
             },
             pool,
+            max_simd: SimdLevel::FASTEST_FIRST[0],
         })
+    }
+
+    /// The same op with its kernels at `max` or a slower SIMD level
+    /// (default: the fastest this CPU has).
+    pub fn with_max_simd(mut self, max: SimdLevel) -> Self {
+        self.max_simd = max;
+        self
     }
 }
 
@@ -111,7 +121,7 @@ impl Op for AttentionOp {
             });
             outs.push(out);
         }
-        attention_batch(&seqs, &self.shape, outs, &self.pool);
+        attention_batch(&seqs, &self.shape, outs, &self.pool, self.max_simd);
         Ok(())
     }
 }
