@@ -650,11 +650,10 @@ impl Schedule {
 }
 
 /// Adds the node name to shape errors, which otherwise lack context.
-/// Whether `layers` share one weight dtype that `backend` stacks (see
-/// [`crate::stacking`]). A weight that cannot be read is left to the
-/// layer's own load to report.
-/// The stacking class of `layer` on `backend`: its weights' dtype where
-/// the backend stacks it (see [`Backend::stacks_linears`]), else `None`.
+/// The stacking class of `layer` on `backend` (see [`crate::stacking`]):
+/// its weights' dtype where the backend stacks it (see
+/// [`Backend::stacks_linears`]), else `None`. A weight that cannot be read
+/// is left to the layer's own load to report.
 fn stack_class(
     backend: &dyn Backend,
     layer: &LinearParams,
