@@ -333,11 +333,13 @@ fn rows_share_cache_sets(rows: usize, cols: usize) -> bool {
 
 /// Copies the activation rows `xb` (`cols` each) into `into` at a row
 /// stride one cache line longer and returns that stride. The values are
-/// the same, so the products' bits are.
+/// the same, so the products' bits are. A reused `into` keeps its old
+/// values in the padding, which no product reads.
 fn copy_off_set(xb: &[f32], cols: usize, into: &mut Vec<f32>) -> usize {
     let stride = cols + CACHE_LINE / size_of::<f32>();
-    into.clear();
-    into.resize(xb.len() / cols * stride, 0.0);
+    let len = xb.len() / cols * stride;
+    into.truncate(len);
+    into.resize(len, 0.0);
     for (dst, src) in into.chunks_exact_mut(stride).zip(xb.chunks_exact(cols)) {
         dst[..cols].copy_from_slice(src);
     }
