@@ -112,14 +112,13 @@ fn projections_of_two_weight_types_stack_by_type() {
     let q8 = convert_to(&fixture("tiny-llama"), DType::Q8_0);
     let cpu = CpuBackend::new(2).unwrap();
     assert!(cpu.stacks_linears(DType::Q5_0) && cpu.stacks_linears(DType::Q8_0));
-    let mixed = || VFromOtherFile {
+    let weights = VFromOtherFile {
         base: MllmFile::open(&q5.path).unwrap(),
         v: MllmFile::open(&q8.path).unwrap(),
     };
-    let (weights, plain_weights) = (mixed(), mixed());
     let mut stacked = executor_over(&weights.base, &weights, &cpu);
     let unstacked = Unstacked(CpuBackend::new(2).unwrap());
-    let mut plain = executor_over(&plain_weights.base, &plain_weights, &unstacked);
+    let mut plain = executor_over(&weights.base, &weights, &unstacked);
     assert_eq!(
         stacked_nodes(&stacked),
         [
