@@ -129,16 +129,6 @@ pub fn attention_batch(
     }
 }
 
-/// Whether `level` is `max` or a slower level (in
-/// [`SimdLevel::FASTEST_FIRST`] order).
-#[cfg(target_arch = "x86_64")]
-fn at_most(max: SimdLevel, level: SimdLevel) -> bool {
-    SimdLevel::FASTEST_FIRST
-        .into_iter()
-        .skip_while(|&l| l != max)
-        .any(|l| l == level)
-}
-
 /// [`attention`] of one sequence, split over `pool` only when `may_split`
 /// and the work is large enough (the split never changes the results),
 /// with SIMD levels up to `max`.
@@ -212,12 +202,12 @@ fn attention_of(
     if use_tiled(n_q, past) {
         let tiled = tiled::Tiled::new(q, n_q, past, k, v, shape);
         #[cfg(target_arch = "x86_64")]
-        if let Some(ops) = tiled::Avx512::detect().filter(|_| at_most(max, SimdLevel::Avx512)) {
+        if let Some(ops) = tiled::Avx512::detect().filter(|_| SimdLevel::Avx512.at_most(max)) {
             tiled.run(ops, out, pool, parallel);
             return;
         }
         #[cfg(target_arch = "x86_64")]
-        if let Some(ops) = tiled::Avx2::detect().filter(|_| at_most(max, SimdLevel::Avx2)) {
+        if let Some(ops) = tiled::Avx2::detect().filter(|_| SimdLevel::Avx2.at_most(max)) {
             tiled.run(ops, out, pool, parallel);
             return;
         }
@@ -226,7 +216,7 @@ fn attention_of(
     }
 
     #[cfg(target_arch = "x86_64")]
-    let avx2 = at_most(max, SimdLevel::Avx2)
+    let avx2 = SimdLevel::Avx2.at_most(max)
         && is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c");
@@ -733,10 +723,10 @@ mod simd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::kernels::test_util::{assert_close, bits, pool1, pool2, Rng};
 
     /// No cap on the SIMD level.
     const FASTEST: SimdLevel = SimdLevel::FASTEST_FIRST[0];
-    use crate::cpu::kernels::test_util::{assert_close, bits, pool1, pool2, Rng};
 
     /// The AVX2 softmax agrees with the portable one within 1e-6 of each
     /// probability (plus relative 1e-5), on rows with tails and large ranges.
@@ -930,22 +920,27 @@ mod tests {
         check_tiled(tiled::Scalar);
     }
 
+    /// Runs `check` with each vector [`tiled::TileOps`] this CPU has (the
+    /// AVX2 and the AVX-512 tiles), saying which it skips.
     #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn tiled_avx2_matches_reference() {
+    fn each_vector_tile_ops(
+        check_avx2: impl Fn(tiled::Avx2),
+        check_avx512: impl Fn(tiled::Avx512),
+    ) {
         match tiled::Avx2::detect() {
-            Some(ops) => check_tiled(ops),
-            None => eprintln!("skipping: no AVX2/FMA"),
+            Some(ops) => check_avx2(ops),
+            None => eprintln!("skipping AVX2: no AVX2/FMA"),
+        }
+        match tiled::Avx512::detect() {
+            Some(ops) => check_avx512(ops),
+            None => eprintln!("skipping AVX-512: no AVX-512F/VL"),
         }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn tiled_avx512_matches_reference() {
-        match tiled::Avx512::detect() {
-            Some(ops) => check_tiled(ops),
-            None => eprintln!("skipping: no AVX-512F/VL"),
-        }
+    fn tiled_vector_kernels_match_reference() {
+        each_vector_tile_ops(check_tiled, check_tiled);
     }
 
     /// A capped call runs the capped level's kernels: a prefill capped at
@@ -979,7 +974,6 @@ mod tests {
             attention_batch(&[seq], &s, vec![&mut out[..]], &pool, max);
             out
         };
-        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         let tiled_at = |ops| run_tiled(ops, &q, n_q, past, &k, &v, &s, &pool, true);
         assert_eq!(
             bits(&capped(n_q, past, SimdLevel::Avx2)),
@@ -1022,10 +1016,13 @@ mod tests {
                 for (pool, parallel) in [(&p1, false), (&p2, true)] {
                     let a = run_tiled(wide, &q, n_q, past, &k, &v, &s, pool, parallel);
                     let b = run_tiled(narrow, &q, n_q, past, &k, &v, &s, pool, parallel);
-                    let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
                     let what =
                         format!("heads {n_heads}/{n_kv_heads}x{head_dim}, {n_q} after {past}");
-                    assert!(same, "{what}, window {window:?}, parallel {parallel}");
+                    assert_eq!(
+                        bits(&a),
+                        bits(&b),
+                        "{what}, window {window:?}, parallel {parallel}"
+                    );
                 }
             }
         }
@@ -1076,20 +1073,8 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn tiled_avx2_results_do_not_depend_on_the_chunks() {
-        match tiled::Avx2::detect() {
-            Some(ops) => check_tiled_chunking(ops),
-            None => eprintln!("skipping: no AVX2/FMA"),
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn tiled_avx512_results_do_not_depend_on_the_chunks() {
-        match tiled::Avx512::detect() {
-            Some(ops) => check_tiled_chunking(ops),
-            None => eprintln!("skipping: no AVX-512F/VL"),
-        }
+    fn tiled_vector_results_do_not_depend_on_the_chunks() {
+        each_vector_tile_ops(check_tiled_chunking, check_tiled_chunking);
     }
 
     /// SmolLM2-135M's attention: 9 query heads over 3 KV heads of 64.

@@ -87,6 +87,13 @@ impl SimdLevel {
         SimdLevel::Scalar,
     ];
 
+    /// Whether this level is `max` or a slower one (after it in
+    /// [`SimdLevel::FASTEST_FIRST`]): what a run capped at `max` may use.
+    pub fn at_most(self, max: SimdLevel) -> bool {
+        let rank = |level| Self::FASTEST_FIRST.iter().position(|&l| l == level);
+        rank(self) >= rank(max)
+    }
+
     /// Whether this CPU runs `path`'s kernels at this level.
     pub fn is_available(self, path: QuantPath) -> bool {
         match self {
@@ -184,8 +191,7 @@ impl QuantKernel {
     pub fn capped(path: QuantPath, max: SimdLevel) -> QuantKernel {
         let level = SimdLevel::FASTEST_FIRST
             .into_iter()
-            .skip_while(|&l| l != max)
-            .find(|l| l.is_available(path))
+            .find(|l| l.at_most(max) && l.is_available(path))
             .unwrap_or(SimdLevel::Scalar);
         QuantKernel { path, level }
     }
@@ -549,6 +555,9 @@ pub(crate) mod tests {
         for path in [QuantPath::F32Activations, QuantPath::Int16Activations] {
             let order = SimdLevel::FASTEST_FIRST;
             for (i, max) in order.into_iter().enumerate() {
+                for (j, level) in order.into_iter().enumerate() {
+                    assert_eq!(level.at_most(max), j >= i, "{level} at most {max}");
+                }
                 let k = QuantKernel::capped(path, max);
                 let want = order[i..].iter().find(|l| l.is_available(path));
                 assert_eq!(Some(&k.level()), want, "{path:?} capped at {max}");
