@@ -20,6 +20,8 @@
 //! horizontal reductions, and the products broadcast single key or value
 //! entries against them.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
@@ -172,8 +174,8 @@ impl<'a> Tiled<'a> {
     }
 
     /// Runs the whole attention into `out` with `ops`, in `pool` when
-    /// `parallel`. Tasks are (query block, kv head) pairs; each writes its
-    /// rows to a buffer of its own, copied into `out` afterwards.
+    /// `parallel`. Tasks are (query block, kv head) pairs; each writes the
+    /// parts of its query rows that belong to its heads.
     pub(super) fn run<O: TileOps>(
         &self,
         ops: O,
@@ -181,69 +183,81 @@ impl<'a> Tiled<'a> {
         pool: &ThreadPool,
         parallel: bool,
     ) {
-        let bq = self.block_queries();
-        let task_len = bq * self.group * self.head_dim;
-        let mut tmp = vec![0.0f32; self.n_q.div_ceil(bq) * self.n_kv_heads * task_len];
-        let task = |scratch: &mut Scratch, (t, o): (usize, &mut [f32])| {
-            self.task(ops, scratch, t / self.n_kv_heads, t % self.n_kv_heads, o)
+        let tasks = self.task_outputs(out);
+        let task = |scratch: &mut Scratch, (t, mut rows): (usize, Vec<&mut [f32]>)| {
+            self.task(
+                ops,
+                scratch,
+                t / self.n_kv_heads,
+                t % self.n_kv_heads,
+                &mut rows,
+            )
         };
         let new_scratch = || Scratch::new(self.head_dim);
         if parallel {
             pool.install(|| {
-                tmp.par_chunks_mut(task_len)
+                tasks
+                    .into_par_iter()
                     .enumerate()
                     .for_each_init(new_scratch, task)
             });
         } else {
             let mut scratch = new_scratch();
-            for item in tmp.chunks_mut(task_len).enumerate() {
+            for item in tasks.into_iter().enumerate() {
                 task(&mut scratch, item);
             }
         }
-        let block_tasks = self.n_kv_heads * task_len;
-        let scatter = |(qb, o): (usize, &mut [f32])| {
-            self.scatter(&tmp[qb * block_tasks..][..block_tasks], task_len, o)
-        };
-        let block_out = bq * self.q_stride;
-        if parallel {
-            pool.install(|| out.par_chunks_mut(block_out).enumerate().for_each(scatter));
-        } else {
-            out.chunks_mut(block_out).enumerate().for_each(scatter);
-        }
     }
 
-    /// Copies the task outputs of one query block (`tasks`: one buffer of
-    /// `task_len` per kv head) into its output rows `o`.
-    fn scatter(&self, tasks: &[f32], task_len: usize, o: &mut [f32]) {
+    /// The parts of `out` each task writes: for task `qb * n_kv_heads +
+    /// kvh`, the `group * head_dim` values of kv head `kvh`'s query heads
+    /// in each query row of block `qb`.
+    fn task_outputs<'o>(&self, out: &'o mut [f32]) -> Vec<Vec<&'o mut [f32]>> {
+        let bq = self.block_queries();
+        let n_tasks = self.n_q.div_ceil(bq) * self.n_kv_heads;
+        let mut tasks: Vec<Vec<&mut [f32]>> =
+            (0..n_tasks).map(|_| Vec::with_capacity(bq)).collect();
         let width = self.group * self.head_dim;
-        for (kvh, res) in tasks.chunks_exact(task_len).enumerate() {
-            for (orow, rrow) in o
-                .chunks_exact_mut(self.q_stride)
-                .zip(res.chunks_exact(width))
-            {
-                orow[kvh * width..][..width].copy_from_slice(rrow);
+        for (i, row) in out.chunks_exact_mut(self.q_stride).enumerate() {
+            for (kvh, part) in row.chunks_exact_mut(width).enumerate() {
+                tasks[i / bq * self.n_kv_heads + kvh].push(part);
             }
         }
+        tasks
     }
 
-    /// Query block `qb`, kv head `kvh`: rows `(query, head)` written to `o`
-    /// as `[query][head][dim]`, one panel at a time.
-    fn task<O: TileOps>(&self, ops: O, s: &mut Scratch, qb: usize, kvh: usize, o: &mut [f32]) {
-        let bq = self.block_queries();
-        let first = qb * bq;
-        let rows = bq.min(self.n_q - first) * self.group;
-        let dim = self.head_dim;
-        for (p, panel_out) in o[..rows * dim].chunks_mut(ROWS * dim).enumerate() {
-            self.panel(ops, s, kvh, first * self.group + p * ROWS, panel_out);
+    /// Query block `qb`, kv head `kvh`, one panel of rows `(query, head)`
+    /// at a time: `rows[i]` receives the heads of `kvh` of the block's
+    /// `i`-th query (`[head][dim]`).
+    fn task<O: TileOps>(
+        &self,
+        ops: O,
+        s: &mut Scratch,
+        qb: usize,
+        kvh: usize,
+        rows: &mut [&mut [f32]],
+    ) {
+        let first = qb * self.block_queries() * self.group;
+        let pairs = rows.len() * self.group;
+        for p in (0..pairs).step_by(ROWS) {
+            self.panel(ops, s, kvh, first, p..pairs.min(p + ROWS), rows);
         }
     }
 
-    /// One panel: rows `row0..row0 + o.len() / dim` of kv head `kvh` (row
-    /// `r` is query `r / group`, head `kvh * group + r % group`).
-    fn panel<O: TileOps>(&self, ops: O, s: &mut Scratch, kvh: usize, row0: usize, o: &mut [f32]) {
+    /// One panel: rows `first + panel` of kv head `kvh` (row `r` is query
+    /// `r / group`, head `kvh * group + r % group`), written to the task's
+    /// `rows` (row `first + p` to `rows[p / group]`, head `p % group`).
+    fn panel<O: TileOps>(
+        &self,
+        ops: O,
+        s: &mut Scratch,
+        kvh: usize,
+        first: usize,
+        panel: Range<usize>,
+        rows: &mut [&mut [f32]],
+    ) {
         let dim = self.head_dim;
-        let n = o.len() / dim;
-        let mut state = self.pack_queries(&mut s.qt, kvh, row0, n);
+        let mut state = self.pack_queries(&mut s.qt, kvh, first + panel.start, panel.len());
         let off = kvh * dim;
         s.ot.fill(0.0);
         // Rows are in query order: bounds grow with the row.
@@ -263,7 +277,8 @@ impl<'a> Tiled<'a> {
             ops.accumulate(&s.st[..(j1 - j0) * ROWS], values.data, layout, &mut s.ot);
             j0 = j1;
         }
-        for (r, orow) in o.chunks_exact_mut(dim).enumerate() {
+        for (r, p) in panel.enumerate() {
+            let orow = &mut rows[p / self.group][p % self.group * dim..][..dim];
             let inv = 1.0 / state.sum[r];
             for (x, col) in orow.iter_mut().zip(s.ot.chunks_exact(ROWS)) {
                 *x = col[r] * inv;
