@@ -5,7 +5,10 @@ mod common;
 
 use common::*;
 use mllm::core::DType;
-use mllm::models::{generate, GenerateOptions, LoadOptions, Model, SamplingParams, StopReason};
+use mllm::core::{LogitsMode, StepInput};
+use mllm::models::{
+    generate, prefill, GenerateOptions, LoadOptions, Model, SamplingParams, StopReason,
+};
 
 fn reference_run() -> (Vec<u32>, Vec<u32>) {
     let r = Reference::load("tiny-llama");
@@ -133,4 +136,63 @@ fn embedded_tokenizer_encodes_prompts() {
     })
     .unwrap();
     assert_eq!(out.tokens.len(), 32);
+}
+
+/// Logits of `ids` prefilled into a fresh slot 0 in steps of `step_tokens`
+/// (`All`: every row), then of one decode step after them (which reads
+/// the cache the prefill left).
+fn prefilled(model: &mut Model, ids: &[u32], step_tokens: usize) -> (Vec<f32>, Vec<f32>) {
+    model.reset_slot(0);
+    let rows = prefill(model, 0, ids, LogitsMode::All, step_tokens).unwrap();
+    assert_eq!(rows.rows(), ids.len());
+    let next = model
+        .step(&StepInput::single(0, vec![ids[0]], LogitsMode::Last))
+        .unwrap();
+    (rows.data().to_vec(), next.data().to_vec())
+}
+
+#[test]
+fn a_prefill_in_steps_equals_one_step() {
+    let ids: Vec<u32> = (0..45u32).map(|i| (i * 37 + 11) % 256).collect();
+    for dtype in [DType::F32, DType::Q4_0, DType::Q8_0] {
+        let c = convert_to(&fixture("tiny-llama"), dtype);
+        let mut model = load(&c.path);
+        let whole = prefilled(&mut model, &ids, ids.len());
+        for step_tokens in [2, 3, 7, 16, 44] {
+            let steps = prefilled(&mut model, &ids, step_tokens);
+            assert!(
+                steps == whole,
+                "{dtype:?}: a prefill in steps of {step_tokens} differs from one step"
+            );
+        }
+        model.reset_slot(0);
+        let last = prefill(&mut model, 0, &ids, LogitsMode::Last, 16).unwrap();
+        assert_eq!(last.rows(), 1);
+        assert!(last.data() == &whole.0[(ids.len() - 1) * last.data().len()..]);
+    }
+}
+
+#[test]
+fn a_prefill_over_the_context_fails_before_any_step() {
+    let c = convert_to(&fixture("tiny-llama"), DType::F32);
+    let opts = LoadOptions {
+        max_context: Some(20),
+        threads: 1,
+        ..Default::default()
+    };
+    let mut model = Model::load(&c.path, &opts).unwrap();
+    let ids: Vec<u32> = (0..25).collect();
+    let err = prefill(&mut model, 0, &ids, LogitsMode::Last, 5).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "context full: sequence 0 needs 25 positions but the context holds 20"
+    );
+    assert_eq!(model.slot_len(0), 0, "no step ran");
+    let err = prefill(&mut model, 0, &[], LogitsMode::Last, 5).unwrap_err();
+    assert_eq!(err.to_string(), "invalid input: the prompt is empty");
+    let err = prefill(&mut model, 0, &ids[..3], LogitsMode::Last, 1).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid input: a prefill step must take at least two tokens, not 1"
+    );
 }

@@ -86,7 +86,7 @@ pub fn continue_sequence(
     } else {
         LogitsMode::Last
     };
-    let prefill = model.step(&StepInput::single(slot, new_tokens.to_vec(), mode))?;
+    let prefill = prefill(model, slot, new_tokens, mode, PREFILL_STEP_TOKENS)?;
     let mut history = new_tokens.to_vec();
     let mut logits = prefill.row(prefill.rows() - 1).to_vec();
     let prompt_logits = opts.keep_prompt_logits.then_some(prefill);
@@ -118,6 +118,64 @@ pub fn continue_sequence(
         stop,
         prompt_logits,
     })
+}
+
+/// Prompt tokens per step of [`continue_sequence`]'s prefill (llama.cpp's
+/// default micro-batch): a long prompt's activations take the memory of
+/// this many tokens, not of the whole prompt.
+pub const PREFILL_STEP_TOKENS: usize = 512;
+
+/// Appends `tokens` to the sequence in `slot` in steps of at most
+/// `step_tokens` (at least two) and returns the logits `mode` asks for:
+/// the last token's row, or one row per token. A step of one token would
+/// take the decode kernels, whose sums run in another order, so a last
+/// step of one token joins the step before it. Steps of two or more
+/// tokens give each row the bits it gets in any other cut (the kernels'
+/// rows do not depend on the other rows of their step): the logits and
+/// the cache are those of one step over all the tokens. A prompt that
+/// does not fit the context fails before any step.
+pub fn prefill(
+    model: &mut Model,
+    slot: usize,
+    tokens: &[u32],
+    mode: LogitsMode,
+    step_tokens: usize,
+) -> Result<Tensor> {
+    if step_tokens < 2 {
+        return Err(Error::InvalidInput(format!(
+            "a prefill step must take at least two tokens, not {step_tokens}"
+        )));
+    }
+    let needed = model.slot_len(slot) + tokens.len();
+    if needed > model.max_context() {
+        return Err(Error::ContextFull {
+            slot,
+            needed,
+            limit: model.max_context(),
+        });
+    }
+    let mut out: Option<Tensor> = None;
+    let mut rest = tokens;
+    while !rest.is_empty() {
+        let len = if rest.len() == step_tokens + 1 {
+            rest.len()
+        } else {
+            rest.len().min(step_tokens)
+        };
+        let (part, after) = rest.split_at(len);
+        rest = after;
+        let more = model.step(&StepInput::single(slot, part.to_vec(), mode))?;
+        out = Some(match (out, mode) {
+            (Some(before), LogitsMode::All) => {
+                let cols = before.shape().last();
+                let mut data = before.into_data();
+                data.extend_from_slice(more.data());
+                Tensor::new([data.len() / cols, cols], data)?
+            }
+            _ => more,
+        });
+    }
+    out.ok_or_else(|| Error::InvalidInput("the prompt is empty".into()))
 }
 
 /// Generates for several prompts at once: one packed prefill of all prompts

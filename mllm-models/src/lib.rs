@@ -27,7 +27,9 @@ pub use beam::{
     beam_search, beam_search_batch, BeamOptions, BeamResult, EarlyStopping, Hypothesis,
 };
 pub use file_meta::ModelFiles;
-pub use generation::{generate, generate_batch, GenerateOptions, Generation, StopReason};
+pub use generation::{
+    generate, generate_batch, prefill, GenerateOptions, Generation, StopReason, PREFILL_STEP_TOKENS,
+};
 pub use model::{LoadOptions, Model};
 pub use sampling::{Sampler, SamplingParams};
 pub use tokenizer::Tokenizer;
