@@ -5,11 +5,12 @@
 //! cargo run --release --example bench -- --model m.mllm -p 128 -n 0 --json
 //! ```
 //!
-//! A `pp N` test times one prefill step of N tokens; a `tg N` test times N
-//! single-token decode steps. Both start from an empty KV cache, filled first
-//! to `-d DEPTH` tokens when given (untimed, in steps of at most
-//! `DEPTH_STEP_TOKENS`, as llama-bench fills it in batches, so that the
-//! peak RSS is the cache's and not a long step's activations). Each test
+//! A `pp N` test times the prefill of N tokens as generation runs it (steps
+//! of at most `PREFILL_STEP_TOKENS`, 512, llama-bench's default
+//! micro-batch); a `tg N` test times N single-token decode steps. Both
+//! start from an empty KV cache, filled first to `-d DEPTH` tokens when
+//! given (untimed, in the same steps, so that the peak RSS is the cache's
+//! and not a long step's activations). Each test
 //! runs once to warm up, then `-r` times; the table shows mean ± standard
 //! deviation of tokens/s. `--json` prints one JSON array with llama-bench's
 //! field names. `--profile` adds the time per op kind over the timed steps
@@ -30,7 +31,7 @@ use mllm::core::executor::{NodeProfile, OpProfile};
 use mllm::core::file::MllmFile;
 use mllm::core::{Error, LogitsMode, Result, SeqChunk, StepInput};
 use mllm::machine;
-use mllm::models::{LoadOptions, Model};
+use mllm::models::{prefill, LoadOptions, Model, PREFILL_STEP_TOKENS};
 use mllm::ops::cpu::kernels::QuantPath;
 use serde_json::json;
 
@@ -128,11 +129,6 @@ fn token_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// Tokens per step when the KV cache is filled to the test's depth:
-/// llama-bench's default batch. A prompt gives the same cache however it
-/// is cut into steps.
-const DEPTH_STEP_TOKENS: usize = 512;
-
 /// Runs one repetition and returns its duration (depth filling not timed);
 /// with `profile`, adds the time of its timed steps per node there.
 fn run_once(
@@ -146,15 +142,15 @@ fn run_once(
     for slot in 0..test.batch {
         model.reset_slot(slot);
         let fill = token_ids(depth, vocab, seed ^ 0xD ^ slot as u64);
-        for part in fill.chunks(DEPTH_STEP_TOKENS) {
-            model.step(&StepInput::single(slot, part.to_vec(), LogitsMode::Last))?;
+        if !fill.is_empty() {
+            prefill(model, slot, &fill, LogitsMode::Last, PREFILL_STEP_TOKENS)?;
         }
     }
     model.executor_mut().set_profiling(profile.is_some());
     let started = Instant::now();
     if test.n_prompt > 0 {
         let ids = token_ids(test.n_prompt, vocab, seed);
-        model.step(&StepInput::single(0, ids, LogitsMode::Last))?;
+        prefill(model, 0, &ids, LogitsMode::Last, PREFILL_STEP_TOKENS)?;
     } else {
         let ids = token_ids(test.n_gen * test.batch, vocab, seed);
         for step in ids.chunks_exact(test.batch) {
