@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
-use mllm_core::{Error, LogitsMode, StepInput};
+use mllm_core::{Error, LogitsMode};
 use mllm_models::chat::Message;
-use mllm_models::{generate, generate_batch, LoadOptions, Tokenizer};
+use mllm_models::{generate, generate_batch, prefill, LoadOptions, Tokenizer, PREFILL_STEP_TOKENS};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray2};
 use pyo3::prelude::*;
@@ -297,8 +297,8 @@ impl Model {
         py.detach(|| tok.decode(&ids, skip_special_tokens)).py_err()
     }
 
-    /// The logits after every position of `ids` (one forward pass from an
-    /// empty cache): a float32 numpy array of shape `[len(ids), vocab]`.
+    /// The logits after every position of `ids` (a prefill from an empty
+    /// cache, in steps of 512 tokens): a float32 numpy array of shape `[len(ids), vocab]`.
     fn logits<'py>(&self, py: Python<'py>, ids: Vec<u32>) -> PyResult<Bound<'py, PyArray2<f32>>> {
         if ids.is_empty() {
             return Err(InvalidInputError::new_err("ids is empty"));
@@ -307,7 +307,7 @@ impl Model {
         let array = py.detach(|| {
             let mut model = lock(&inner)?;
             model.reset_slot(0);
-            let out = model.step(&StepInput::single(0, ids, LogitsMode::All));
+            let out = prefill(&mut model, 0, &ids, LogitsMode::All, PREFILL_STEP_TOKENS);
             model.reset_slot(0);
             let out = out.py_err()?;
             let (rows, cols) = (out.rows(), out.data().len() / out.rows().max(1));
