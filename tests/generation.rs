@@ -57,15 +57,22 @@ fn streams_every_token_and_stops_when_asked() {
     assert_eq!(out.tokens, want);
 }
 
-#[test]
-fn stops_when_the_context_is_full() {
+/// The tiny Llama in f32 with its context cut to `max_context`, on one
+/// thread (the converted file lives as long as the first value).
+fn tiny_llama_with_context(max_context: usize) -> (Converted, Model) {
     let c = convert_to(&fixture("tiny-llama"), DType::F32);
     let opts = LoadOptions {
-        max_context: Some(20),
+        max_context: Some(max_context),
         threads: 1,
         ..Default::default()
     };
-    let mut model = Model::load(&c.path, &opts).unwrap();
+    let model = Model::load(&c.path, &opts).unwrap();
+    (c, model)
+}
+
+#[test]
+fn stops_when_the_context_is_full() {
+    let (_c, mut model) = tiny_llama_with_context(20);
     let (prompt, want) = reference_run();
     let gen = GenerateOptions {
         max_tokens: 50,
@@ -174,13 +181,7 @@ fn a_prefill_in_steps_equals_one_step() {
 
 #[test]
 fn a_prefill_over_the_context_fails_before_any_step() {
-    let c = convert_to(&fixture("tiny-llama"), DType::F32);
-    let opts = LoadOptions {
-        max_context: Some(20),
-        threads: 1,
-        ..Default::default()
-    };
-    let mut model = Model::load(&c.path, &opts).unwrap();
+    let (_c, mut model) = tiny_llama_with_context(20);
     let ids: Vec<u32> = (0..25).collect();
     let err = prefill(&mut model, 0, &ids, LogitsMode::Last, 5).unwrap_err();
     assert_eq!(
