@@ -649,7 +649,6 @@ impl Schedule {
     }
 }
 
-/// Adds the node name to shape errors, which otherwise lack context.
 /// The stacking class of `layer` on `backend` (see [`crate::stacking`]):
 /// its weights' dtype where the backend stacks it (see
 /// [`Backend::stacks_linears`]), else `None`. A weight that cannot be read
@@ -664,6 +663,7 @@ fn stack_class(
     backend.stacks_linears(dtype).then_some(dtype)
 }
 
+/// Adds the node name to shape errors, which otherwise lack context.
 fn annotate(e: Error, node: &str) -> Error {
     match e {
         Error::ShapeMismatch { context, detail } => Error::ShapeMismatch {
