@@ -728,6 +728,38 @@ mod tests {
     /// No cap on the SIMD level.
     const FASTEST: SimdLevel = SimdLevel::FASTEST_FIRST[0];
 
+    /// `n_heads` query heads over `n_kv_heads` of `head_dim`, scaled by
+    /// `1/√head_dim`, with a sliding `window` or none.
+    fn shape(
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        window: Option<usize>,
+    ) -> AttnShape {
+        AttnShape {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            sliding_window: window,
+        }
+    }
+
+    /// Random queries (`n_q` rows, spread 2), keys (`kv_len` rows, spread
+    /// 2) and values (`kv_len` rows, spread 1) for `s`, drawn in that order.
+    fn random_qkv(
+        rng: &mut Rng,
+        s: &AttnShape,
+        n_q: usize,
+        kv_len: usize,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let kv_row = s.n_kv_heads * s.head_dim;
+        let q = rng.vec(n_q * s.n_heads * s.head_dim, 2.0);
+        let k = rng.vec(kv_len * kv_row, 2.0);
+        let v = rng.vec(kv_len * kv_row, 1.0);
+        (q, k, v)
+    }
+
     /// The AVX2 softmax agrees with the portable one within 1e-6 of each
     /// probability (plus relative 1e-5), on rows with tails and large ranges.
     #[cfg(target_arch = "x86_64")]
@@ -839,18 +871,10 @@ mod tests {
             for &(n_heads, n_kv_heads, head_dim) in &heads {
                 for &(n_q, past) in &steps {
                     for window in [None, Some(1), Some(3), Some(16), Some(1000)] {
-                        let s = AttnShape {
-                            n_heads,
-                            n_kv_heads,
-                            head_dim,
-                            scale: 1.0 / (head_dim as f32).sqrt(),
-                            sliding_window: window,
-                        };
+                        let s = shape(n_heads, n_kv_heads, head_dim, window);
                         // Cache with 2 spare (garbage) rows beyond past + n_q.
                         let kv_len = past + n_q + 2;
-                        let q = rng.vec(n_q * n_heads * head_dim, 2.0);
-                        let k = rng.vec(kv_len * n_kv_heads * head_dim, 2.0);
-                        let v = rng.vec(kv_len * n_kv_heads * head_dim, 1.0);
+                        let (q, k, v) = random_qkv(&mut rng, &s, n_q, kv_len);
                         let mut out = vec![f32::NAN; q.len()];
                         attention(&q, n_q, past, &k, &v, &s, &mut out, pool);
                         let want = reference(&q, n_q, past, &k, &v, &s);
@@ -894,17 +918,9 @@ mod tests {
         for &(n_heads, n_kv_heads, head_dim) in &heads {
             for &(n_q, past) in &steps {
                 for window in [None, Some(1), Some(5), Some(90)] {
-                    let s = AttnShape {
-                        n_heads,
-                        n_kv_heads,
-                        head_dim,
-                        scale: 1.0 / (head_dim as f32).sqrt(),
-                        sliding_window: window,
-                    };
+                    let s = shape(n_heads, n_kv_heads, head_dim, window);
                     let kv_len = past + n_q + 3;
-                    let q = rng.vec(n_q * n_heads * head_dim, 2.0);
-                    let k = rng.vec(kv_len * n_kv_heads * head_dim, 2.0);
-                    let v = rng.vec(kv_len * n_kv_heads * head_dim, 1.0);
+                    let (q, k, v) = random_qkv(&mut rng, &s, n_q, kv_len);
                     let want = reference(&q, n_q, past, &k, &v, &s);
                     let serial = run_tiled(ops, &q, n_q, past, &k, &v, &s, &p1, false);
                     assert_close(&serial, &want, ATOL, RTOL);
@@ -1002,17 +1018,9 @@ mod tests {
         let (p1, p2) = (pool1(), pool2());
         for (n_heads, n_kv_heads, head_dim) in [(9, 3, 64), (4, 4, 24), (6, 2, 7), (2, 1, 40)] {
             for (n_q, past, window) in [(1, 0, None), (37, 70, None), (100, 13, Some(9))] {
-                let s = AttnShape {
-                    n_heads,
-                    n_kv_heads,
-                    head_dim,
-                    scale: 1.0 / (head_dim as f32).sqrt(),
-                    sliding_window: window,
-                };
+                let s = shape(n_heads, n_kv_heads, head_dim, window);
                 let kv_len = past + n_q;
-                let q = rng.vec(n_q * n_heads * head_dim, 2.0);
-                let k = rng.vec(kv_len * n_kv_heads * head_dim, 2.0);
-                let v = rng.vec(kv_len * n_kv_heads * head_dim, 1.0);
+                let (q, k, v) = random_qkv(&mut rng, &s, n_q, kv_len);
                 for (pool, parallel) in [(&p1, false), (&p2, true)] {
                     let a = run_tiled(wide, &q, n_q, past, &k, &v, &s, pool, parallel);
                     let b = run_tiled(narrow, &q, n_q, past, &k, &v, &s, pool, parallel);
@@ -1039,17 +1047,9 @@ mod tests {
         let n = 150;
         for (n_heads, n_kv_heads, head_dim) in [(9, 3, 64), (4, 4, 16), (6, 2, 7)] {
             for window in [None, Some(5), Some(90)] {
-                let s = AttnShape {
-                    n_heads,
-                    n_kv_heads,
-                    head_dim,
-                    scale: 1.0 / (head_dim as f32).sqrt(),
-                    sliding_window: window,
-                };
+                let s = shape(n_heads, n_kv_heads, head_dim, window);
                 let width = n_heads * head_dim;
-                let q = rng.vec(n * width, 2.0);
-                let k = rng.vec(n * n_kv_heads * head_dim, 2.0);
-                let v = rng.vec(n * n_kv_heads * head_dim, 1.0);
+                let (q, k, v) = random_qkv(&mut rng, &s, n, n);
                 let whole = run_tiled(ops, &q, n, 0, &k, &v, &s, &pool, false);
                 for r in [1, 7, 30, 63, 64, 65, 100, 148] {
                     let part = run_tiled(ops, &q[r * width..], n - r, r, &k, &v, &s, &pool, false);
