@@ -86,10 +86,10 @@ pub fn continue_sequence(
     } else {
         LogitsMode::Last
     };
-    let prefill = prefill(model, slot, new_tokens, mode, PREFILL_STEP_TOKENS)?;
+    let prefilled = prefill(model, slot, new_tokens, mode, PREFILL_STEP_TOKENS)?;
     let mut history = new_tokens.to_vec();
-    let mut logits = prefill.row(prefill.rows() - 1).to_vec();
-    let prompt_logits = opts.keep_prompt_logits.then_some(prefill);
+    let mut logits = prefilled.row(prefilled.rows() - 1).to_vec();
+    let prompt_logits = opts.keep_prompt_logits.then_some(prefilled);
     let mut tokens = Vec::new();
     let stop = loop {
         if tokens.len() == opts.max_tokens {
