@@ -5,9 +5,10 @@ mod common;
 
 use common::*;
 use mllm::core::DType;
-use mllm::core::{LogitsMode, StepInput};
+use mllm::core::{LogitsMode, SeqChunk, StepInput};
 use mllm::models::{
-    generate, prefill, GenerateOptions, LoadOptions, Model, SamplingParams, StopReason,
+    generate, prefill, prefill_batch, GenerateOptions, LoadOptions, Model, SamplingParams,
+    StopReason,
 };
 
 fn reference_run() -> (Vec<u32>, Vec<u32>) {
@@ -196,4 +197,116 @@ fn a_prefill_over_the_context_fails_before_any_step() {
         err.to_string(),
         "invalid input: a prefill step must take at least two tokens, not 1"
     );
+}
+
+/// Prompts of 45, 1, 13, 2 and 30 tokens in slots 0 to 4.
+fn batch_prompts() -> Vec<SeqChunk> {
+    [45u32, 1, 13, 2, 30]
+        .iter()
+        .enumerate()
+        .map(|(slot, &n)| SeqChunk {
+            slot,
+            tokens: (0..n)
+                .map(|i| (i * 37 + 11 * slot as u32 + 5) % 256)
+                .collect(),
+        })
+        .collect()
+}
+
+/// The last logits of each of `prompts` prefilled together into fresh
+/// slots in steps of `step_tokens`, then those of one decode step of all
+/// of them (which reads the caches the prefill left).
+fn batch_prefilled(
+    model: &mut Model,
+    prompts: &[SeqChunk],
+    step_tokens: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    for p in prompts {
+        model.reset_slot(p.slot);
+    }
+    let last = prefill_batch(model, prompts, step_tokens).unwrap();
+    assert_eq!(last.rows(), prompts.len());
+    let chunks = prompts
+        .iter()
+        .map(|p| SeqChunk {
+            slot: p.slot,
+            tokens: vec![7],
+        })
+        .collect();
+    let next = model
+        .step(&StepInput {
+            chunks,
+            logits: LogitsMode::Last,
+        })
+        .unwrap();
+    (last.data().to_vec(), next.data().to_vec())
+}
+
+#[test]
+fn a_batch_prefill_in_steps_equals_one_step() {
+    let prompts = batch_prompts();
+    let cases = [
+        (DType::F32, None),
+        (DType::Q4_0, None),
+        (DType::Q8_0, None),
+        (DType::Q4_0, Some(QuantPath::Int8Packed)),
+    ];
+    for (dtype, path) in cases {
+        let c = convert_to(&fixture("tiny-llama"), dtype);
+        let mut model = load_with(&c.path, path);
+        let whole = batch_prefilled(&mut model, &prompts, usize::MAX);
+        for step_tokens in [2, 3, 7, 16, 44] {
+            let steps = batch_prefilled(&mut model, &prompts, step_tokens);
+            assert!(
+                steps == whole,
+                "{dtype:?} {path:?}: a batch prefill in steps of {step_tokens} differs from one step"
+            );
+        }
+        // Each prompt of two or more tokens alone gives its row's bits.
+        let vocab = model.vocab_size();
+        for (row, p) in prompts.iter().enumerate() {
+            if p.tokens.len() < 2 {
+                continue;
+            }
+            model.reset_slot(p.slot);
+            let alone = prefill(&mut model, p.slot, &p.tokens, LogitsMode::Last, 16).unwrap();
+            assert!(
+                alone.data() == &whole.0[row * vocab..(row + 1) * vocab],
+                "{dtype:?} {path:?}: slot {} alone differs from the batch",
+                p.slot
+            );
+        }
+    }
+}
+
+#[test]
+fn a_bad_batch_prefill_fails_before_any_step() {
+    let (_c, mut model) = tiny_llama_with_context(20);
+    let chunk = |slot, n: u32| SeqChunk {
+        slot,
+        tokens: (0..n).collect(),
+    };
+    let err = prefill_batch(&mut model, &[chunk(0, 5), chunk(1, 21)], 4).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "context full: sequence 1 needs 21 positions but the context holds 20"
+    );
+    let err = prefill_batch(&mut model, &[chunk(0, 5), chunk(1, 0)], 4).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid input: the prompt in slot 1 is empty"
+    );
+    let err = prefill_batch(&mut model, &[chunk(2, 5), chunk(2, 3)], 4).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid input: slot 2 is given two prompts"
+    );
+    let err = prefill_batch(&mut model, &[chunk(0, 5)], 1).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid input: a prefill step must take at least two tokens, not 1"
+    );
+    for slot in 0..3 {
+        assert_eq!(model.slot_len(slot), 0, "no step ran");
+    }
 }

@@ -25,6 +25,7 @@
 use mllm_core::{Error, LogitsMode, Result, SeqChunk, StepInput};
 
 use crate::model::Model;
+use crate::prefill::{prefill_batch, PREFILL_STEP_TOKENS};
 
 /// transformers' mask value for candidates that may not be chosen.
 const MASK: f32 = -1.0e9;
@@ -146,8 +147,10 @@ pub fn beam_search(model: &mut Model, prompt: &[u32], opts: &BeamOptions) -> Res
     Ok(out.remove(0))
 }
 
-/// Beam search from several prompts at once: every step runs all beams of
-/// all prompts still searching in one packed batch. Prompt `j` uses KV slots
+/// Beam search from several prompts at once: the prompts prefill together
+/// in steps of at most [`PREFILL_STEP_TOKENS`] tokens (see
+/// [`prefill_batch`]), then every step runs all beams of all prompts still
+/// searching in one packed batch. Prompt `j` uses KV slots
 /// `2 * num_beams * j..2 * num_beams * (j + 1)` (cleared first).
 pub fn beam_search_batch(
     model: &mut Model,
@@ -180,7 +183,7 @@ pub fn beam_search_batch(
             model.reset_slot(slot);
         }
     }
-    let mut chunks: Vec<SeqChunk> = searches
+    let prompt_chunks: Vec<SeqChunk> = searches
         .iter()
         .zip(prompts)
         .map(|(s, p)| SeqChunk {
@@ -188,13 +191,10 @@ pub fn beam_search_batch(
             tokens: p.clone(),
         })
         .collect();
-    while !chunks.is_empty() {
-        let logits = model.step(&StepInput {
-            chunks: std::mem::take(&mut chunks),
-            logits: LogitsMode::Last,
-        })?;
-        // The step ran the searches still going, in order: one row each at
-        // the first step, one per beam after.
+    let mut logits = prefill_batch(model, &prompt_chunks, PREFILL_STEP_TOKENS)?;
+    loop {
+        // The last step ran the searches still going, in order: one row
+        // each after the prompts, one per beam after that.
         let mut row = 0;
         for s in searches.iter_mut().filter(|s| !s.done) {
             let rows = if s.first { 1 } else { s.running.len() };
@@ -205,6 +205,7 @@ pub fn beam_search_batch(
             s.advance(&log_probs, opts);
             s.fork(model)?;
         }
+        let mut chunks = Vec::new();
         for s in searches.iter().filter(|s| !s.done) {
             for (b, beam) in s.running.iter().enumerate() {
                 chunks.push(SeqChunk {
@@ -213,6 +214,13 @@ pub fn beam_search_batch(
                 });
             }
         }
+        if chunks.is_empty() {
+            break;
+        }
+        logits = model.step(&StepInput {
+            chunks,
+            logits: LogitsMode::Last,
+        })?;
     }
     for s in &searches {
         for slot in s.base..s.base + slots_per_prompt {

@@ -4,6 +4,7 @@
 use mllm_core::{Error, LogitsMode, Result, SeqChunk, StepInput, Tensor};
 
 use crate::model::Model;
+use crate::prefill::{prefill, prefill_batch, PREFILL_STEP_TOKENS};
 use crate::sampling::{Sampler, SamplingParams};
 
 /// How to generate.
@@ -120,67 +121,10 @@ pub fn continue_sequence(
     })
 }
 
-/// Prompt tokens per step of [`continue_sequence`]'s prefill (llama.cpp's
-/// default micro-batch): a long prompt's activations take the memory of
-/// this many tokens, not of the whole prompt.
-pub const PREFILL_STEP_TOKENS: usize = 512;
-
-/// Appends `tokens` to the sequence in `slot` in steps of at most
-/// `step_tokens` (at least two) and returns the logits `mode` asks for:
-/// the last token's row, or one row per token. A step of one token would
-/// take the decode kernels, whose sums run in another order, so a last
-/// step of one token joins the step before it. Steps of two or more
-/// tokens give each row the bits it gets in any other cut (the kernels'
-/// rows do not depend on the other rows of their step): the logits and
-/// the cache are those of one step over all the tokens. A prompt that
-/// does not fit the context fails before any step.
-pub fn prefill(
-    model: &mut Model,
-    slot: usize,
-    tokens: &[u32],
-    mode: LogitsMode,
-    step_tokens: usize,
-) -> Result<Tensor> {
-    if step_tokens < 2 {
-        return Err(Error::InvalidInput(format!(
-            "a prefill step must take at least two tokens, not {step_tokens}"
-        )));
-    }
-    let needed = model.slot_len(slot) + tokens.len();
-    if needed > model.max_context() {
-        return Err(Error::ContextFull {
-            slot,
-            needed,
-            limit: model.max_context(),
-        });
-    }
-    let mut out: Option<Tensor> = None;
-    let mut rest = tokens;
-    while !rest.is_empty() {
-        let len = if rest.len() == step_tokens + 1 {
-            rest.len()
-        } else {
-            rest.len().min(step_tokens)
-        };
-        let (part, after) = rest.split_at(len);
-        rest = after;
-        let more = model.step(&StepInput::single(slot, part.to_vec(), mode))?;
-        out = Some(match (out, mode) {
-            (Some(before), LogitsMode::All) => {
-                let cols = before.shape().last();
-                let mut data = before.into_data();
-                data.extend_from_slice(more.data());
-                Tensor::new([data.len() / cols, cols], data)?
-            }
-            _ => more,
-        });
-    }
-    out.ok_or_else(|| Error::InvalidInput("the prompt is empty".into()))
-}
-
-/// Generates for several prompts at once: one packed prefill of all prompts
-/// (no padding; each keeps its own positions and KV length), then batched
-/// decode steps until each sequence stops. Uses KV slots `0..prompts.len()`.
+/// Generates for several prompts at once: a packed prefill of all prompts
+/// in steps of at most [`PREFILL_STEP_TOKENS`] tokens (see
+/// [`prefill_batch`]; no padding, each keeps its own positions and KV
+/// length), then batched decode steps until each sequence stops. Uses KV slots `0..prompts.len()`.
 ///
 /// Each sequence samples with its own RNG seeded `seed + index`.
 pub fn generate_batch(
@@ -217,11 +161,9 @@ pub fn generate_batch(
             tokens: p.clone(),
         })
         .collect();
-    while !chunks.is_empty() {
-        let logits = model.step(&StepInput {
-            chunks: chunks.clone(),
-            logits: LogitsMode::Last,
-        })?;
+    // Row `r` of `logits` belongs to `chunks[r]`.
+    let mut logits = prefill_batch(model, &chunks, PREFILL_STEP_TOKENS)?;
+    loop {
         let mut next_chunks = Vec::new();
         for (row, chunk) in chunks.iter().enumerate() {
             let i = chunk.slot;
@@ -245,6 +187,13 @@ pub fn generate_batch(
                 });
             }
         }
+        if next_chunks.is_empty() {
+            break;
+        }
+        logits = model.step(&StepInput {
+            chunks: next_chunks.clone(),
+            logits: LogitsMode::Last,
+        })?;
         chunks = next_chunks;
     }
     Ok(outputs

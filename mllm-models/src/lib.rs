@@ -16,6 +16,7 @@ pub mod llama;
 pub mod model;
 pub mod opt;
 pub mod phi3;
+pub mod prefill;
 pub mod qwen3;
 pub mod registry;
 pub mod sampling;
@@ -27,10 +28,9 @@ pub use beam::{
     beam_search, beam_search_batch, BeamOptions, BeamResult, EarlyStopping, Hypothesis,
 };
 pub use file_meta::ModelFiles;
-pub use generation::{
-    generate, generate_batch, prefill, GenerateOptions, Generation, StopReason, PREFILL_STEP_TOKENS,
-};
+pub use generation::{generate, generate_batch, GenerateOptions, Generation, StopReason};
 pub use model::{LoadOptions, Model};
+pub use prefill::{prefill, prefill_batch, prefill_steps, PREFILL_STEP_TOKENS};
 pub use sampling::{Sampler, SamplingParams};
 pub use tokenizer::Tokenizer;
 
