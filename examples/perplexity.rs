@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use mllm::core::{Error, LogitsMode, Result, StepInput};
-use mllm::models::{LoadOptions, Model};
+use mllm::models::{prefill_steps, LoadOptions, Model};
 
 #[derive(Parser, Debug)]
 #[command(about = "Perplexity of a .mllm model on a text file")]
@@ -42,8 +42,9 @@ struct Args {
     threads: usize,
 }
 
-/// Tokens are fed to the model in chunks of this many, so the logits of a
-/// long window never need to be held at once.
+/// Tokens are fed to the model in steps of this many (see `prefill_steps`:
+/// a last step of one token joins the one before), so the logits of a long
+/// window never need to be held at once.
 const CHUNK: usize = 128;
 
 /// `-log softmax(logits)[target]`, in f64.
@@ -57,10 +58,10 @@ fn nll(logits: &[f32], target: u32) -> f64 {
 fn score_window(model: &mut Model, window: &[u32]) -> Result<f64> {
     model.reset_slot(0);
     let mut total = 0.0;
-    for (c, chunk) in window.chunks(CHUNK).enumerate() {
-        let logits = model.step(&StepInput::single(0, chunk.to_vec(), LogitsMode::All))?;
-        for (i, _) in chunk.iter().enumerate() {
-            let pos = c * CHUNK + i;
+    for range in prefill_steps(window.len(), CHUNK) {
+        let chunk = window[range.clone()].to_vec();
+        let logits = model.step(&StepInput::single(0, chunk, LogitsMode::All))?;
+        for (i, pos) in range.enumerate() {
             if let Some(&next) = window.get(pos + 1) {
                 total += nll(logits.row(i), next);
             }
