@@ -4,11 +4,11 @@
 //!
 //! A step's activations take memory in proportion to its tokens, so a long
 //! prompt (or many prompts) in one step can take far more than the model.
-//! The kernels give each row the same bits whichever other rows share its
-//! step, as long as the step has at least two rows and every sequence in
-//! it at least two tokens: one token alone takes the decode kernels, whose
-//! sums run in another order. The steps here keep to that, so cutting
-//! changes nothing but the peak memory.
+//! Each row gets the same bits whichever other rows share its step (batch
+//! invariance), but a sequence with a single token in a step takes the
+//! decode attention kernel, whose sums run in another order than the tiled
+//! prefill kernel's. The steps here never give a longer prompt a step of
+//! one token, so cutting changes nothing but the peak memory.
 
 use std::ops::Range;
 
@@ -132,38 +132,29 @@ pub fn prefill_batch(model: &mut Model, seqs: &[SeqChunk], step_tokens: usize) -
 
 /// The next step of a batch prefill: `(sequence, token range)` pairs,
 /// taking the sequences in order from the `done` tokens of each, about
-/// `step_tokens` tokens in all. No sequence is left with one token (a
-/// sequence's last two tokens go in one step) and no step has a single
-/// row unless the whole batch is one token; empty when all is done.
+/// `step_tokens` tokens in all. No sequence of two or more tokens gets a
+/// step of one (a sequence's last two tokens go in one step); empty when
+/// all is done.
 fn batch_step(seqs: &[SeqChunk], done: &[usize], step_tokens: usize) -> Vec<(usize, Range<usize>)> {
     let mut cut = Vec::new();
     let mut rows = 0;
-    let mut waiting = seqs
+    let waiting = seqs
         .iter()
         .zip(done)
         .enumerate()
-        .filter(|(_, (s, &d))| d < s.tokens.len())
-        .map(|(i, (s, &d))| (i, d, s.tokens.len() - d))
-        .peekable();
-    while let Some(&(i, from, rest)) = waiting.peek() {
+        .filter(|(_, (s, &d))| d < s.tokens.len());
+    for (i, (seq, &from)) in waiting {
+        let rest = seq.tokens.len() - from;
         let mut take = rest.min(step_tokens.saturating_sub(rows));
         // Nothing fits, or only one token of a longer sequence.
         if take < rest.min(2) {
-            if rows >= 2 {
-                break;
-            }
-            take = rest.min(2);
+            break;
         }
         if rest - take == 1 {
             take = rest;
         }
         cut.push((i, from..from + take));
         rows += take;
-        waiting.next();
-    }
-    let after: Vec<_> = waiting.collect();
-    if let [(i, from, 1)] = after[..] {
-        cut.push((i, from..from + 1));
     }
     cut
 }
@@ -253,7 +244,7 @@ mod tests {
     }
 
     #[test]
-    fn batch_steps_leave_no_sequence_with_one_token_and_no_step_with_one_row() {
+    fn batch_steps_leave_no_sequence_with_one_token() {
         for step_tokens in 2..9 {
             for lens in [
                 vec![1],
@@ -268,11 +259,7 @@ mod tests {
                 let mut covered = vec![0; lens.len()];
                 for step in &steps {
                     let rows: usize = step.iter().map(|(_, r)| r.len()).sum();
-                    assert!(
-                        rows >= 2 || lens == [1],
-                        "{lens:?} in steps of {step_tokens}: a step of one row {steps:?}"
-                    );
-                    assert!(rows <= step_tokens + 3, "{lens:?}: {steps:?}");
+                    assert!(rows <= step_tokens + 1, "{lens:?}: {steps:?}");
                     for (i, r) in step {
                         assert!(
                             r.len() >= 2 || lens[*i] == 1,
