@@ -479,7 +479,7 @@ impl QuantKernel {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cpu::kernels::qact::{NARROW, WIDE};
+    use crate::cpu::kernels::qact::{BYTE, NARROW, WIDE};
     use crate::cpu::kernels::test_util::Rng;
 
     /// `n` blocks of `qt` with random bytes and small finite f16 scales of
@@ -752,24 +752,52 @@ pub(crate) mod tests {
         }
     }
 
-    /// The 16-bit activation path: the SIMD quantizer is bit-exact with the
-    /// scalar one, and the four-row SIMD dots agree with the scalar
-    /// `dot_i16` within f32 accumulation order (`1e-5 · Σ|w_i x_i|`).
+    /// Every SIMD quantizer gives the scalar one's planes, scales and sums
+    /// bit for bit, for each plane split, on rows with zero blocks, blocks
+    /// of one value, values at rounding ties and magnitudes from 1e-30 to
+    /// 1e30.
+    #[test]
+    fn simd_quantizers_equal_scalar_bit_for_bit() {
+        fn check<const SHIFT: u32>(k: QuantKernel, x: &[f32]) {
+            let (want, got) = (Q16Act::<SHIFT>::quantize(x), k.quantize_act16::<SHIFT>(x));
+            let (w, g) = (want.row(), got.row());
+            assert_eq!(
+                (w.hi, w.lo, w.d, w.s),
+                (g.hi, g.lo, g.d, g.s),
+                "{k:?} SHIFT={SHIFT} len {}",
+                x.len()
+            );
+        }
+        let mut rng = Rng::new(41);
+        for k in simd_kernels(QuantPath::Int16Activations) {
+            for blocks in [1, 9, 50] {
+                let mut x = rng.vec(32 * blocks, 3.0);
+                if blocks > 1 {
+                    x[32..64].fill(0.0);
+                    x[32 + 5] = -2.5;
+                }
+                for (i, v) in x.iter_mut().enumerate().skip(64) {
+                    match i % 7 {
+                        0 => *v *= 1e-30,
+                        1 => *v *= 1e30,
+                        2 => *v = (i % 5) as f32 - 2.0 + 0.5,
+                        _ => {}
+                    }
+                }
+                check::<NARROW>(k, &x);
+                check::<WIDE>(k, &x);
+                check::<BYTE>(k, &x);
+            }
+        }
+    }
+
+    /// The 16-bit activation path: the four-row SIMD dots agree with the
+    /// scalar `dot_i16` within f32 accumulation order (`1e-5 · Σ|w_i x_i|`;
+    /// the quantizer: `simd_quantizers_equal_scalar_bit_for_bit`).
     #[test]
     fn simd_int16_path_matches_scalar() {
         let mut rng = Rng::new(27);
         for k in simd_kernels(QuantPath::Int16Activations) {
-            let mut x = rng.vec(32 * 9, 3.0);
-            x[32..64].fill(0.0);
-            let (want, got) = (
-                Q16Act::<NARROW>::quantize(&x),
-                k.quantize_act16::<NARROW>(&x),
-            );
-            let (w, g) = (want.row(), got.row());
-            assert_eq!((w.hi, w.lo, w.d, w.s), (g.hi, g.lo, g.d, g.s), "{k:?}");
-            let (want, got) = (Q16Act::<WIDE>::quantize(&x), k.quantize_act16::<WIDE>(&x));
-            let (w, g) = (want.row(), got.row());
-            assert_eq!((w.hi, w.lo, w.d, w.s), (g.hi, g.lo, g.d, g.s), "{k:?} wide");
             for qt in [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1] {
                 let it = Int8Type::from_quant(qt).unwrap();
                 for n in [1, 2, 5, 18] {
