@@ -56,9 +56,6 @@ pub fn prefill(
     step_tokens: usize,
 ) -> Result<Tensor> {
     check_step_tokens(step_tokens)?;
-    if tokens.is_empty() {
-        return Err(Error::InvalidInput("the prompt is empty".into()));
-    }
     check_context(model, slot, tokens.len())?;
     let mut out: Option<Tensor> = None;
     for range in prefill_steps(tokens.len(), step_tokens) {
@@ -79,10 +76,10 @@ pub fn prefill(
 
 /// Appends each of `seqs`' tokens to the sequence in its slot, packed into
 /// steps of about `step_tokens` tokens in all (at least two; a step may
-/// take a few more so that no sequence is left with a single token and no
-/// step has a single row), and returns the last token's logits of each
-/// sequence, one row per entry of `seqs` in their order. Logits and caches
-/// are those of one step over all of `seqs`. Empty sequences, a slot given
+/// take one more so that no sequence is left with a single token), and
+/// returns the last token's logits of each sequence, one row per entry of
+/// `seqs` in their order. Logits and caches are those of one step over all
+/// of `seqs`. Empty sequences, a slot given
 /// twice and a sequence over the context fail before any step.
 pub fn prefill_batch(model: &mut Model, seqs: &[SeqChunk], step_tokens: usize) -> Result<Tensor> {
     check_step_tokens(step_tokens)?;
