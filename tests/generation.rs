@@ -306,4 +306,6 @@ fn a_bad_batch_prefill_fails_before_any_step() {
     for slot in 0..3 {
         assert_eq!(model.slot_len(slot), 0, "no step ran");
     }
+    let none = prefill_batch(&mut model, &[], 4).unwrap();
+    assert_eq!(none.shape().dims(), [0, model.vocab_size()]);
 }

@@ -79,8 +79,8 @@ pub fn prefill(
 /// take one more so that no sequence is left with a single token), and
 /// returns the last token's logits of each sequence, one row per entry of
 /// `seqs` in their order. Logits and caches are those of one step over all
-/// of `seqs`. Empty sequences, a slot given
-/// twice and a sequence over the context fail before any step.
+/// of `seqs`. Empty sequences, a slot given twice and a sequence over the
+/// context fail before any step.
 pub fn prefill_batch(model: &mut Model, seqs: &[SeqChunk], step_tokens: usize) -> Result<Tensor> {
     check_step_tokens(step_tokens)?;
     for (i, seq) in seqs.iter().enumerate() {
@@ -98,8 +98,7 @@ pub fn prefill_batch(model: &mut Model, seqs: &[SeqChunk], step_tokens: usize) -
         }
         check_context(model, seq.slot, seq.tokens.len())?;
     }
-    let vocab = model.vocab_size();
-    let mut logits = vec![0.0f32; seqs.len() * vocab];
+    let mut last_rows: Vec<Vec<f32>> = vec![Vec::new(); seqs.len()];
     let mut done = vec![0usize; seqs.len()];
     loop {
         let cut = batch_step(seqs, &done, step_tokens);
@@ -120,11 +119,12 @@ pub fn prefill_batch(model: &mut Model, seqs: &[SeqChunk], step_tokens: usize) -
         for (row, (i, range)) in cut.into_iter().enumerate() {
             done[i] = range.end;
             if range.end == seqs[i].tokens.len() {
-                logits[i * vocab..(i + 1) * vocab].copy_from_slice(out.row(row));
+                last_rows[i] = out.row(row).to_vec();
             }
         }
     }
-    Tensor::new([seqs.len(), vocab], logits)
+    let cols = last_rows.first().map_or(model.vocab_size(), Vec::len);
+    Tensor::new([seqs.len(), cols], last_rows.concat())
 }
 
 /// The next step of a batch prefill: `(sequence, token range)` pairs,
