@@ -23,22 +23,14 @@ pub const PREFILL_STEP_TOKENS: usize = 512;
 
 /// The token ranges of a prefill of `len` tokens in steps of at most
 /// `step_tokens` (at least two): a last step of one token joins the step
-/// before it, which then takes `step_tokens + 1`.
+/// before it, which then takes `step_tokens + 1` (the rule of
+/// [`prefill_batch`] for one sequence).
 pub fn prefill_steps(len: usize, step_tokens: usize) -> impl Iterator<Item = Range<usize>> {
     let step_tokens = step_tokens.max(2);
-    let mut start = 0;
+    let mut done = 0;
     std::iter::from_fn(move || {
-        if start == len {
-            return None;
-        }
-        let rest = len - start;
-        let take = if rest == step_tokens + 1 {
-            rest
-        } else {
-            rest.min(step_tokens)
-        };
-        let range = start..start + take;
-        start += take;
+        let (_, range) = batch_step(&[len], &[done], step_tokens).pop()?;
+        done = range.end;
         Some(range)
     })
 }
@@ -98,10 +90,11 @@ pub fn prefill_batch(model: &mut Model, seqs: &[SeqChunk], step_tokens: usize) -
         }
         check_context(model, seq.slot, seq.tokens.len())?;
     }
+    let lens: Vec<usize> = seqs.iter().map(|s| s.tokens.len()).collect();
     let mut last_rows: Vec<Vec<f32>> = vec![Vec::new(); seqs.len()];
     let mut done = vec![0usize; seqs.len()];
     loop {
-        let cut = batch_step(seqs, &done, step_tokens);
+        let cut = batch_step(&lens, &done, step_tokens);
         if cut.is_empty() {
             break;
         }
@@ -118,7 +111,7 @@ pub fn prefill_batch(model: &mut Model, seqs: &[SeqChunk], step_tokens: usize) -
         })?;
         for (row, (i, range)) in cut.into_iter().enumerate() {
             done[i] = range.end;
-            if range.end == seqs[i].tokens.len() {
+            if range.end == lens[i] {
                 last_rows[i] = out.row(row).to_vec();
             }
         }
@@ -127,21 +120,21 @@ pub fn prefill_batch(model: &mut Model, seqs: &[SeqChunk], step_tokens: usize) -
     Tensor::new([seqs.len(), cols], last_rows.concat())
 }
 
-/// The next step of a batch prefill: `(sequence, token range)` pairs,
-/// taking the sequences in order from the `done` tokens of each, about
-/// `step_tokens` tokens in all. No sequence of two or more tokens gets a
-/// step of one (a sequence's last two tokens go in one step); empty when
-/// all is done.
-fn batch_step(seqs: &[SeqChunk], done: &[usize], step_tokens: usize) -> Vec<(usize, Range<usize>)> {
+/// The next step of a batch prefill of sequences of `lens` tokens:
+/// `(sequence, token range)` pairs, taking the sequences in order from the
+/// `done` tokens of each, about `step_tokens` tokens in all. No sequence of
+/// two or more tokens gets a step of one (a sequence's last two tokens go
+/// in one step); empty when all is done.
+fn batch_step(lens: &[usize], done: &[usize], step_tokens: usize) -> Vec<(usize, Range<usize>)> {
     let mut cut = Vec::new();
     let mut rows = 0;
-    let waiting = seqs
+    let waiting = lens
         .iter()
         .zip(done)
         .enumerate()
-        .filter(|(_, (s, &d))| d < s.tokens.len());
-    for (i, (seq, &from)) in waiting {
-        let rest = seq.tokens.len() - from;
+        .filter(|(_, (&len, &from))| from < len);
+    for (i, (&len, &from)) in waiting {
+        let rest = len - from;
         let mut take = rest.min(step_tokens.saturating_sub(rows));
         // Nothing fits, or only one token of a longer sequence.
         if take < rest.min(2) {
@@ -183,23 +176,12 @@ fn check_context(model: &Model, slot: usize, new_tokens: usize) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn chunks(lens: &[usize]) -> Vec<SeqChunk> {
-        lens.iter()
-            .enumerate()
-            .map(|(slot, &n)| SeqChunk {
-                slot,
-                tokens: vec![0; n],
-            })
-            .collect()
-    }
-
     /// Every step of a batch prefill of sequences of `lens` tokens.
     fn batch_steps(lens: &[usize], step_tokens: usize) -> Vec<Vec<(usize, Range<usize>)>> {
-        let seqs = chunks(lens);
         let mut done = vec![0; lens.len()];
         let mut steps = Vec::new();
         loop {
-            let cut = batch_step(&seqs, &done, step_tokens);
+            let cut = batch_step(lens, &done, step_tokens);
             if cut.is_empty() {
                 return steps;
             }
