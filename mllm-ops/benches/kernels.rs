@@ -351,6 +351,69 @@ fn bench_decode_roofline(c: &mut Criterion) {
     g.finish();
 }
 
+/// Batched decode steps as a server runs them: 4 and 16 activation rows
+/// through SmolLM2's FFN gate projection (1536 x 576) in the default
+/// file's Q4_1 and its head's Q8_0, on two threads, through a round of
+/// copies that together exceed 768 MiB, so that every call reads its
+/// matrix from memory. In multiply-adds per second.
+fn bench_batched_decode(c: &mut Criterion) {
+    let scratch = ActivationScratch::default();
+    let mut g = c.benchmark_group("batched_decode");
+    g.sample_size(20);
+    let (out_f, in_f) = (1536, 576);
+    let pool = pool(2);
+    for dtype in [DType::Q4_1, DType::Q8_0] {
+        let qt = QuantType::from_dtype(dtype).expect("quantized dtype");
+        let w = quantize(dtype, &values(out_f * in_f, 1)).expect("quantize");
+        let m = QuantMatrix::new(qt, &w, out_f, in_f).expect("matrix");
+        let copies = (768usize << 20).div_ceil(w.len());
+        for rows in [4, 16] {
+            let x = values(rows * in_f, 2);
+            let mut y = vec![0.0f32; rows * out_f];
+            g.throughput(Throughput::Elements((rows * out_f * in_f) as u64));
+            let name = format!("{dtype} {out_f}x{in_f} from memory, {rows} rows");
+            // `copies` packed copies of `m` in `$packed`'s layout, timed
+            // through `$linear` at each level.
+            macro_rules! case {
+                ($packed:ty, $linear:path) => {{
+                    let packed: Vec<$packed> = (0..copies)
+                        .map(|_| <$packed>::pack(&m).expect("packed"))
+                        .collect();
+                    for level in X86_LEVELS {
+                        let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level)
+                        else {
+                            continue;
+                        };
+                        let mut next = 0;
+                        g.bench_function(BenchmarkId::new(&name, format!("{level:?}")), |b| {
+                            pool.install(|| {
+                                b.iter(|| {
+                                    next = (next + 1) % packed.len();
+                                    $linear(
+                                        k,
+                                        &x,
+                                        rows,
+                                        &packed[next],
+                                        None,
+                                        &mut y,
+                                        &pool,
+                                        &scratch,
+                                    )
+                                })
+                            })
+                        });
+                    }
+                }};
+            }
+            match dtype {
+                DType::Q8_0 => case!(PackedQ8, packed_q8_linear),
+                _ => case!(PackedQ4, packed_linear),
+            }
+        }
+    }
+    g.finish();
+}
+
 /// Prefill through packed weights (SmolLM2's FFN up projection, 128
 /// rows): the integer GEMMs of Q8_0, Q4_1 and Q5_0 weights with 16-bit
 /// activation rows and the float GEMM of f16 weights, at each level this
@@ -536,6 +599,7 @@ criterion_group!(
     bench_decode_depths,
     bench_streaming_decode,
     bench_decode_roofline,
+    bench_batched_decode,
     bench_packed_prefill,
     bench_q4k_prefill
 );

@@ -41,6 +41,19 @@ pub(crate) const NIBBLES_AT: usize = 4 * GROUP_ROWS;
 /// Activation rows multiplied with one pass over a weight group.
 pub(crate) const TILE_TOKENS: usize = 4;
 
+/// Where a tile of activation rows finds its weights, which decides
+/// whether the kernels prefetch them into L2 as they go (see
+/// `simd::prefetch::Streams`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WeightReads {
+    /// The first tile over its groups reads them from memory: every tile
+    /// of a decode step (one tile of one to [`TILE_TOKENS`] rows), the
+    /// first of a batched or prefill step's tiles over each span.
+    FromMemory,
+    /// The later tiles over a span find its groups in the cache.
+    FromCache,
+}
+
 /// Activation rows per block of a many-row call (bounds its scratch).
 const ROW_BLOCK: usize = 128;
 
@@ -142,7 +155,9 @@ impl PackedData {
 
 /// A packed weight layout (rows in groups of [`GROUP_ROWS`], a group's
 /// bytes block after block of 32 columns) and its group products at each
-/// instruction set; `QuantKernel::packed_dot` picks one for the CPU.
+/// instruction set; `QuantKernel::packed_dot` picks one for the CPU. The
+/// SIMD products take their tile's [`WeightReads`], which decides whether
+/// they prefetch the weights.
 pub(crate) trait PackedFormat {
     /// One activation row as the kernels take it.
     type Input<'a>: Copy + Sync;
@@ -162,7 +177,12 @@ pub(crate) trait PackedFormat {
     /// # Safety
     /// The CPU has AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
+    unsafe fn avx2(
+        group: &[u8],
+        xs: &[Self::Input<'_>],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    );
     /// Two consecutive groups `a` and `b` with AVX2: `out[t]` for `a`,
     /// `out[xs.len() + t]` for `b`, for one to [`TILE_TOKENS`] rows (the
     /// float layout: `HALF_TILE_TOKENS`); by default each group alone
@@ -171,7 +191,13 @@ pub(crate) trait PackedFormat {
     /// # Safety
     /// As [`PackedFormat::avx2`].
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2_pair(a: &[u8], b: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn avx2_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Self::Input<'_>],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
         each_of_pair(
             [a, b],
             xs,
@@ -180,7 +206,7 @@ pub(crate) trait PackedFormat {
             |group, xs, out| {
                 // SAFETY: the caller guarantees the features (this method's
                 // contract is `avx2`'s).
-                unsafe { Self::avx2(group, xs, out) }
+                unsafe { Self::avx2(group, xs, out, reads) }
             },
         );
     }
@@ -191,9 +217,14 @@ pub(crate) trait PackedFormat {
     /// # Safety
     /// The CPU has AVX2, FMA, F16C and AVX-VNNI.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx_vnni(group: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn avx_vnni(
+        group: &[u8],
+        xs: &[Self::Input<'_>],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
         // SAFETY: the caller guarantees AVX2, FMA and F16C among others.
-        unsafe { Self::avx2(group, xs, out) }
+        unsafe { Self::avx2(group, xs, out, reads) }
     }
     /// Two consecutive groups `a` and `b` with AVX-VNNI, as
     /// [`PackedFormat::avx2_pair`]; by default each group alone through
@@ -207,6 +238,7 @@ pub(crate) trait PackedFormat {
         b: &[u8],
         xs: &[Self::Input<'_>],
         out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
     ) {
         each_of_pair(
             [a, b],
@@ -216,7 +248,7 @@ pub(crate) trait PackedFormat {
             |group, xs, out| {
                 // SAFETY: the caller guarantees the features (this method's
                 // contract is `avx_vnni`'s).
-                unsafe { Self::avx_vnni(group, xs, out) }
+                unsafe { Self::avx_vnni(group, xs, out, reads) }
             },
         );
     }
@@ -225,14 +257,25 @@ pub(crate) trait PackedFormat {
     /// # Safety
     /// The CPU has AVX2, FMA, F16C, AVX-512F/VL/BW and AVX-512 VNNI.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
+    unsafe fn vnni(
+        group: &[u8],
+        xs: &[Self::Input<'_>],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    );
     /// Two consecutive groups `a` and `b` at once on 512-bit vectors:
     /// `out[t]` for `a`, `out[xs.len() + t]` for `b`.
     ///
     /// # Safety
     /// As [`PackedFormat::vnni`].
     #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[Self::Input<'_>], out: &mut [[f32; GROUP_ROWS]]);
+    unsafe fn vnni_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Self::Input<'_>],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    );
 }
 
 /// Implements the instruction-set group products of a packed format (the
@@ -246,9 +289,9 @@ macro_rules! simd_group_products {
         /// # Safety
         /// The trait method's: the CPU has the features it names.
         #[cfg(target_arch = "x86_64")]
-        unsafe fn avx2<$($generics)*>(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+        unsafe fn avx2<$($generics)*>(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads) {
             // SAFETY: the caller guarantees the features (trait contract).
-            unsafe { $crate::cpu::kernels::simd::$avx2::group_dot(group, xs, out) }
+            unsafe { $crate::cpu::kernels::simd::$avx2::group_dot(group, xs, out, reads) }
         }
 
         /// # Safety
@@ -257,18 +300,18 @@ macro_rules! simd_group_products {
         unsafe fn avx_vnni<$($generics)*>(
             group: &[u8],
             xs: &[$input],
-            out: &mut [[f32; GROUP_ROWS]],
+            out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads
         ) {
             // SAFETY: the caller guarantees the features (trait contract).
-            unsafe { $crate::cpu::kernels::simd::$($avx_vnni)::+::group_dot(group, xs, out) }
+            unsafe { $crate::cpu::kernels::simd::$($avx_vnni)::+::group_dot(group, xs, out, reads) }
         }
 
         /// # Safety
         /// The trait method's: the CPU has the features it names.
         #[cfg(target_arch = "x86_64")]
-        unsafe fn vnni<$($generics)*>(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]]) {
+        unsafe fn vnni<$($generics)*>(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads) {
             // SAFETY: the caller guarantees the features (trait contract).
-            unsafe { $crate::cpu::kernels::simd::$vnni::group_dot(group, xs, out) }
+            unsafe { $crate::cpu::kernels::simd::$vnni::group_dot(group, xs, out, reads) }
         }
 
         /// # Safety
@@ -278,10 +321,10 @@ macro_rules! simd_group_products {
             a: &[u8],
             b: &[u8],
             xs: &[$input],
-            out: &mut [[f32; GROUP_ROWS]],
+            out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads
         ) {
             // SAFETY: the caller guarantees the features (trait contract).
-            unsafe { $crate::cpu::kernels::simd::$vnni::pair_dot(a, b, xs, out) }
+            unsafe { $crate::cpu::kernels::simd::$vnni::pair_dot(a, b, xs, out, reads) }
         }
     };
 }
@@ -312,9 +355,10 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
         b: &[u8],
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
     ) {
         // SAFETY: the caller guarantees AVX2, FMA and F16C (trait contract).
-        unsafe { super::simd::avx2_packed_pair::pair_dot(a, b, xs, out) }
+        unsafe { super::simd::avx2_packed_pair::pair_dot(a, b, xs, out, reads) }
     }
 
     simd_group_products!(
@@ -635,9 +679,15 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
         quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |row| {
             let xs: Vec<Q16Row<'_, SHIFT>> =
                 (0..xb.len() / in_f).map(|t| row.sub_row(t, in_f)).collect();
-            group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
-                k.packed_dot::<F>(g, xs, out)
-            });
+            group_outputs(
+                &groups,
+                in_f,
+                &xs,
+                TILE_TOKENS,
+                split,
+                yt,
+                |g, xs, out, reads| k.packed_dot::<F>(g, xs, out, reads),
+            );
         });
     });
 }
@@ -760,7 +810,8 @@ pub(crate) fn fill_by_rows<T: Send>(
 /// A task goes through its groups a span at a time ([`SPAN_WEIGHT_BYTES`]),
 /// every tile of rows over the whole span, so that each output row is
 /// written in runs of consecutive columns while the span's weights stay in
-/// cache.
+/// cache. `dot` is told which tile reads a span from memory (the first
+/// over it) and which find it in cache ([`WeightReads`]).
 ///
 /// [`packed_half::HALF_TILE_TOKENS`]: super::packed_half::HALF_TILE_TOKENS
 pub(crate) fn group_outputs<'g, A: Sync>(
@@ -770,7 +821,7 @@ pub(crate) fn group_outputs<'g, A: Sync>(
     tile: usize,
     split: &Split<'_>,
     dst: &mut [f32],
-    dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]]) + Sync + Send,
+    dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]], WeightReads) + Sync + Send,
 ) {
     let Some(out_f) = dst.len().checked_div(xs.len()) else {
         return;
@@ -792,10 +843,15 @@ pub(crate) fn group_outputs<'g, A: Sync>(
                 let last = task_groups.min(first + span);
                 for (ti, rows) in xs.chunks(tile).enumerate() {
                     let rows_out = &mut rows_out[ti * tile..];
+                    let reads = if ti == 0 {
+                        WeightReads::FromMemory
+                    } else {
+                        WeightReads::FromCache
+                    };
                     for pair in (first..last).step_by(2) {
                         let n = 2.min(last - pair);
                         let out = &mut tile_out[..n * rows.len()];
-                        dot(groups(c * per_task + pair, n), rows, out);
+                        dot(groups(c * per_task + pair, n), rows, out, reads);
                         for (gi, group_out) in out.chunks(rows.len()).enumerate() {
                             let at = (pair + gi) * GROUP_ROWS;
                             for (row_out, o) in rows_out.iter_mut().zip(group_out) {
@@ -1285,6 +1341,57 @@ pub(crate) mod tests {
         }
     }
 
+    /// Only the first tile of rows over each span of groups is told that
+    /// its weights come from memory (and so prefetches them); the other
+    /// tiles over the span find them in cache. Every tile goes through
+    /// every pair of groups once, on one thread and on two.
+    #[test]
+    fn only_the_first_tile_over_a_span_reads_from_memory() {
+        // Groups of half a span: each pair of groups is a span of its own.
+        let group_bytes = SPAN_WEIGHT_BYTES / 2;
+        let n_groups = 6;
+        let weights = vec![0u8; n_groups * group_bytes];
+        let groups = |g: usize, n: usize| &weights[g * group_bytes..(g + n) * group_bytes];
+        for rows in [1, 4, 10] {
+            let xs: Vec<usize> = (0..rows).collect();
+            for pool in [pool1(), pool2()] {
+                let split = Split::new(&pool, usize::MAX);
+                let mut dst = vec![0.0f32; rows * n_groups * GROUP_ROWS];
+                let seen = std::sync::Mutex::new(Vec::new());
+                group_outputs(
+                    &groups,
+                    64,
+                    &xs,
+                    TILE_TOKENS,
+                    &split,
+                    &mut dst,
+                    |g, xs, out, reads| {
+                        let pair = (g.as_ptr() as usize - weights.as_ptr() as usize) / group_bytes;
+                        seen.lock()
+                            .unwrap()
+                            .push((pair, xs[0], g.len() / group_bytes, reads));
+                        out.fill([0.0; GROUP_ROWS]);
+                    },
+                );
+                let mut seen = seen.into_inner().unwrap();
+                seen.sort_by_key(|&(pair, row, ..)| (pair, row));
+                let want: Vec<_> = (0..n_groups)
+                    .step_by(2)
+                    .flat_map(|pair| (0..rows).step_by(TILE_TOKENS).map(move |row| (pair, row)))
+                    .map(|(pair, row)| {
+                        let reads = if row == 0 {
+                            WeightReads::FromMemory
+                        } else {
+                            WeightReads::FromCache
+                        };
+                        (pair, row, 2, reads)
+                    })
+                    .collect();
+                assert_eq!(seen, want, "{rows} rows");
+            }
+        }
+    }
+
     /// One activation scratch shared by calls of other widths and row
     /// counts, on both paths, gives the bits of a fresh scratch per call:
     /// whatever the buffers held from a wider or longer call (or from the
@@ -1339,9 +1446,9 @@ pub(crate) mod tests {
     /// Checks the group products of format `F` over `groups` (two packed
     /// groups): for one group and for both (the two-group kernels) and one
     /// to all of the rows `xs` (at most the format's tile), every level of
-    /// `levels` this CPU runs gives the first such level's bits, and each
-    /// level's two-group product each group's own
-    /// ([`check_pair_equals_groups_alone`]).
+    /// `levels` this CPU runs gives the first such level's bits, whether it
+    /// prefetches its weights or not, and each level's two-group product
+    /// each group's own ([`check_pair_equals_groups_alone`]).
     pub(crate) fn check_group_products<F: PackedFormat>(
         groups: &[u8],
         xs: &[F::Input<'_>],
@@ -1352,18 +1459,25 @@ pub(crate) mod tests {
             .iter()
             .filter_map(|&l| kernel_or_skip(QuantPath::Int16Activations, l))
             .collect();
-        let Some((first, rest)) = kernels.split_first() else {
+        let Some(first) = kernels.first() else {
             return;
         };
         let group_bytes = groups.len() / 2;
         for n in 1..=2 {
             for t in 1..=xs.len() {
+                let groups = &groups[..n * group_bytes];
                 let mut want = vec![[f32::NAN; GROUP_ROWS]; n * t];
-                first.packed_dot::<F>(&groups[..n * group_bytes], &xs[..t], &mut want);
-                for k in rest {
-                    let mut got = vec![[f32::NAN; GROUP_ROWS]; n * t];
-                    k.packed_dot::<F>(&groups[..n * group_bytes], &xs[..t], &mut got);
-                    assert_eq!(got, want, "{what}: {:?}, {n} groups, {t} rows", k.level());
+                first.packed_dot::<F>(groups, &xs[..t], &mut want, WeightReads::FromCache);
+                for k in &kernels {
+                    for reads in [WeightReads::FromMemory, WeightReads::FromCache] {
+                        let mut got = vec![[f32::NAN; GROUP_ROWS]; n * t];
+                        k.packed_dot::<F>(groups, &xs[..t], &mut got, reads);
+                        let level = k.level();
+                        assert_eq!(
+                            got, want,
+                            "{what}: {level:?} {reads:?}, {n} groups, {t} rows"
+                        );
+                    }
                 }
             }
         }
@@ -1385,11 +1499,11 @@ pub(crate) mod tests {
         let group_bytes = groups.len() / 2;
         for t in 1..=xs.len() {
             let mut pair = vec![[f32::NAN; GROUP_ROWS]; 2 * t];
-            k.packed_dot::<F>(groups, &xs[..t], &mut pair);
+            k.packed_dot::<F>(groups, &xs[..t], &mut pair, WeightReads::FromMemory);
             for (g, want) in pair.chunks_exact(t).enumerate() {
                 let mut alone = vec![[f32::NAN; GROUP_ROWS]; t];
                 let group = &groups[g * group_bytes..][..group_bytes];
-                k.packed_dot::<F>(group, &xs[..t], &mut alone);
+                k.packed_dot::<F>(group, &xs[..t], &mut alone, WeightReads::FromCache);
                 assert_eq!(
                     alone,
                     want,

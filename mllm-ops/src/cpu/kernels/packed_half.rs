@@ -27,7 +27,8 @@ use rayon::ThreadPool;
 
 use super::matmul::HalfBits;
 use super::packed::{
-    by_row_blocks, group_outputs, pack_blocks, stacked_row, PackedData, PackedFormat, GROUP_ROWS,
+    by_row_blocks, group_outputs, pack_blocks, stacked_row, PackedData, PackedFormat, WeightReads,
+    GROUP_ROWS,
 };
 use super::qact::BLOCK;
 use super::qkernel::{QuantKernel, SimdLevel};
@@ -193,17 +194,23 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn avx2(group: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]], reads: WeightReads) {
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx2_packed_half::group_dot::<BF16>(group, xs, out) }
+        unsafe { simd::avx2_packed_half::group_dot::<BF16>(group, xs, out, reads) }
     }
 
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2_pair(a: &[u8], b: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn avx2_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[&[f32]],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx2_packed_half::pair_dot::<BF16>(a, b, xs, out) }
+        unsafe { simd::avx2_packed_half::pair_dot::<BF16>(a, b, xs, out, reads) }
     }
 
     /// The AVX2 pair kernel: the float layout takes no byte products.
@@ -211,27 +218,39 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx_vnni_pair(a: &[u8], b: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn avx_vnni_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[&[f32]],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
         // SAFETY: the caller guarantees the features (trait contract),
         // which include AVX2, FMA and F16C.
-        unsafe { simd::avx2_packed_half::pair_dot::<BF16>(a, b, xs, out) }
+        unsafe { simd::avx2_packed_half::pair_dot::<BF16>(a, b, xs, out, reads) }
     }
 
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn vnni(group: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]], reads: WeightReads) {
         // SAFETY: the caller guarantees the features (trait contract),
         // which include AVX2, FMA and F16C.
-        unsafe { simd::avx2_packed_half::group_dot::<BF16>(group, xs, out) }
+        unsafe { simd::avx2_packed_half::group_dot::<BF16>(group, xs, out, reads) }
     }
 
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni_pair(a: &[u8], b: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn vnni_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[&[f32]],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx512_packed_half::pair_dot::<BF16>(a, b, xs, out) }
+        unsafe { simd::avx512_packed_half::pair_dot::<BF16>(a, b, xs, out, reads) }
     }
 }
 
@@ -278,12 +297,14 @@ pub fn packed_half_linear(
         let products = |xs: &[&[f32]], yt: &mut [f32]| {
             let tile = HALF_TILE_TOKENS;
             match w.kind {
-                HalfBits::F16 => group_outputs(&groups, in_f, xs, tile, split, yt, |g, xs, out| {
-                    k.packed_dot::<HalfFormat<false>>(g, xs, out)
-                }),
+                HalfBits::F16 => {
+                    group_outputs(&groups, in_f, xs, tile, split, yt, |g, xs, out, reads| {
+                        k.packed_dot::<HalfFormat<false>>(g, xs, out, reads)
+                    })
+                }
                 HalfBits::Bf16 => {
-                    group_outputs(&groups, in_f, xs, tile, split, yt, |g, xs, out| {
-                        k.packed_dot::<HalfFormat<true>>(g, xs, out)
+                    group_outputs(&groups, in_f, xs, tile, split, yt, |g, xs, out, reads| {
+                        k.packed_dot::<HalfFormat<true>>(g, xs, out, reads)
                     })
                 }
             }

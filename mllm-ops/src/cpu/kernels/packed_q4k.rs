@@ -31,7 +31,7 @@ use rayon::ThreadPool;
 
 use super::packed::{
     nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat, SourceRows,
-    GROUP_ROWS,
+    WeightReads, GROUP_ROWS,
 };
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
@@ -78,6 +78,7 @@ pub(crate) trait SubBlockBits: Send + Sync + 'static {
         group: &[u8],
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
     );
     /// The AVX-VNNI group product (as `PackedFormat::avx_vnni`).
     ///
@@ -88,6 +89,7 @@ pub(crate) trait SubBlockBits: Send + Sync + 'static {
         group: &[u8],
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
     );
     /// The AVX-512 VNNI group product (as `PackedFormat::vnni`).
     ///
@@ -98,6 +100,7 @@ pub(crate) trait SubBlockBits: Send + Sync + 'static {
         group: &[u8],
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
     );
     /// The two-group AVX-512 VNNI product (as `PackedFormat::vnni_pair`).
     ///
@@ -109,6 +112,7 @@ pub(crate) trait SubBlockBits: Send + Sync + 'static {
         b: &[u8],
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
     );
 }
 
@@ -277,25 +281,40 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn avx2(
+        group: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { B::avx2(group, xs, out) }
+        unsafe { B::avx2(group, xs, out, reads) }
     }
 
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn avx_vnni(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn avx_vnni(
+        group: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { B::avx_vnni(group, xs, out) }
+        unsafe { B::avx_vnni(group, xs, out, reads) }
     }
 
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn vnni(group: &[u8], xs: &[Q16Row<'_, SHIFT>], out: &mut [[f32; GROUP_ROWS]]) {
+    unsafe fn vnni(
+        group: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { B::vnni(group, xs, out) }
+        unsafe { B::vnni(group, xs, out, reads) }
     }
 
     /// # Safety
@@ -306,9 +325,10 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
         b: &[u8],
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
     ) {
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { B::vnni_pair(a, b, xs, out) }
+        unsafe { B::vnni_pair(a, b, xs, out, reads) }
     }
 }
 

@@ -336,9 +336,15 @@ fn q6k_linear<const SHIFT: u32>(
                     half_offsets: &offsets[t * in_f / 16..(t + 1) * in_f / 16],
                 })
                 .collect();
-            group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
-                k.packed_dot::<Q6KFormat<SHIFT>>(g, xs, out)
-            });
+            group_outputs(
+                &groups,
+                in_f,
+                &xs,
+                TILE_TOKENS,
+                split,
+                yt,
+                |g, xs, out, reads| k.packed_dot::<Q6KFormat<SHIFT>>(g, xs, out, reads),
+            );
         });
     });
 }

@@ -318,9 +318,15 @@ fn split_q8_linear<const SHIFT: u32>(
             let xs: Vec<Q8Input<'_, SHIFT>> = (0..xb.len() / in_f)
                 .map(|t| extras.input(row.sub_row(t, in_f), t, in_f))
                 .collect();
-            group_outputs(&groups, in_f, &xs, TILE_TOKENS, split, yt, |g, xs, out| {
-                k.packed_dot::<Q8Format<SHIFT>>(g, xs, out)
-            });
+            group_outputs(
+                &groups,
+                in_f,
+                &xs,
+                TILE_TOKENS,
+                split,
+                yt,
+                |g, xs, out, reads| k.packed_dot::<Q8Format<SHIFT>>(g, xs, out, reads),
+            );
         });
     });
 }

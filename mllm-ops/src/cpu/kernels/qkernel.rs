@@ -1,7 +1,7 @@
 //! The choice of quantized-kernel variant: activation path and instruction
 //! set, checked against the CPU at run time and then dispatched per row.
 
-use super::packed::PackedFormat;
+use super::packed::{PackedFormat, WeightReads};
 use super::qact::{self, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::simd;
@@ -358,12 +358,15 @@ impl QuantKernel {
     /// two groups share 512-bit vectors, and the AVX2 float kernel takes
     /// both groups in one pass (`PackedFormat::avx2_pair`, also at the
     /// AVX-VNNI level, whose integer kernels take one group at a time);
-    /// every SIMD level gives the AVX2 bits.
+    /// every SIMD level gives the AVX2 bits. With `reads` at
+    /// [`WeightReads::FromMemory`] the SIMD kernels prefetch the weights
+    /// ahead into L2 as they go; the bits are the same either way.
     pub(crate) fn packed_dot<F: PackedFormat>(
         self,
         groups: &[u8],
         xs: &[F::Input<'_>],
         out: &mut [[f32; packed::GROUP_ROWS]],
+        reads: WeightReads,
     ) {
         let group_bytes = xs.first().map_or(0, |x| F::blocks(x) * F::BLOCK_BYTES);
         #[cfg(target_arch = "x86_64")]
@@ -373,19 +376,19 @@ impl QuantKernel {
                     // SAFETY: the integer paths' AVX-512 level includes
                     // AVX2, FMA, F16C, AVX-512F/VL/BW and VNNI (struct
                     // invariant).
-                    unsafe { F::vnni_pair(a, b, xs, out) };
+                    unsafe { F::vnni_pair(a, b, xs, out, reads) };
                     return;
                 }
                 SimdLevel::AvxVnni => {
                     // SAFETY: AVX2, FMA, F16C and AVX-VNNI were detected
                     // when the kernel was made.
-                    unsafe { F::avx_vnni_pair(a, b, xs, out) };
+                    unsafe { F::avx_vnni_pair(a, b, xs, out, reads) };
                     return;
                 }
                 SimdLevel::Avx2 => {
                     // SAFETY: AVX2, FMA and F16C were detected when the
                     // kernel was made.
-                    unsafe { F::avx2_pair(a, b, xs, out) };
+                    unsafe { F::avx2_pair(a, b, xs, out, reads) };
                     return;
                 }
                 SimdLevel::Scalar | SimdLevel::Neon => {}
@@ -394,7 +397,7 @@ impl QuantKernel {
         packed::each_group(groups, group_bytes, xs.len(), out, |group, out| {
             let tiles = xs.chunks(F::GROUP_TILE_TOKENS);
             for (xs, out) in tiles.zip(out.chunks_mut(F::GROUP_TILE_TOKENS)) {
-                self.packed_one_group_dot::<F>(group, xs, out)
+                self.packed_one_group_dot::<F>(group, xs, out, reads)
             }
         });
     }
@@ -405,25 +408,26 @@ impl QuantKernel {
         group: &[u8],
         xs: &[F::Input<'_>],
         out: &mut [[f32; packed::GROUP_ROWS]],
+        reads: WeightReads,
     ) {
         #[cfg(target_arch = "x86_64")]
         match self.level {
             SimdLevel::Avx512 => {
                 // SAFETY: the integer paths' AVX-512 level includes AVX2,
                 // FMA, F16C, AVX-512F/VL/BW and VNNI (struct invariant).
-                unsafe { F::vnni(group, xs, out) };
+                unsafe { F::vnni(group, xs, out, reads) };
                 return;
             }
             SimdLevel::AvxVnni => {
                 // SAFETY: AVX2, FMA, F16C and AVX-VNNI were detected when
                 // the kernel was made.
-                unsafe { F::avx_vnni(group, xs, out) };
+                unsafe { F::avx_vnni(group, xs, out, reads) };
                 return;
             }
             SimdLevel::Avx2 => {
                 // SAFETY: AVX2, FMA and F16C were detected when the kernel
                 // was made.
-                unsafe { F::avx2(group, xs, out) };
+                unsafe { F::avx2(group, xs, out, reads) };
                 return;
             }
             SimdLevel::Scalar | SimdLevel::Neon => {}

@@ -51,6 +51,7 @@ macro_rules! scaled_block_tile {
         fn tile<const T: usize, const SHIFT: u32>(
             group: &[u8],
             xs: &[Q16Row<'_, SHIFT>],
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m256; T] {
             use $crate::cpu::kernels::packed::NIBBLES_AT;
             use $crate::cpu::kernels::simd::avx2_packed::{add_block, block_scales, RowPlanes};
@@ -59,7 +60,7 @@ macro_rules! scaled_block_tile {
             let planes = RowPlanes::new(xs, nb);
             let mut acc = [_mm256_setzero_ps(); T];
             let blocks = group[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
-            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, T);
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, reads);
             for (i, blk) in blocks.iter().enumerate() {
                 ahead.next($block_bytes);
                 if T > 1 {
@@ -236,7 +237,7 @@ macro_rules! packed_group_dot {
         pub(crate) fn group_dot<$($generics)*>(
             group: &[u8],
             xs: &[$input],
-            out: &mut [[f32; GROUP_ROWS]],
+            out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads
         ) {
             debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
             let mut store_all = |acc: &[__m256]| {
@@ -247,10 +248,10 @@ macro_rules! packed_group_dot {
             // The tile size is the annotated array length.
             match xs.len() {
                 0 => {}
-                1 => store_all(&{ let acc: [__m256; 1] = tile(group, xs); acc }),
-                2 => store_all(&{ let acc: [__m256; 2] = tile(group, xs); acc }),
-                3 => store_all(&{ let acc: [__m256; 3] = tile(group, xs); acc }),
-                _ => store_all(&{ let acc: [__m256; 4] = tile(group, xs); acc }),
+                1 => store_all(&{ let acc: [__m256; 1] = tile(group, xs, reads); acc }),
+                2 => store_all(&{ let acc: [__m256; 2] = tile(group, xs, reads); acc }),
+                3 => store_all(&{ let acc: [__m256; 3] = tile(group, xs, reads); acc }),
+                _ => store_all(&{ let acc: [__m256; 4] = tile(group, xs, reads); acc }),
             }
         }
     };

@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{store, store_pair};
-use crate::cpu::kernels::packed::GROUP_ROWS;
+use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS};
 use crate::cpu::kernels::packed_half::{COLUMN_BYTES, HALF_GROUP_TILE_TOKENS};
 
 /// Activation rows per pass over a pair of groups: twelve accumulators
@@ -41,7 +41,11 @@ pub(crate) fn column<const BF16: bool>(b: &[u8]) -> __m256 {
 /// The eight outputs of one packed group for `T` activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn tile<const T: usize, const BF16: bool>(group: &[u8], xs: &[&[f32]]) -> [__m256; T] {
+fn tile<const T: usize, const BF16: bool>(
+    group: &[u8],
+    xs: &[&[f32]],
+    reads: WeightReads,
+) -> [__m256; T] {
     let columns = group[..xs[0].len() * COLUMN_BYTES]
         .as_chunks::<{ 2 * COLUMN_BYTES }>()
         .0;
@@ -52,7 +56,7 @@ fn tile<const T: usize, const BF16: bool>(group: &[u8], xs: &[&[f32]]) -> [__m25
     assert!(pairs.iter().all(|p| p.len() == n));
     let mut even = [_mm256_setzero_ps(); T];
     let mut odd = [_mm256_setzero_ps(); T];
-    let mut ahead = super::prefetch::Streams::new(group, 1, T);
+    let mut ahead = super::prefetch::Streams::new(group, 1, reads);
     for k in 0..n {
         let two = &columns[k];
         ahead.next(2 * COLUMN_BYTES);
@@ -77,6 +81,7 @@ pub(crate) fn group_dot<const BF16: bool>(
     group: &[u8],
     xs: &[&[f32]],
     out: &mut [[f32; GROUP_ROWS]],
+    reads: WeightReads,
 ) {
     debug_assert!(xs.len() <= HALF_GROUP_TILE_TOKENS && out.len() >= xs.len());
     let mut put = |acc: &[__m256]| {
@@ -86,12 +91,12 @@ pub(crate) fn group_dot<const BF16: bool>(
     };
     match xs.len() {
         0 => {}
-        1 => put(&tile::<1, BF16>(group, xs)),
-        2 => put(&tile::<2, BF16>(group, xs)),
-        3 => put(&tile::<3, BF16>(group, xs)),
-        4 => put(&tile::<4, BF16>(group, xs)),
-        5 => put(&tile::<5, BF16>(group, xs)),
-        _ => put(&tile::<6, BF16>(group, xs)),
+        1 => put(&tile::<1, BF16>(group, xs, reads)),
+        2 => put(&tile::<2, BF16>(group, xs, reads)),
+        3 => put(&tile::<3, BF16>(group, xs, reads)),
+        4 => put(&tile::<4, BF16>(group, xs, reads)),
+        5 => put(&tile::<5, BF16>(group, xs, reads)),
+        _ => put(&tile::<6, BF16>(group, xs, reads)),
     }
 }
 
@@ -104,6 +109,7 @@ fn pair_tile<const T: usize, const BF16: bool>(
     a: &[u8],
     b: &[u8],
     xs: &[&[f32]],
+    reads: WeightReads,
 ) -> [[__m256; T]; 2] {
     let len = xs[0].len() * COLUMN_BYTES;
     let columns_a = a[..len].as_chunks::<{ 2 * COLUMN_BYTES }>().0;
@@ -115,7 +121,7 @@ fn pair_tile<const T: usize, const BF16: bool>(
     assert!(columns_b.len() == n && pairs.iter().all(|p| p.len() == n));
     let mut even = [[_mm256_setzero_ps(); T]; 2];
     let mut odd = [[_mm256_setzero_ps(); T]; 2];
-    let mut ahead = super::prefetch::Streams::new(a, 2, T);
+    let mut ahead = super::prefetch::Streams::new(a, 2, reads);
     for k in 0..n {
         let (ta, tb) = (&columns_a[k], &columns_b[k]);
         ahead.next(2 * COLUMN_BYTES);
@@ -150,6 +156,7 @@ pub(crate) fn pair_dot<const BF16: bool>(
     b: &[u8],
     xs: &[&[f32]],
     out: &mut [[f32; GROUP_ROWS]],
+    reads: WeightReads,
 ) {
     let rows = xs.len();
     debug_assert!(out.len() >= 2 * rows);
@@ -158,9 +165,9 @@ pub(crate) fn pair_dot<const BF16: bool>(
         let at = i * PAIR_TILE_TOKENS;
         let out = (&mut out_a[at..], &mut out_b[at..]);
         match xs.len() {
-            1 => store_pair(pair_tile::<1, BF16>(a, b, xs), out),
-            2 => store_pair(pair_tile::<2, BF16>(a, b, xs), out),
-            _ => store_pair(pair_tile::<3, BF16>(a, b, xs), out),
+            1 => store_pair(pair_tile::<1, BF16>(a, b, xs, reads), out),
+            2 => store_pair(pair_tile::<2, BF16>(a, b, xs, reads), out),
+            _ => store_pair(pair_tile::<3, BF16>(a, b, xs, reads), out),
         }
     }
 }

@@ -13,7 +13,9 @@ use std::arch::x86_64::*;
 use super::avx2::store_pair;
 use super::avx2_i8::load32;
 use super::avx2_packed::{add_block, block_scales, split_nibbles, word, BlockPlanes, RowPlanes};
-use crate::cpu::kernels::packed::{GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES, TILE_TOKENS};
+use crate::cpu::kernels::packed::{
+    WeightReads, GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES, TILE_TOKENS,
+};
 use crate::cpu::kernels::qact::{Q16Row, BYTE};
 
 /// Activation rows per pass over a pair of groups for rows split at
@@ -43,13 +45,14 @@ pub(crate) fn pair_dot<const SHIFT: u32>(
     b: &[u8],
     xs: &[Q16Row<'_, SHIFT>],
     out: &mut [[f32; GROUP_ROWS]],
+    reads: WeightReads,
 ) {
     let rows = xs.len();
     debug_assert!(rows <= TILE_TOKENS && out.len() >= 2 * rows);
     let (out_a, out_b) = out.split_at_mut(rows);
     if rows == 1 {
-        super::avx2_packed::group_dot(a, xs, out_a);
-        super::avx2_packed::group_dot(b, xs, out_b);
+        super::avx2_packed::group_dot(a, xs, out_a, reads);
+        super::avx2_packed::group_dot(b, xs, out_b, reads);
         return;
     }
     let per_pass = rows_per_pass(SHIFT);
@@ -57,10 +60,10 @@ pub(crate) fn pair_dot<const SHIFT: u32>(
         let at = i * per_pass;
         let out = (&mut out_a[at..], &mut out_b[at..]);
         match xs.len() {
-            1 => store_pair(pair_tile::<1, SHIFT>(a, b, xs), out),
-            2 => store_pair(pair_tile::<2, SHIFT>(a, b, xs), out),
-            3 => store_pair(pair_tile::<3, SHIFT>(a, b, xs), out),
-            _ => store_pair(pair_tile::<4, SHIFT>(a, b, xs), out),
+            1 => store_pair(pair_tile::<1, SHIFT>(a, b, xs, reads), out),
+            2 => store_pair(pair_tile::<2, SHIFT>(a, b, xs, reads), out),
+            3 => store_pair(pair_tile::<3, SHIFT>(a, b, xs, reads), out),
+            _ => store_pair(pair_tile::<4, SHIFT>(a, b, xs, reads), out),
         }
     }
 }
@@ -73,6 +76,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     a: &[u8],
     b: &[u8],
     xs: &[Q16Row<'_, SHIFT>],
+    reads: WeightReads,
 ) -> [[__m256; T]; 2] {
     let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].d.len();
@@ -81,7 +85,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     let len = nb * PACKED_BLOCK_BYTES;
     let blocks_a = a[..len].as_chunks::<PACKED_BLOCK_BYTES>().0;
     let blocks_b = b[..len].as_chunks::<PACKED_BLOCK_BYTES>().0;
-    let mut ahead = super::prefetch::Streams::new(a, 2, T);
+    let mut ahead = super::prefetch::Streams::new(a, 2, reads);
     for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
         ahead.next(PACKED_BLOCK_BYTES);
         if T > 1 {

@@ -28,6 +28,7 @@ macro_rules! q4k_tile {
         fn tile<const T: usize, const SHIFT: u32>(
             group: &[u8],
             xs: &[Q16Row<'_, SHIFT>],
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m256; T] {
             use $crate::cpu::kernels::packed_q4k::{
                 SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
@@ -45,7 +46,7 @@ macro_rules! q4k_tile {
                 .0;
             let d_supers = xs.map(|x| x.d.as_chunks::<SUB_BLOCKS>().0);
             let s_supers = xs.map(|x| x.s.as_chunks::<SUB_BLOCKS>().0);
-            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, T);
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, reads);
             for (s, sb) in supers.iter().enumerate() {
                 let (dxs, sxs) = (d_supers.map(|d| &d[s]), s_supers.map(|v| &v[s]));
                 let d = f16x8(&sb[..16]);

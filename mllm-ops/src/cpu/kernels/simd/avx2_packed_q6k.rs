@@ -33,6 +33,7 @@ macro_rules! q6k_tile {
         fn tile<const T: usize, const SHIFT: u32>(
             group: &[u8],
             xs: &[Q6KInput<'_, SHIFT>],
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m256; T] {
             use $crate::cpu::kernels::packed_q6k::{
                 BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES,
@@ -48,7 +49,7 @@ macro_rules! q6k_tile {
                 .0;
             let d_supers = xs.map(|x| x.x.d.as_chunks::<BLOCKS>().0);
             let h_supers = xs.map(|x| x.half_offsets.as_chunks::<{ 2 * BLOCKS }>().0);
-            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, T);
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, reads);
             for (s, sb) in supers.iter().enumerate() {
                 let (dxs, hss) = (d_supers.map(|d| &d[s]), h_supers.map(|h| &h[s]));
                 let d = f16x8(&sb[..16]);

@@ -18,7 +18,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
-use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
 use crate::cpu::kernels::qact::{BLOCK, BYTE, NARROW};
 
@@ -51,7 +51,11 @@ fn quad(q: &[i16]) -> __m256i {
 /// The eight outputs of one packed group for `T` activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>]) -> [__m256; T] {
+fn tile<const SHIFT: u32, const T: usize>(
+    group: &[u8],
+    xs: &[Q8Input<'_, SHIFT>],
+    reads: WeightReads,
+) -> [__m256; T] {
     debug_assert!(SHIFT == NARROW || SHIFT == BYTE);
     let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
@@ -61,7 +65,7 @@ fn tile<const SHIFT: u32, const T: usize>(group: &[u8], xs: &[Q8Input<'_, SHIFT>
     let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
         .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
         .0;
-    let mut ahead = super::prefetch::Streams::new(group, 1, T);
+    let mut ahead = super::prefetch::Streams::new(group, 1, reads);
     for (i, blk) in blocks.iter().enumerate() {
         ahead.next(Q8_PACKED_BLOCK_BYTES);
         if T > 1 {

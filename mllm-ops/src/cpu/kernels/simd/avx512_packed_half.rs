@@ -12,7 +12,7 @@
 use std::arch::x86_64::*;
 
 use super::vnni_packed::store_pair;
-use crate::cpu::kernels::packed::GROUP_ROWS;
+use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS};
 use crate::cpu::kernels::packed_half::{COLUMN_BYTES, HALF_TILE_TOKENS};
 
 /// Column `a` of the first group and column `b` of the second (16 bytes
@@ -40,7 +40,12 @@ fn columns<const BF16: bool>(a: &[u8], b: &[u8]) -> __m512 {
 /// The outputs of groups `a` and `b` for `T` activation rows.
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 #[inline]
-fn pair_tile<const T: usize, const BF16: bool>(a: &[u8], b: &[u8], xs: &[&[f32]]) -> [__m512; T] {
+fn pair_tile<const T: usize, const BF16: bool>(
+    a: &[u8],
+    b: &[u8],
+    xs: &[&[f32]],
+    reads: WeightReads,
+) -> [__m512; T] {
     let len = xs[0].len() * COLUMN_BYTES;
     let cols_a = a[..len].as_chunks::<{ 2 * COLUMN_BYTES }>().0;
     let n = cols_a.len();
@@ -51,7 +56,7 @@ fn pair_tile<const T: usize, const BF16: bool>(a: &[u8], b: &[u8], xs: &[&[f32]]
     assert!(pairs.iter().all(|p| p.len() == n));
     let mut even = [_mm512_setzero_ps(); T];
     let mut odd = [_mm512_setzero_ps(); T];
-    let mut ahead = super::prefetch::Streams::new(a, 2, T);
+    let mut ahead = super::prefetch::Streams::new(a, 2, reads);
     for k in 0..n {
         let (ta, tb) = (&cols_a[k], &cols_b[k]);
         ahead.next(2 * COLUMN_BYTES);
@@ -79,21 +84,22 @@ pub(crate) fn pair_dot<const BF16: bool>(
     b: &[u8],
     xs: &[&[f32]],
     out: &mut [[f32; GROUP_ROWS]],
+    reads: WeightReads,
 ) {
     debug_assert!(xs.len() <= HALF_TILE_TOKENS && out.len() >= 2 * xs.len());
     match xs.len() {
         0 => {}
-        1 => store_pair(&pair_tile::<1, BF16>(a, b, xs), out),
-        2 => store_pair(&pair_tile::<2, BF16>(a, b, xs), out),
-        3 => store_pair(&pair_tile::<3, BF16>(a, b, xs), out),
-        4 => store_pair(&pair_tile::<4, BF16>(a, b, xs), out),
-        5 => store_pair(&pair_tile::<5, BF16>(a, b, xs), out),
-        6 => store_pair(&pair_tile::<6, BF16>(a, b, xs), out),
-        7 => store_pair(&pair_tile::<7, BF16>(a, b, xs), out),
-        8 => store_pair(&pair_tile::<8, BF16>(a, b, xs), out),
-        9 => store_pair(&pair_tile::<9, BF16>(a, b, xs), out),
-        10 => store_pair(&pair_tile::<10, BF16>(a, b, xs), out),
-        11 => store_pair(&pair_tile::<11, BF16>(a, b, xs), out),
-        _ => store_pair(&pair_tile::<12, BF16>(a, b, xs), out),
+        1 => store_pair(&pair_tile::<1, BF16>(a, b, xs, reads), out),
+        2 => store_pair(&pair_tile::<2, BF16>(a, b, xs, reads), out),
+        3 => store_pair(&pair_tile::<3, BF16>(a, b, xs, reads), out),
+        4 => store_pair(&pair_tile::<4, BF16>(a, b, xs, reads), out),
+        5 => store_pair(&pair_tile::<5, BF16>(a, b, xs, reads), out),
+        6 => store_pair(&pair_tile::<6, BF16>(a, b, xs, reads), out),
+        7 => store_pair(&pair_tile::<7, BF16>(a, b, xs, reads), out),
+        8 => store_pair(&pair_tile::<8, BF16>(a, b, xs, reads), out),
+        9 => store_pair(&pair_tile::<9, BF16>(a, b, xs, reads), out),
+        10 => store_pair(&pair_tile::<10, BF16>(a, b, xs, reads), out),
+        11 => store_pair(&pair_tile::<11, BF16>(a, b, xs, reads), out),
+        _ => store_pair(&pair_tile::<12, BF16>(a, b, xs, reads), out),
     }
 }

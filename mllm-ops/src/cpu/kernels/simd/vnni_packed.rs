@@ -218,6 +218,7 @@ macro_rules! scaled_block_pair_tile {
             a: &[u8],
             b: &[u8],
             xs: &[Q16Row<'_, SHIFT>],
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m512; T] {
             use $crate::cpu::kernels::packed::NIBBLES_AT;
             use $crate::cpu::kernels::simd::avx2_packed::RowPlanes;
@@ -228,7 +229,7 @@ macro_rules! scaled_block_pair_tile {
             let mut acc = [_mm512_setzero_ps(); T];
             let blocks_a = a[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
             let blocks_b = b[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
-            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, T);
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, reads);
             for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
                 ahead.next($block_bytes);
                 if T > 1 {
@@ -353,16 +354,16 @@ macro_rules! packed_pair_dot {
             a: &[u8],
             b: &[u8],
             xs: &[$input],
-            out: &mut [[f32; GROUP_ROWS]],
+            out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads
         ) {
             debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
             // The tile size is the annotated array length.
             match xs.len() {
                 0 => {}
-                1 => store_pair(&{ let acc: [__m512; 1] = pair_tile(a, b, xs); acc }, out),
-                2 => store_pair(&{ let acc: [__m512; 2] = pair_tile(a, b, xs); acc }, out),
-                3 => store_pair(&{ let acc: [__m512; 3] = pair_tile(a, b, xs); acc }, out),
-                _ => store_pair(&{ let acc: [__m512; 4] = pair_tile(a, b, xs); acc }, out),
+                1 => store_pair(&{ let acc: [__m512; 1] = pair_tile(a, b, xs, reads); acc }, out),
+                2 => store_pair(&{ let acc: [__m512; 2] = pair_tile(a, b, xs, reads); acc }, out),
+                3 => store_pair(&{ let acc: [__m512; 3] = pair_tile(a, b, xs, reads); acc }, out),
+                _ => store_pair(&{ let acc: [__m512; 4] = pair_tile(a, b, xs, reads); acc }, out),
             }
         }
     };

@@ -58,6 +58,7 @@ macro_rules! q4k_pair_tile {
             a: &[u8],
             b: &[u8],
             xs: &[Q16Row<'_, SHIFT>],
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m512; T] {
             use $crate::cpu::kernels::packed_q4k::{
                 SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
@@ -76,7 +77,7 @@ macro_rules! q4k_pair_tile {
             let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
             let d_supers = xs.map(|x| x.d.as_chunks::<SUB_BLOCKS>().0);
             let s_supers = xs.map(|x| x.s.as_chunks::<SUB_BLOCKS>().0);
-            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, T);
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, reads);
             for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
                 let (dxs, sxs) = (d_supers.map(|d| &d[s]), s_supers.map(|v| &v[s]));
                 let d = f16x16(&sa[..16], &sb[..16]);

@@ -18,7 +18,7 @@ use super::avx2::store;
 use super::avx2_i8::load32;
 use super::avx2_packed::{BlockPlanes, RowPlanes};
 use super::vnni_packed::{dpbusd_word, f16x16, join, pair_combine, store_pair};
-use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
     Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
 };
@@ -98,6 +98,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     a: &[u8],
     b: &[u8],
     xs: &[Q6KInput<'_, SHIFT>],
+    reads: WeightReads,
 ) -> [__m512; T] {
     let xs: [Q6KInput<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
@@ -109,7 +110,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     let d_supers = xs.map(|x| x.x.d.as_chunks::<BLOCKS>().0);
     let h_supers = xs.map(|x| x.half_offsets.as_chunks::<{ 2 * BLOCKS }>().0);
-    let mut ahead = super::prefetch::Streams::new(a, 2, T);
+    let mut ahead = super::prefetch::Streams::new(a, 2, reads);
     for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
         let (dxs, hss) = (d_supers.map(|d| &d[s]), h_supers.map(|h| &h[s]));
         let d = f16x16(&sa[..16], &sb[..16]);

@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::avx2_i8::load32;
 use super::vnni_packed::{dpbusd_word, f16x16, join, store_pair, word16};
-use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
+use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
 use crate::cpu::kernels::qact::{BLOCK, BYTE, NARROW};
 
@@ -37,6 +37,7 @@ macro_rules! q8_tile {
         fn tile<const SHIFT: u32, const T: usize>(
             group: &[u8],
             xs: &[Q8Input<'_, SHIFT>],
+            _reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m256; T] {
             use $crate::cpu::kernels::packed_q8::Q8_PACKED_BLOCK_BYTES;
             use $crate::cpu::kernels::qact::{BLOCK, BYTE};
@@ -100,6 +101,7 @@ fn pair_tile<const SHIFT: u32, const T: usize>(
     a: &[u8],
     b: &[u8],
     xs: &[Q8Input<'_, SHIFT>],
+    reads: WeightReads,
 ) -> [__m512; T] {
     let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
@@ -113,7 +115,7 @@ fn pair_tile<const SHIFT: u32, const T: usize>(
     let blocks_b = b[..nb * Q8_PACKED_BLOCK_BYTES]
         .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
         .0;
-    let mut ahead = super::prefetch::Streams::new(a, 2, T);
+    let mut ahead = super::prefetch::Streams::new(a, 2, reads);
     for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
         ahead.next(Q8_PACKED_BLOCK_BYTES);
         if T > 1 {
