@@ -54,6 +54,19 @@ pub(crate) enum WeightReads {
     FromCache,
 }
 
+impl WeightReads {
+    /// Where the `pass`-th of several passes over the same weights (tiles
+    /// of rows one after another, the first reading as `self`) finds them:
+    /// every pass after the first, in the cache.
+    pub(crate) fn of_pass(self, pass: usize) -> WeightReads {
+        if pass == 0 {
+            self
+        } else {
+            WeightReads::FromCache
+        }
+    }
+}
+
 /// Activation rows per block of a many-row call (bounds its scratch).
 const ROW_BLOCK: usize = 128;
 
@@ -203,7 +216,8 @@ pub(crate) trait PackedFormat {
             xs,
             Self::GROUP_TILE_TOKENS,
             out,
-            |group, xs, out| {
+            reads,
+            |group, xs, out, reads| {
                 // SAFETY: the caller guarantees the features (this method's
                 // contract is `avx2`'s).
                 unsafe { Self::avx2(group, xs, out, reads) }
@@ -245,7 +259,8 @@ pub(crate) trait PackedFormat {
             xs,
             Self::GROUP_TILE_TOKENS,
             out,
-            |group, xs, out| {
+            reads,
+            |group, xs, out, reads| {
                 // SAFETY: the caller guarantees the features (this method's
                 // contract is `avx_vnni`'s).
                 unsafe { Self::avx_vnni(group, xs, out, reads) }
@@ -843,11 +858,7 @@ pub(crate) fn group_outputs<'g, A: Sync>(
                 let last = task_groups.min(first + span);
                 for (ti, rows) in xs.chunks(tile).enumerate() {
                     let rows_out = &mut rows_out[ti * tile..];
-                    let reads = if ti == 0 {
-                        WeightReads::FromMemory
-                    } else {
-                        WeightReads::FromCache
-                    };
+                    let reads = WeightReads::FromMemory.of_pass(ti);
                     for pair in (first..last).step_by(2) {
                         let n = 2.min(last - pair);
                         let out = &mut tile_out[..n * rows.len()];
@@ -915,24 +926,27 @@ pub(crate) fn as_pair(groups: &[u8], group_bytes: usize) -> Option<(&[u8], &[u8]
     (group_bytes > 0 && groups.len() == 2 * group_bytes).then(|| groups.split_at(group_bytes))
 }
 
-/// Runs `dot(group, rows, out)` for each of the two groups `pair` and each
-/// tile of at most `tile` of the activation rows `xs`: the default
-/// two-group products of a [`PackedFormat`], one group at a time (the
-/// outputs of the second group after those of the first).
+/// Runs `dot(group, rows, out, reads)` for each of the two groups `pair`
+/// and each tile of at most `tile` of the activation rows `xs`: the
+/// default two-group products of a [`PackedFormat`], one group at a time
+/// (the outputs of the second group after those of the first). A group's
+/// first tile reads as `reads`, its later ones from the cache.
 #[cfg(target_arch = "x86_64")]
 fn each_of_pair<A>(
     pair: [&[u8]; 2],
     xs: &[A],
     tile: usize,
     out: &mut [[f32; GROUP_ROWS]],
-    mut dot: impl FnMut(&[u8], &[A], &mut [[f32; GROUP_ROWS]]),
+    reads: WeightReads,
+    mut dot: impl FnMut(&[u8], &[A], &mut [[f32; GROUP_ROWS]], WeightReads),
 ) {
     if xs.is_empty() {
         return;
     }
     for (group, out) in pair.into_iter().zip(out.chunks_mut(xs.len())) {
-        for (xs, out) in xs.chunks(tile).zip(out.chunks_mut(tile)) {
-            dot(group, xs, out);
+        let tiles = xs.chunks(tile).zip(out.chunks_mut(tile));
+        for (pass, (xs, out)) in tiles.enumerate() {
+            dot(group, xs, out, reads.of_pass(pass));
         }
     }
 }

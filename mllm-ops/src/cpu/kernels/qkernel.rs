@@ -396,8 +396,9 @@ impl QuantKernel {
         }
         packed::each_group(groups, group_bytes, xs.len(), out, |group, out| {
             let tiles = xs.chunks(F::GROUP_TILE_TOKENS);
-            for (xs, out) in tiles.zip(out.chunks_mut(F::GROUP_TILE_TOKENS)) {
-                self.packed_one_group_dot::<F>(group, xs, out, reads)
+            let tiles = tiles.zip(out.chunks_mut(F::GROUP_TILE_TOKENS));
+            for (pass, (xs, out)) in tiles.enumerate() {
+                self.packed_one_group_dot::<F>(group, xs, out, reads.of_pass(pass))
             }
         });
     }

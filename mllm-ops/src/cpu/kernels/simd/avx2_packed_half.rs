@@ -162,6 +162,7 @@ pub(crate) fn pair_dot<const BF16: bool>(
     debug_assert!(out.len() >= 2 * rows);
     let (out_a, out_b) = out.split_at_mut(rows);
     for (i, xs) in xs.chunks(PAIR_TILE_TOKENS).enumerate() {
+        let reads = reads.of_pass(i);
         let at = i * PAIR_TILE_TOKENS;
         let out = (&mut out_a[at..], &mut out_b[at..]);
         match xs.len() {

@@ -57,6 +57,7 @@ pub(crate) fn pair_dot<const SHIFT: u32>(
     }
     let per_pass = rows_per_pass(SHIFT);
     for (i, xs) in xs.chunks(per_pass).enumerate() {
+        let reads = reads.of_pass(i);
         let at = i * per_pass;
         let out = (&mut out_a[at..], &mut out_b[at..]);
         match xs.len() {
