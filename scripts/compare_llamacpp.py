@@ -3,7 +3,7 @@
 
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
-        [-d DEPTH] [--kv-dtype f16] [--gguf OTHER.gguf] [--int8-activations]
+        [-d DEPTH] [-b BATCH] [--kv-dtype f16] [--gguf OTHER.gguf] [--int8-activations]
         [--max-simd avx2|avxvnni] [--json OUT.json]
 
 What it does:
@@ -36,6 +36,10 @@ With `-d DEPTH` every test starts after DEPTH tokens already in the KV
 cache, in both engines (decode at depth reads the cache too, which the
 decode share leaves out). llama.cpp keeps its cache in f16 (its default);
 `--kv-dtype f16` gives mllm-rs the same cache type (its default is f32).
+With `-b BATCH` the tg tests decode BATCH sequences together (a server's
+step), in both engines (llama.cpp through its batch API, one KV-cache
+sequence each); tokens/s counts every sequence's tokens, and the decode
+share counts the weights once per step.
 With `--max-simd avx2` both engines run as on an AVX2-only CPU: mllm-rs
 with `--max-simd avx2`, llama.cpp from a second build (its own venv) with
 every AVX-512 and VNNI option off. `--max-simd avxvnni` (a CPU with
@@ -177,6 +181,8 @@ def main():
     ap.add_argument("-n", "--n-gen", default="128")
     ap.add_argument("-d", "--n-depth", type=int, default=0,
                     help="tokens already in the KV cache before each test (not timed)")
+    ap.add_argument("-b", "--batch", type=int, default=1,
+                    help="sequences decoded together in the tg tests")
     ap.add_argument("--kv-dtype", choices=["f32", "f16", "q8_0", "q4"],
                     help="mllm-rs's KV-cache type (its default: f32; llama.cpp's is f16)")
     ap.add_argument("--gguf", type=pathlib.Path,
@@ -194,8 +200,10 @@ def main():
 
     build_binaries()
     bench = RELEASE / "examples" / "bench"
+    if args.batch < 1:
+        ap.error("--batch must be at least 1")
     common = ["-p", args.n_prompt, "-n", args.n_gen, "-d", str(args.n_depth),
-              "-t", str(args.threads), "-r", "1"]
+              "-b", str(args.batch), "-t", str(args.threads), "-r", "1"]
     flags = ["--int8-activations"] if args.int8_activations else []
     if args.max_simd:
         flags += ["--max-simd", args.max_simd]
@@ -226,6 +234,8 @@ def main():
         for engine, cmd in (("mllm-rs", ours), ("llama.cpp", peer)):
             for test in run_json(cmd):
                 key = f"pp{test['n_prompt']}" if test["n_prompt"] else f"tg{test['n_gen']}"
+                if not test["n_prompt"] and args.batch > 1:
+                    key += f" x{args.batch}"
                 if args.n_depth:
                     key += f" @ d{args.n_depth}"
                 samples[engine].setdefault(key, []).extend(test["samples_ts"])
@@ -251,7 +261,8 @@ def main():
         ours, theirs, rs = samples["mllm-rs"][key], samples["llama.cpp"][key], ratios[key]
         mo, mt = statistics.median(ours), statistics.median(theirs)
         if key.startswith("tg"):
-            share = f"{100 * size * mo / (bandwidth * 1e9):.0f} % of {bandwidth:.1f} GB/s"
+            steps = mo / (args.batch if " x" in key else 1)
+            share = f"{100 * size * steps / (bandwidth * 1e9):.0f} % of {bandwidth:.1f} GB/s"
         elif peak:
             share = f"{100 * params * mo / (peak * 1e9):.1f} % of {peak:.0f} GMAC/s ({peak_name})"
         else:
@@ -266,7 +277,7 @@ def main():
         record = {
             "gguf": str(gguf), "threads": args.threads, "rounds": args.rounds,
             "int8_activations": args.int8_activations, "max_simd": args.max_simd,
-            "kv_dtype": args.kv_dtype or "f32", "cpu": about["cpu_info"],
+            "kv_dtype": args.kv_dtype or "f32", "batch": args.batch, "cpu": about["cpu_info"],
             "kernel_level": about["kernel_level"], "llama_cpp_python": LLAMA_CPP_PYTHON,
             "read_bandwidth_gbs": bandwidth, "f32_peak_gmacs": f32_peak,
             "byte_peak_gmacs": byte_peak, "tokens_per_s": samples, "ratios": ratios,
