@@ -409,7 +409,8 @@ impl QuantKernel {
         group: &[u8],
         xs: &[F::Input<'_>],
         out: &mut [[f32; packed::GROUP_ROWS]],
-        reads: WeightReads,
+        // Only x86-64 has kernels that prefetch.
+        #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] reads: WeightReads,
     ) {
         #[cfg(target_arch = "x86_64")]
         match self.level {
