@@ -369,7 +369,6 @@ fn bench_batched_decode(c: &mut Criterion) {
         let copies = (768usize << 20).div_ceil(w.len());
         for rows in [4, 16] {
             let x = values(rows * in_f, 2);
-            let mut y = vec![0.0f32; rows * out_f];
             g.throughput(Throughput::Elements((rows * out_f * in_f) as u64));
             let name = format!("{dtype} {out_f}x{in_f} from memory, {rows} rows");
             // `copies` packed copies of `m` in `$packed`'s layout, timed
@@ -379,30 +378,9 @@ fn bench_batched_decode(c: &mut Criterion) {
                     let packed: Vec<$packed> = (0..copies)
                         .map(|_| <$packed>::pack(&m).expect("packed"))
                         .collect();
-                    for level in X86_LEVELS {
-                        let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level)
-                        else {
-                            continue;
-                        };
-                        let mut next = 0;
-                        g.bench_function(BenchmarkId::new(&name, format!("{level:?}")), |b| {
-                            pool.install(|| {
-                                b.iter(|| {
-                                    next = (next + 1) % packed.len();
-                                    $linear(
-                                        k,
-                                        &x,
-                                        rows,
-                                        &packed[next],
-                                        None,
-                                        &mut y,
-                                        &pool,
-                                        &scratch,
-                                    )
-                                })
-                            })
-                        });
-                    }
+                    each_level(&mut g, &name, &pool, &packed, rows * out_f, |k, p, y| {
+                        $linear(k, &x, rows, p, None, y, &pool, &scratch)
+                    })
                 }};
             }
             match dtype {
@@ -565,16 +543,17 @@ fn bench_q4k_prefill(c: &mut Criterion) {
 }
 
 /// Benchmarks `product` at each level this CPU has, one call per
-/// iteration on the next of the `packed` copies in turn.
+/// iteration on the next of the `packed` copies in turn, into `outputs`
+/// values.
 fn each_level<P: Sync>(
     g: &mut BenchmarkGroup<'_, WallTime>,
     name: &str,
     pool: &rayon::ThreadPool,
     packed: &[P],
-    out_f: usize,
+    outputs: usize,
     product: impl Fn(QuantKernel, &P, &mut [f32]) + Sync,
 ) {
-    let mut y = vec![0.0f32; out_f];
+    let mut y = vec![0.0f32; outputs];
     for level in X86_LEVELS {
         let Some(k) = QuantKernel::with_level(QuantPath::Int16Activations, level) else {
             continue;

@@ -694,15 +694,7 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
         quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |row| {
             let xs: Vec<Q16Row<'_, SHIFT>> =
                 (0..xb.len() / in_f).map(|t| row.sub_row(t, in_f)).collect();
-            group_outputs(
-                &groups,
-                in_f,
-                &xs,
-                TILE_TOKENS,
-                split,
-                yt,
-                |g, xs, out, reads| k.packed_dot::<F>(g, xs, out, reads),
-            );
+            packed_group_outputs::<F>(k, &groups, in_f, &xs, split, yt);
         });
     });
 }
@@ -873,6 +865,27 @@ pub(crate) fn group_outputs<'g, A: Sync>(
                 }
             }
         },
+    );
+}
+
+/// [`group_outputs`] over groups of the packed format `F`, [`TILE_TOKENS`]
+/// rows per tile, each through `k`'s group products.
+pub(crate) fn packed_group_outputs<'g, F: PackedFormat>(
+    k: QuantKernel,
+    groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
+    cols: usize,
+    xs: &[F::Input<'_>],
+    split: &Split<'_>,
+    dst: &mut [f32],
+) {
+    group_outputs(
+        groups,
+        cols,
+        xs,
+        TILE_TOKENS,
+        split,
+        dst,
+        |g, xs, out, reads| k.packed_dot::<F>(g, xs, out, reads),
     );
 }
 

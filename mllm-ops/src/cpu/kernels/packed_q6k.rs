@@ -33,8 +33,8 @@ use mllm_core::Result;
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, fill_by_rows, group_outputs, pack_blocks, quantize_rows, PackedData,
-    PackedFormat, SourceRows, GROUP_ROWS, TILE_TOKENS,
+    by_row_blocks, fill_by_rows, pack_blocks, packed_group_outputs, quantize_rows, PackedData,
+    PackedFormat, SourceRows, GROUP_ROWS,
 };
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
@@ -336,15 +336,7 @@ fn q6k_linear<const SHIFT: u32>(
                     half_offsets: &offsets[t * in_f / 16..(t + 1) * in_f / 16],
                 })
                 .collect();
-            group_outputs(
-                &groups,
-                in_f,
-                &xs,
-                TILE_TOKENS,
-                split,
-                yt,
-                |g, xs, out, reads| k.packed_dot::<Q6KFormat<SHIFT>>(g, xs, out, reads),
-            );
+            packed_group_outputs::<Q6KFormat<SHIFT>>(k, &groups, in_f, &xs, split, yt);
         });
     });
 }

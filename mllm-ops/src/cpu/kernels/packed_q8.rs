@@ -25,8 +25,8 @@ use mllm_core::{DType, Result};
 use rayon::ThreadPool;
 
 use super::packed::{
-    by_row_blocks, fill_by_rows, group_outputs, pack_blocks, quantize_rows, PackedData,
-    PackedFormat, SourceRows, GROUP_ROWS, TILE_TOKENS,
+    by_row_blocks, fill_by_rows, pack_blocks, packed_group_outputs, quantize_rows, PackedData,
+    PackedFormat, SourceRows, GROUP_ROWS,
 };
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, NARROW};
 use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
@@ -318,15 +318,7 @@ fn split_q8_linear<const SHIFT: u32>(
             let xs: Vec<Q8Input<'_, SHIFT>> = (0..xb.len() / in_f)
                 .map(|t| extras.input(row.sub_row(t, in_f), t, in_f))
                 .collect();
-            group_outputs(
-                &groups,
-                in_f,
-                &xs,
-                TILE_TOKENS,
-                split,
-                yt,
-                |g, xs, out, reads| k.packed_dot::<Q8Format<SHIFT>>(g, xs, out, reads),
-            );
+            packed_group_outputs::<Q8Format<SHIFT>>(k, &groups, in_f, &xs, split, yt);
         });
     });
 }
