@@ -1,7 +1,7 @@
 //! mllm-core: the pieces every other mllm-rs crate builds on.
 //!
 //! - [`DType`], [`Shape`] and [`Tensor`]: data types with mllm's codes, shapes, host tensors.
-//! - [`file`]: the `.mllm` weight file (validated zero-copy reader, atomic aligned writer).
+//! - [`file`](mod@file): the `.mllm` weight file (validated zero-copy reader, atomic aligned writer).
 //! - [`graph`]: the [`Module`] / [`Layer`] / [`Op`] model and the traced [`Graph`].
 //! - [`executor`]: plans buffers by liveness and runs a graph step by step on one or more [`Backend`]s.
 //! - [`placement`]: which device each node runs on ([`Device`], [`Placement`]).

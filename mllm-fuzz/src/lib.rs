@@ -129,7 +129,7 @@ pub fn gguf(input: &Path, output: &Path) -> Outcome {
 
 /// The tokenizer described by the metadata of the GGUF file at `input`:
 /// rebuilt as the import rebuilds it, loaded as a model load does, then
-/// used to encode [`SAMPLE_TEXTS`] and decode the ids back, and to decode
+/// used to encode `SAMPLE_TEXTS` and decode the ids back, and to decode
 /// every id of the vocabulary.
 pub fn gguf_tokenizer(input: &Path) -> Outcome {
     let Ok(file) = GgufFile::open(input) else {

@@ -6,7 +6,7 @@
 //!   are byte-level encoded in the file already, so they become the BPE
 //!   vocabulary and merges as they are.
 //! - `llama`: SentencePiece BPE (Llama 1/2, Gemma, Mistral's first
-//!   vocabularies), see [`super::spm`].
+//!   vocabularies), see `super::spm`.
 
 use mllm_core::{Error, Result};
 use mllm_models::tokenizer::Tokenizer;

@@ -26,7 +26,7 @@ impl MappedFile {
     /// mllm-rs never writes a file in place (writers rename a finished
     /// temporary file over the old one), and a reader's input is not
     /// expected to change while it is open; every reader bounds-checks its
-    /// accesses against [`len`](<[u8]>::len).
+    /// accesses against the slice's length.
     pub fn map(file: &File, path: &Path) -> Result<Self> {
         #[cfg(not(miri))]
         {

@@ -45,7 +45,7 @@ pub struct AttnShape {
 /// max subtraction. Runs in `pool` unless the work is tiny.
 ///
 /// Steps of more than one query (prefill) run the tiled kernel of
-/// [`tiled`]: blocks of queries against blocks of keys with an online
+/// `tiled`: blocks of queries against blocks of keys with an online
 /// softmax. Single-query steps (decode) score one query at a time, split
 /// over (query, head-group) pairs (the query heads of one kv head are
 /// processed together so that every key and value row is read once per

@@ -647,10 +647,10 @@ pub(crate) fn nibble_block_sum<const SHIFT: u32>(
 
 /// Linear layer over a packed matrix: `y[t, o] = Σ_i x[t, i] · W[o, i] +
 /// bias[o]` with the activation rows quantized to 16 bits (two 8-bit
-/// planes per block of 32 split at [`WIDE`], see `Q16Act`). `x` is
+/// planes per block of 32 split at `WIDE`, see `Q16Act`). `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`. Parallel over row groups in
-/// `pool` unless the work is tiny; [`TILE_TOKENS`] activation rows share
-/// each pass over a group, blocks of [`ROW_BLOCK`] rows one scratch; the
+/// `pool` unless the work is tiny; `TILE_TOKENS` activation rows share
+/// each pass over a group, blocks of `ROW_BLOCK` rows one scratch; the
 /// quantized rows go into the buffers of `scratch`.
 /// Slice lengths are checked with `debug_assert!`.
 #[allow(clippy::too_many_arguments)]
@@ -890,7 +890,7 @@ pub(crate) fn packed_group_outputs<'g, F: PackedFormat>(
 }
 
 /// Source bytes packed between two calls of a packer's progress callback
-/// (see [`pack_blocks`] and `PackedHalf::pack_with`).
+/// (see `pack_blocks` and `PackedHalf::pack_with`).
 pub const RELEASE_BYTES: usize = 4 << 20;
 
 /// Fills `data` (row groups one after the other, each `blocks` blocks of

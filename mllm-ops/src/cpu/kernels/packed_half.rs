@@ -6,11 +6,11 @@
 //! 128-bit load converted to f32 (F16C, or a shift for bf16) holds a
 //! column of all eight rows, and a broadcast activation value multiplies
 //! them at once, so the eight outputs of a group build up in one register
-//! with no horizontal sums, and up to [`HALF_TILE_TOKENS`] activation rows
+//! with no horizontal sums, and up to `HALF_TILE_TOKENS` activation rows
 //! share each pass over a pair of groups (the AVX-512 kernel; the AVX2
 //! one takes three rows per pass over a pair of groups, so that each
 //! broadcast feeds both, and the one-group kernels for an odd last group
-//! [`HALF_GROUP_TILE_TOKENS`]), so prefill converts each weight once per
+//! `HALF_GROUP_TILE_TOKENS`), so prefill converts each weight once per
 //! twelve (three, six) tokens.
 //!
 //! The arithmetic is fixed per output: two f32 accumulators, the even

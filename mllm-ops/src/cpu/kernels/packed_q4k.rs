@@ -20,7 +20,7 @@
 //! (−dmin·m)·s_x`: the packed block step with the f32 scale `d·sc` and
 //! offset `−dmin·m`, both exact products of an f16 and a 6-bit integer,
 //! the very numbers the K-quant's dequantizer multiplies with. A layout
-//! differs only in its sub-blocks' bits ([`SubBlockBits`]).
+//! differs only in its sub-blocks' bits (`SubBlockBits`).
 
 use std::marker::PhantomData;
 use std::ops::Range;

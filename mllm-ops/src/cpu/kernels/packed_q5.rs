@@ -223,9 +223,9 @@ pub(crate) fn group_dot<const SHIFT: u32>(
     }
 }
 
-/// Linear layer over a packed Q5 matrix: `y[t, o] = Σ_i x[t, i] · W[o, i]
-/// + bias[o]` with the activation rows quantized to 16 bits (two 8-bit
-/// planes per block of 32 split at [`WIDE`]). `x` is `[rows, w.cols()]`,
+/// Linear layer over a packed Q5 matrix: `y[t, o] = Σ_i x[t, i] · W[o, i] +
+/// bias[o]` with the activation rows quantized to 16 bits (two 8-bit
+/// planes per block of 32 split at `WIDE`). `x` is `[rows, w.cols()]`,
 /// `y` `[rows, w.rows()]`; parallel over row groups in `pool` unless the
 /// work is tiny. Each row's result is independent of the other rows and of
 /// the split over threads. Slice lengths are checked with `debug_assert!`.

@@ -289,8 +289,8 @@ pub(crate) fn group_dot<const SHIFT: u32>(
 
 /// Linear layer over a packed Q6_K matrix: `y[t, o] = Σ_i x[t, i] ·
 /// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
-/// 8-bit planes per block of 32 split at [`WIDE`]), or to 8 bits
-/// ([`BYTE`]) on [`QuantPath::Int8Packed`]. `x` is
+/// 8-bit planes per block of 32 split at `WIDE`), or to 8 bits
+/// (`BYTE`) on [`QuantPath::Int8Packed`]. `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
 /// `pool` unless the work is tiny. Each row's result is independent of the
 /// other rows and of the split over threads. Slice lengths are checked

@@ -274,7 +274,7 @@ fn values16_into<const SHIFT: u32>(hi: &[i8], lo: &[i8], out: &mut [i16]) {
 
 /// Linear layer over a packed Q8_0 matrix: `y[t, o] = Σ_i x[t, i] ·
 /// W[o, i] + bias[o]` with the activation rows quantized to 16 bits (two
-/// 8-bit planes per block of 32 split at [`NARROW`]), or to 8 bits on
+/// 8-bit planes per block of 32 split at `NARROW`), or to 8 bits on
 /// [`QuantPath::Int8Packed`]. `x` is
 /// `[rows, w.cols()]`, `y` `[rows, w.rows()]`; parallel over row groups in
 /// `pool` unless the work is tiny. Each row's result is independent of the

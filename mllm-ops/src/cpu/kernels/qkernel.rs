@@ -67,7 +67,7 @@ pub enum SimdLevel {
 }
 
 impl SimdLevel {
-    /// The name that [`SimdLevel::from_str`] reads and `Display` writes.
+    /// The name that `SimdLevel::from_str` reads and `Display` writes.
     pub fn name(self) -> &'static str {
         match self {
             SimdLevel::Scalar => "scalar",

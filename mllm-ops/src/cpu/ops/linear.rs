@@ -148,7 +148,7 @@ impl LinearOp {
     /// An unloaded linear op; quantized weights use
     /// [`QuantPath::Int16Activations`]: with AVX2, Q4_0, Q4_1, Q5_0, Q5_1,
     /// Q8_0, Q4_K, Q5_K and Q6_K weights are repacked at load (see
-    /// [`PackedQ4`], [`PackedQ5`], [`PackedQ8`], [`PackedQ4K`], [`PackedQ5K`],
+    /// [`PackedQ4`], [`PackedQ5`], [`PackedQ8`], [`PackedQ4K`], `PackedQ5K`,
     /// [`PackedQ6K`]) and every step
     /// multiplies them with 16-bit activations; other Q8_0 / Q4 weights use
     /// integer dot products with 16-bit activations, the other block types
