@@ -304,7 +304,12 @@ macro_rules! simd_group_products {
         /// # Safety
         /// The trait method's: the CPU has the features it names.
         #[cfg(target_arch = "x86_64")]
-        unsafe fn avx2<$($generics)*>(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads) {
+        unsafe fn avx2<$($generics)*>(
+            group: &[u8],
+            xs: &[$input],
+            out: &mut [[f32; GROUP_ROWS]],
+            reads: $crate::cpu::kernels::packed::WeightReads,
+        ) {
             // SAFETY: the caller guarantees the features (trait contract).
             unsafe { $crate::cpu::kernels::simd::$avx2::group_dot(group, xs, out, reads) }
         }
@@ -315,7 +320,8 @@ macro_rules! simd_group_products {
         unsafe fn avx_vnni<$($generics)*>(
             group: &[u8],
             xs: &[$input],
-            out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads
+            out: &mut [[f32; GROUP_ROWS]],
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) {
             // SAFETY: the caller guarantees the features (trait contract).
             unsafe { $crate::cpu::kernels::simd::$($avx_vnni)::+::group_dot(group, xs, out, reads) }
@@ -324,7 +330,12 @@ macro_rules! simd_group_products {
         /// # Safety
         /// The trait method's: the CPU has the features it names.
         #[cfg(target_arch = "x86_64")]
-        unsafe fn vnni<$($generics)*>(group: &[u8], xs: &[$input], out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads) {
+        unsafe fn vnni<$($generics)*>(
+            group: &[u8],
+            xs: &[$input],
+            out: &mut [[f32; GROUP_ROWS]],
+            reads: $crate::cpu::kernels::packed::WeightReads,
+        ) {
             // SAFETY: the caller guarantees the features (trait contract).
             unsafe { $crate::cpu::kernels::simd::$vnni::group_dot(group, xs, out, reads) }
         }
@@ -336,7 +347,8 @@ macro_rules! simd_group_products {
             a: &[u8],
             b: &[u8],
             xs: &[$input],
-            out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads
+            out: &mut [[f32; GROUP_ROWS]],
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) {
             // SAFETY: the caller guarantees the features (trait contract).
             unsafe { $crate::cpu::kernels::simd::$vnni::pair_dot(a, b, xs, out, reads) }

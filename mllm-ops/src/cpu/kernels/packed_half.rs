@@ -227,16 +227,18 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
     ) {
         // SAFETY: the caller guarantees the features (trait contract),
         // which include AVX2, FMA and F16C.
-        unsafe { simd::avx2_packed_half::pair_dot::<BF16>(a, b, xs, out, reads) }
+        unsafe { Self::avx2_pair(a, b, xs, out, reads) }
     }
 
+    /// The AVX2 kernel: the float layout takes no byte products.
+    ///
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
     unsafe fn vnni(group: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]], reads: WeightReads) {
         // SAFETY: the caller guarantees the features (trait contract),
         // which include AVX2, FMA and F16C.
-        unsafe { simd::avx2_packed_half::group_dot::<BF16>(group, xs, out, reads) }
+        unsafe { Self::avx2(group, xs, out, reads) }
     }
 
     /// # Safety

@@ -237,7 +237,8 @@ macro_rules! packed_group_dot {
         pub(crate) fn group_dot<$($generics)*>(
             group: &[u8],
             xs: &[$input],
-            out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads
+            out: &mut [[f32; GROUP_ROWS]],
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) {
             debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= xs.len());
             let mut store_all = |acc: &[__m256]| {

@@ -354,7 +354,8 @@ macro_rules! packed_pair_dot {
             a: &[u8],
             b: &[u8],
             xs: &[$input],
-            out: &mut [[f32; GROUP_ROWS]], reads: $crate::cpu::kernels::packed::WeightReads
+            out: &mut [[f32; GROUP_ROWS]],
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) {
             debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
             // The tile size is the annotated array length.
