@@ -124,6 +124,7 @@ impl Model {
             .map(Tokenizer::from_json)
             .transpose()?
             .map(Arc::new);
+        file.release_text_entries();
         Ok(Model {
             architecture,
             generation_config: meta.and_then(|m| m.generation_config.clone()),
