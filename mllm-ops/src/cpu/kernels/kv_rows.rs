@@ -367,8 +367,22 @@ fn grown(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
 }
 
 /// Encodes `src` (whole rows of a multiple-of-block length) as `kind` into
-/// `dst` (`kind.row_bytes(src.len())` bytes).
+/// `dst` (`kind.row_bytes(src.len())` bytes): f16 eight values at a time
+/// where the CPU converts them (AVX2 and F16C), the same bytes as
+/// [`encode_portable`].
 pub fn encode(kind: KvDtype, src: &[f32], dst: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if kind == KvDtype::F16 && super::simd::avx2_kv::available() {
+        // SAFETY: `available` checked AVX2, FMA and F16C.
+        unsafe { super::simd::avx2_kv::encode_f16(src, dst) };
+        return;
+    }
+    encode_portable(kind, src, dst);
+}
+
+/// The portable encoder of [`encode`] (ggml's reference quantization for
+/// the block types).
+pub(crate) fn encode_portable(kind: KvDtype, src: &[f32], dst: &mut [u8]) {
     match kind {
         KvDtype::F32 => {
             for (o, &x) in dst.chunks_exact_mut(4).zip(src) {
@@ -809,6 +823,55 @@ mod tests {
                     )
                 };
                 assert_eq!(bits(&got), bits(&want), "{kind} dim {dim} head {head}");
+            }
+        }
+    }
+
+    /// The f16 encoder writes the portable encoder's bytes: random values
+    /// of every magnitude, values that round to even or overflow to
+    /// infinity, subnormals, zeros and infinities, in lengths with and
+    /// without a tail of fewer than eight (NaN stays NaN).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_f16_encoder_equals_the_portable_one() {
+        if !crate::cpu::kernels::simd::avx2_kv::available() {
+            eprintln!("skipping: no AVX2/FMA/F16C");
+            return;
+        }
+        let mut x: Vec<f32> = Rng::new(23).vec(4096, 1.0);
+        for (i, v) in x.iter_mut().enumerate() {
+            *v *= 2f32.powi(i as i32 % 48 - 30);
+        }
+        let specials = [
+            0.0,
+            -0.0,
+            1.0 + 2f32.powi(-11),
+            1.0 + 3.0 * 2f32.powi(-11),
+            65504.0,
+            65519.0,
+            65520.0,
+            -1e9,
+            6e-8,
+            3e-8,
+            1e-5,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+        ];
+        x.extend_from_slice(&specials);
+        for len in [x.len(), 4096, 13, 8, 5] {
+            let src = &x[x.len() - len..];
+            let mut want = vec![0u8; 2 * len];
+            encode_portable(KvDtype::F16, src, &mut want);
+            let mut got = vec![0xAB; 2 * len];
+            encode(KvDtype::F16, src, &mut got);
+            for (i, (g, w)) in got.chunks(2).zip(want.chunks(2)).enumerate() {
+                let (g, w) = (f16_at(g, 0), f16_at(w, 0));
+                if src[i].is_nan() {
+                    assert!(g.is_nan() && w.is_nan(), "value {i} of {len}");
+                } else {
+                    assert_eq!(g.to_bits(), w.to_bits(), "value {i} of {len}: {}", src[i]);
+                }
             }
         }
     }

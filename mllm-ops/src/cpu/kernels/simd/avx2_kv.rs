@@ -1,15 +1,16 @@
 //! AVX2 (+ FMA, F16C) decoders of KV-cache rows (see `kv_rows`): eight values per
 //! instruction, the same operations as the portable decoder (an exact
 //! widening, then one multiply and for Q4_1 one separate add), so the
-//! same bits.
+//! same bits. And the f16 encoder of the rows a step writes, eight values
+//! per conversion with the portable encoder's rounding.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
 
 use mllm_core::KvDtype;
 
-use super::avx2::store;
-use crate::cpu::kernels::kv_rows::decode_portable;
+use super::avx2::{load, store};
+use crate::cpu::kernels::kv_rows::{decode_portable, encode_portable};
 use crate::quant::{f16_at, q4_1, q8_0};
 
 /// Whether this CPU has what [`decode`] needs.
@@ -99,6 +100,27 @@ fn f16_groups(src: &[u8], out: &mut [f32]) {
     for (o8, b) in out.chunks_exact_mut(8).zip(src.chunks_exact(16)) {
         store(o8, _mm256_cvtph_ps(load16(b)));
     }
+}
+
+/// Encodes `src` as f16 into `dst` (two bytes a value), eight values per
+/// conversion, rounding to nearest even as the portable encoder
+/// (`quant::to_f16`) does, so the same bytes; the last values of a
+/// length that is not a multiple of eight go through the portable
+/// encoder. A 16-sequence decode step of SmolLM2 spent 41 us per layer
+/// writing its rows one conversion call per value, three times what the
+/// f32 copy takes.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn encode_f16(src: &[f32], dst: &mut [u8]) {
+    let whole = src.len() / 8 * 8;
+    let (groups, tail) = dst.split_at_mut(2 * whole);
+    for (x, o) in src.chunks_exact(8).zip(groups.chunks_exact_mut(16)) {
+        let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(load(x));
+        let o = &mut o[..16];
+        // SAFETY: `o` holds 16 bytes (sliced above) and `storeu` has no
+        // alignment requirement.
+        unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), h) };
+    }
+    encode_portable(KvDtype::F16, &src[whole..], tail);
 }
 
 /// `kv_rows::hadamard32` on four registers of eight values: the same
