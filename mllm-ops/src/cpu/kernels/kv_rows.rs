@@ -368,8 +368,8 @@ fn grown(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
 
 /// Encodes `src` (whole rows of a multiple-of-block length) as `kind` into
 /// `dst` (`kind.row_bytes(src.len())` bytes): f16 eight values at a time
-/// where the CPU converts them (AVX2 and F16C), the same bytes as
-/// [`encode_portable`].
+/// where the CPU converts them (AVX2 and F16C), the same bytes as the
+/// portable encoder.
 pub fn encode(kind: KvDtype, src: &[f32], dst: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     if kind == KvDtype::F16 && super::simd::avx2_kv::available() {
