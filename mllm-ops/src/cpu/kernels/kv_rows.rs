@@ -367,14 +367,19 @@ fn grown(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
 }
 
 /// Encodes `src` (whole rows of a multiple-of-block length) as `kind` into
-/// `dst` (`kind.row_bytes(src.len())` bytes): f16 eight values at a time
-/// where the CPU converts them (AVX2 and F16C), the same bytes as the
+/// `dst` (`kind.row_bytes(src.len())` bytes): f16 and Q8_0 eight values
+/// at a time where the CPU can (AVX2 and F16C), the same bytes as the
 /// portable encoder.
 pub fn encode(kind: KvDtype, src: &[f32], dst: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
-    if kind == KvDtype::F16 && super::simd::avx2_kv::available() {
+    if matches!(kind, KvDtype::F16 | KvDtype::Q8_0) && super::simd::avx2_kv::available() {
         // SAFETY: `available` checked AVX2, FMA and F16C.
-        unsafe { super::simd::avx2_kv::encode_f16(src, dst) };
+        unsafe {
+            match kind {
+                KvDtype::F16 => super::simd::avx2_kv::encode_f16(src, dst),
+                _ => super::simd::avx2_kv::encode_q8_0(src, dst),
+            }
+        }
         return;
     }
     encode_portable(kind, src, dst);
@@ -873,6 +878,49 @@ mod tests {
                     assert_eq!(g.to_bits(), w.to_bits(), "value {i} of {len}: {}", src[i]);
                 }
             }
+        }
+    }
+
+    /// The Q8_0 encoder writes the portable quantizer's bytes: random
+    /// blocks of every magnitude, a block whose scale is exactly 1 with
+    /// values on and next to the halves (ties round away from zero), a
+    /// zero block, blocks with NaN and infinities, a block so small that
+    /// the reciprocal of its scale overflows.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_q8_0_encoder_equals_the_portable_one() {
+        if !crate::cpu::kernels::simd::avx2_kv::available() {
+            eprintln!("skipping: no AVX2/FMA/F16C");
+            return;
+        }
+        let mut x: Vec<f32> = Rng::new(29).vec(32 * 64, 1.0);
+        for (i, v) in x.iter_mut().enumerate() {
+            *v *= 2f32.powi((i / 32) as i32 % 40 - 20);
+        }
+        let mut ties = vec![127.0, 2.5, -2.5, 0.5, -0.5, 1.5, -1.5, 126.5, -126.5];
+        ties.extend([3.5f32, -3.5, 4.5].map(|t| t.next_down()));
+        ties.extend([3.5f32, -3.5, 4.5].map(|t| t.next_up()));
+        ties.resize(32, -0.0);
+        x.extend(ties);
+        x.extend([0.0f32; 32]);
+        let mut odd = vec![1.0f32; 32];
+        odd[3] = f32::NAN;
+        odd[7] = -3.0;
+        x.extend(&odd);
+        odd[9] = f32::INFINITY;
+        odd[10] = f32::NEG_INFINITY;
+        x.extend(&odd);
+        let mut tiny = vec![1e-40f32; 32];
+        tiny[1] = 0.0;
+        tiny[2] = -3e-41;
+        x.extend(tiny);
+        let blocks = x.len() / 32;
+        let mut want = vec![0u8; blocks * 34];
+        encode_portable(KvDtype::Q8_0, &x, &mut want);
+        let mut got = vec![0xAB; blocks * 34];
+        encode(KvDtype::Q8_0, &x, &mut got);
+        for (b, (g, w)) in got.chunks(34).zip(want.chunks(34)).enumerate() {
+            assert_eq!(g, w, "block {b}: {:?}", &x[32 * b..32 * b + 32]);
         }
     }
 

@@ -1,8 +1,9 @@
 //! AVX2 (+ FMA, F16C) decoders of KV-cache rows (see `kv_rows`): eight values per
 //! instruction, the same operations as the portable decoder (an exact
 //! widening, then one multiply and for Q4_1 one separate add), so the
-//! same bits. And the f16 encoder of the rows a step writes, eight values
-//! per conversion with the portable encoder's rounding.
+//! same bits. And the f16 and Q8_0 encoders of the rows a step writes,
+//! eight values at a time with the portable encoders' rounding, so the
+//! same bytes.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -11,7 +12,8 @@ use mllm_core::KvDtype;
 
 use super::avx2::{load, store};
 use crate::cpu::kernels::kv_rows::{decode_portable, encode_portable};
-use crate::quant::{f16_at, q4_1, q8_0};
+use crate::cpu::kernels::simd::inline_array;
+use crate::quant::{f16_at, q4_1, q8_0, to_f16};
 
 /// Whether this CPU has what [`decode`] needs.
 #[inline]
@@ -121,6 +123,71 @@ pub(crate) fn encode_f16(src: &[f32], dst: &mut [u8]) {
         unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), h) };
     }
     encode_portable(KvDtype::F16, &src[whole..], tail);
+}
+
+/// Encodes `src` (whole blocks of 32 values) as Q8_0 blocks into `dst`,
+/// with the portable quantizer's arithmetic (`q8_0::quantize_block`):
+/// the same largest magnitude, scale and reciprocal, each value times the
+/// reciprocal rounded half away from zero and clamped to ±127, a value
+/// that is not a number stored as 0. So the same bytes, eight values per
+/// instruction; a 16-sequence SmolLM2 decode step spent 59 ms per 64 steps
+/// writing its rows through the portable one, 2.2 times the f32 copy.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn encode_q8_0(src: &[f32], dst: &mut [u8]) {
+    let (blocks, _) = src.as_chunks::<{ q8_0::BLOCK_LEN }>();
+    let (outs, _) = dst.as_chunks_mut::<{ q8_0::BLOCK_BYTES }>();
+    let sign = _mm256_set1_ps(-0.0);
+    // Bytes `4 g..4 g + 4` of a packed block hold values from group
+    // `[0, 4, 1, 5, 2, 6, 3, 7][g]` (the packs interleave 128-bit lanes).
+    let in_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (x, o) in blocks.iter().zip(outs) {
+        let v: [__m256; 4] = inline_array::from_fn(|i| load(&x[8 * i..]));
+        let mut m = _mm256_setzero_ps();
+        for &vi in &v {
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, vi), m);
+        }
+        let mut lanes = [0.0f32; 8];
+        store(&mut lanes, m);
+        let amax = lanes.iter().fold(0.0f32, |a, &b| a.max(b));
+        let d = amax / 127.0;
+        let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+        o[..2].copy_from_slice(&to_f16(d).0);
+        let id = _mm256_set1_ps(id);
+        let q = v.map(|vi| _mm256_cvttps_epi32(rounded_q8(_mm256_mul_ps(vi, id))));
+        let words = _mm256_packs_epi32(q[0], q[1]);
+        let bytes = _mm256_packs_epi16(words, _mm256_packs_epi32(q[2], q[3]));
+        let bytes = _mm256_permutevar8x32_epi32(bytes, in_order);
+        let o = &mut o[2..34];
+        // SAFETY: `o` holds 32 bytes (sliced above) and `storeu` has no
+        // alignment requirement.
+        unsafe { _mm256_storeu_si256(o.as_mut_ptr().cast(), bytes) };
+    }
+}
+
+/// `y` rounded half away from zero (`f32::round`) and clamped to ±127,
+/// lanes that are not a number 0: the nearest-even rounding, except that
+/// a tie (a fraction of exactly one half, computed exactly) moves away
+/// from zero.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn rounded_q8(y: __m256) -> __m256 {
+    let sign = _mm256_set1_ps(-0.0);
+    let toward_zero = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(y);
+    let fraction = _mm256_andnot_ps(sign, _mm256_sub_ps(y, toward_zero));
+    let tie = _mm256_cmp_ps::<_CMP_EQ_OQ>(fraction, _mm256_set1_ps(0.5));
+    let away = _mm256_add_ps(
+        toward_zero,
+        _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_and_ps(sign, y)),
+    );
+    let even = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
+    let rounded = _mm256_blendv_ps(even, away, tie);
+    let not_a_number = _mm256_cmp_ps::<_CMP_UNORD_Q>(y, y);
+    let rounded = _mm256_andnot_ps(not_a_number, rounded);
+    let limit = _mm256_set1_ps(127.0);
+    _mm256_min_ps(
+        _mm256_max_ps(rounded, _mm256_sub_ps(_mm256_setzero_ps(), limit)),
+        limit,
+    )
 }
 
 /// `kv_rows::hadamard32` on four registers of eight values: the same

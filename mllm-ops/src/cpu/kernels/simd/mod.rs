@@ -7,8 +7,8 @@
 //!   (`dpbusd`); [`vnni_i8`]: Q8_0 rows with several 16-bit activation
 //!   rows at once (AVX-512 VNNI);
 //! * [`avx2_kv`]: decoders of f16, Q8_0 and Q4_1 KV-cache rows and the
-//!   f16 encoder of the rows a step writes (AVX2 + F16C, bit-exact with
-//!   the portable ones);
+//!   f16 and Q8_0 encoders of the rows a step writes (AVX2 + F16C,
+//!   bit-exact with the portable ones);
 //! * [`vmath`]: vectorized `exp` and SiLU for the softmax and activations;
 //! * [`avx2_packed`] and [`vnni_packed`]: Q4 weights repacked in groups of
 //!   eight rows times 16-bit activations, AVX2 and AVX-512 VNNI (bit-exact
