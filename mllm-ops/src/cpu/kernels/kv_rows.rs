@@ -791,13 +791,23 @@ mod tests {
         }
     }
 
+    /// Whether this CPU lacks what the SIMD encoders and decoders need
+    /// (said on stderr).
+    #[cfg(target_arch = "x86_64")]
+    fn lacks_simd_kv() -> bool {
+        let lacks = !crate::cpu::kernels::simd::avx2_kv::available();
+        if lacks {
+            eprintln!("skipping: no AVX2/FMA/F16C");
+        }
+        lacks
+    }
+
     /// The SIMD row decoder gives the portable decoder's bits for every
     /// head of a row, whole groups of eight values or not.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_head_decoder_equals_the_portable_one() {
-        if !crate::cpu::kernels::simd::avx2_kv::available() {
-            eprintln!("skipping: no AVX2/FMA/F16C");
+        if lacks_simd_kv() {
             return;
         }
         let f16_rows = |row_len: usize| {
@@ -839,8 +849,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_f16_encoder_equals_the_portable_one() {
-        if !crate::cpu::kernels::simd::avx2_kv::available() {
-            eprintln!("skipping: no AVX2/FMA/F16C");
+        if lacks_simd_kv() {
             return;
         }
         let mut x: Vec<f32> = Rng::new(23).vec(4096, 1.0);
@@ -889,8 +898,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_q8_0_encoder_equals_the_portable_one() {
-        if !crate::cpu::kernels::simd::avx2_kv::available() {
-            eprintln!("skipping: no AVX2/FMA/F16C");
+        if lacks_simd_kv() {
             return;
         }
         let mut x: Vec<f32> = Rng::new(29).vec(32 * 64, 1.0);
@@ -928,8 +936,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn simd_decoders_equal_the_portable_one() {
-        if !crate::cpu::kernels::simd::avx2_kv::available() {
-            eprintln!("skipping: no AVX2/FMA/F16C");
+        if lacks_simd_kv() {
             return;
         }
         for kind in [KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_1] {
