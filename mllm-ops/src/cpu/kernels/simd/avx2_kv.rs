@@ -183,11 +183,8 @@ fn rounded_q8(y: __m256) -> __m256 {
     let rounded = _mm256_blendv_ps(even, away, tie);
     let not_a_number = _mm256_cmp_ps::<_CMP_UNORD_Q>(y, y);
     let rounded = _mm256_andnot_ps(not_a_number, rounded);
-    let limit = _mm256_set1_ps(127.0);
-    _mm256_min_ps(
-        _mm256_max_ps(rounded, _mm256_sub_ps(_mm256_setzero_ps(), limit)),
-        limit,
-    )
+    let rounded = _mm256_max_ps(rounded, _mm256_set1_ps(-127.0));
+    _mm256_min_ps(rounded, _mm256_set1_ps(127.0))
 }
 
 /// `kv_rows::hadamard32` on four registers of eight values: the same
