@@ -372,15 +372,14 @@ fn grown(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
 /// portable encoder.
 pub fn encode(kind: KvDtype, src: &[f32], dst: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
-    if matches!(kind, KvDtype::F16 | KvDtype::Q8_0) && super::simd::avx2_kv::available() {
+    if super::simd::avx2_kv::available() {
+        use super::simd::avx2_kv::{encode_f16, encode_q8_0};
         // SAFETY: `available` checked AVX2, FMA and F16C.
-        unsafe {
-            match kind {
-                KvDtype::F16 => super::simd::avx2_kv::encode_f16(src, dst),
-                _ => super::simd::avx2_kv::encode_q8_0(src, dst),
-            }
+        match kind {
+            KvDtype::F16 => return unsafe { encode_f16(src, dst) },
+            KvDtype::Q8_0 => return unsafe { encode_q8_0(src, dst) },
+            KvDtype::F32 | KvDtype::Q4_1 => {}
         }
-        return;
     }
     encode_portable(kind, src, dst);
 }
