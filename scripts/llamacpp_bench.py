@@ -123,21 +123,20 @@ def batched_runner(llama_cpp, args, prompts, n_ctx_per_seq):
         if lib.llama_decode(ctx, batch) != 0:
             raise SystemExit("llama_decode failed")
 
-    def prefill(seq, tokens):
+    def prefill(seq, first, tokens):
+        """`tokens` into sequence `seq` from position `first`, n_batch at a
+        time."""
         for at in range(0, len(tokens), n_batch):
             chunk = tokens[at:at + n_batch]
-            decode([(seq, at + i, t) for i, t in enumerate(chunk)])
+            decode([(seq, first + at + i, t) for i, t in enumerate(chunk)])
 
     def run(n_prompt, n_gen):
         lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
         for seq in range(args.batch):
-            prefill(seq, [rng.randrange(vocab) for _ in range(args.n_depth)])
+            prefill(seq, 0, [rng.randrange(vocab) for _ in range(args.n_depth)])
         start = time.perf_counter_ns()
         if n_prompt:
-            tokens = [rng.randrange(vocab) for _ in range(n_prompt)]
-            for at in range(0, n_prompt, n_batch):
-                chunk = tokens[at:at + n_batch]
-                decode([(0, args.n_depth + at + i, t) for i, t in enumerate(chunk)])
+            prefill(0, args.n_depth, [rng.randrange(vocab) for _ in range(n_prompt)])
         else:
             for step in range(n_gen):
                 pos = args.n_depth + step
