@@ -169,8 +169,14 @@ def build_binaries():
 
 
 def run_json(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    """The JSON that `cmd` prints on stdout; its stderr (the default model's
+    fetch and conversion on a first run, errors) goes to ours."""
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError as e:
+        sys.exit(f"{pathlib.Path(cmd[0]).name} printed no JSON ({e}); "
+                 f"its output began: {out[:200]!r}")
 
 
 def main():
