@@ -6,18 +6,30 @@ use crate::ops::cpu::kernels::{QuantKernel, QuantPath, SimdLevel};
 /// The fastest level, the default cap.
 const NO_CAP: SimdLevel = SimdLevel::FASTEST_FIRST[0];
 
-/// The CPU's model name (`model name` in `/proc/cpuinfo`), or `None`
-/// where the system does not say.
+/// The CPU's model name (`model name` in `/proc/cpuinfo`) with its family
+/// and model numbers where the system gives them, e.g. `AMD EPYC (family
+/// 25, model 1)`: a virtual machine's name often leaves out which
+/// generation it is (Zen 3 and Zen 4 are both `AMD EPYC`). `None` where
+/// the system does not say.
 pub fn cpu_model() -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     model_name(&info)
 }
 
-/// The first `model name` value of a `/proc/cpuinfo` text.
+/// The first processor's `model name` of a `/proc/cpuinfo` text, followed
+/// by its `cpu family` and `model` when both are listed.
 fn model_name(cpuinfo: &str) -> Option<String> {
-    cpuinfo.lines().find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        (key.trim() == "model name").then(|| value.trim().to_string())
+    let first = cpuinfo.split("\n\n").next().unwrap_or_default();
+    let field = |name: &str| {
+        first.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key.trim() == name).then(|| value.trim().to_string())
+        })
+    };
+    let name = field("model name")?;
+    Some(match (field("cpu family"), field("model")) {
+        (Some(family), Some(model)) => format!("{name} (family {family}, model {model})"),
+        _ => name,
     })
 }
 
@@ -52,6 +64,21 @@ mod tests {
                     flags\t\t: fpu avx2\n\nprocessor\t: 1\nmodel name\t: other\n";
         assert_eq!(model_name(info).as_deref(), Some("AMD EPYC 9R14"));
         assert_eq!(model_name("processor\t: 0\nflags\t: fpu\n"), None);
+    }
+
+    #[test]
+    fn the_family_and_model_follow_the_name() {
+        let info = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n\
+                    model\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 1\n\n\
+                    processor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n";
+        assert_eq!(
+            model_name(info).as_deref(),
+            Some("AMD EPYC (family 25, model 1)")
+        );
+        // Without the model number the name stands alone.
+        let no_model = "processor\t: 0\ncpu family\t: 6\nmodel name\t: Xeon\n\n\
+                        processor\t: 1\nmodel\t\t: 143\n";
+        assert_eq!(model_name(no_model).as_deref(), Some("Xeon"));
     }
 
     #[test]
