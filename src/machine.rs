@@ -13,12 +13,12 @@ const NO_CAP: SimdLevel = SimdLevel::FASTEST_FIRST[0];
 /// the system does not say.
 pub fn cpu_model() -> Option<String> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    model_name(&info)
+    cpu_model_of(&info)
 }
 
 /// The first processor's `model name` of a `/proc/cpuinfo` text, followed
 /// by its `cpu family` and `model` when both are listed.
-fn model_name(cpuinfo: &str) -> Option<String> {
+fn cpu_model_of(cpuinfo: &str) -> Option<String> {
     let first = cpuinfo.split("\n\n").next().unwrap_or_default();
     let field = |name: &str| {
         first.lines().find_map(|line| {
@@ -62,8 +62,8 @@ mod tests {
     fn the_model_name_is_the_first_one_listed() {
         let info = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\n\
                     flags\t\t: fpu avx2\n\nprocessor\t: 1\nmodel name\t: other\n";
-        assert_eq!(model_name(info).as_deref(), Some("AMD EPYC 9R14"));
-        assert_eq!(model_name("processor\t: 0\nflags\t: fpu\n"), None);
+        assert_eq!(cpu_model_of(info).as_deref(), Some("AMD EPYC 9R14"));
+        assert_eq!(cpu_model_of("processor\t: 0\nflags\t: fpu\n"), None);
     }
 
     #[test]
@@ -72,13 +72,13 @@ mod tests {
                     model\t\t: 1\nmodel name\t: AMD EPYC\nstepping\t: 1\n\n\
                     processor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n";
         assert_eq!(
-            model_name(info).as_deref(),
+            cpu_model_of(info).as_deref(),
             Some("AMD EPYC (family 25, model 1)")
         );
         // Without the model number the name stands alone.
         let no_model = "processor\t: 0\ncpu family\t: 6\nmodel name\t: Xeon\n\n\
                         processor\t: 1\nmodel\t\t: 143\n";
-        assert_eq!(model_name(no_model).as_deref(), Some("Xeon"));
+        assert_eq!(cpu_model_of(no_model).as_deref(), Some("Xeon"));
     }
 
     #[test]
