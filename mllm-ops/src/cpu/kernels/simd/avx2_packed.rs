@@ -82,18 +82,57 @@ pub(crate) use scaled_block_tile;
 
 scaled_block_tile!("avx2,fma,f16c", PACKED_BLOCK_BYTES, block_sums);
 
-/// The activation planes of `T` rows split at `SHIFT`, block by block.
+/// The byte constants of the packed block sums, made once per tile.
+///
+/// A vector constant the compiler can see is reloaded from the binary's
+/// read-only data wherever registers run short, which in a tile's loop is
+/// a load from one fixed address per pass. When one of the loop's
+/// register spills lands on a stack slot whose address has the same low
+/// 12 bits (4 KiB aliasing), the core takes that load as depending on
+/// the spill's store, and the loop stalls on every pass: one thread's
+/// 16-bit Q4_1 prefill of a 1536 x 576 layer ran at 26-37 GMAC/s instead
+/// of 46-47 for 8 of 128 stack positions 32 bytes apart (a Zen 3; where
+/// a worker's stack sits depends on its callers' frames). Hidden from the
+/// optimizer with `black_box`, the constants live in registers or in
+/// slots of the kernel's own frame, which alias nothing else in it.
+#[derive(Clone, Copy)]
+pub(crate) struct ByteConsts {
+    /// `0x0F` in every byte: the low nibble.
+    pub low4: __m256i,
+    /// `0x10` in every byte: Q5's fifth bit.
+    pub bit4: __m256i,
+    /// `1` in every 16-bit lane: `madd` with it widens pair sums.
+    pub ones: __m256i,
+}
+
+impl ByteConsts {
+    /// The constants, opaque to the optimizer.
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn new() -> Self {
+        std::hint::black_box(ByteConsts {
+            low4: _mm256_set1_epi8(0x0F),
+            bit4: _mm256_set1_epi8(0x10),
+            ones: _mm256_set1_epi16(1),
+        })
+    }
+}
+
+/// The activation planes of `T` rows split at `SHIFT`, block by block,
+/// with the tile's [`ByteConsts`].
 pub(crate) struct RowPlanes<'a, const T: usize, const SHIFT: u32> {
     his: [&'a [[i8; BLOCK]]; T],
     los: [&'a [[i8; BLOCK]]; T],
+    consts: ByteConsts,
 }
 
 impl<'a, const T: usize, const SHIFT: u32> RowPlanes<'a, T, SHIFT> {
     /// The first `nb` blocks of the rows `xs`.
+    #[target_feature(enable = "avx2")]
     pub(crate) fn new(xs: [Q16Row<'a, SHIFT>; T], nb: usize) -> Self {
         RowPlanes {
             his: xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]),
             los: xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]),
+            consts: ByteConsts::new(),
         }
     }
 
@@ -103,6 +142,7 @@ impl<'a, const T: usize, const SHIFT: u32> RowPlanes<'a, T, SHIFT> {
         BlockPlanes {
             his: self.his.map(|h| &h[i]),
             los: self.los.map(|l| &l[i]),
+            consts: self.consts,
         }
     }
 }
@@ -116,6 +156,8 @@ pub(crate) struct BlockPlanes<'a, const T: usize, const SHIFT: u32> {
     pub his: [&'a [i8; BLOCK]; T],
     /// The low planes (all zero for [`BYTE`] rows).
     pub los: [&'a [i8; BLOCK]; T],
+    /// The tile's constants.
+    pub consts: ByteConsts,
 }
 
 impl<'a, const T: usize, const SHIFT: u32> BlockPlanes<'a, T, SHIFT> {
@@ -143,11 +185,11 @@ macro_rules! nibble_block_sums {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_i8::load32;
             use $crate::cpu::kernels::simd::avx2_packed::{split_nibbles, word, BlockPlanes};
-            let ones = _mm256_set1_epi16(1);
+            let ones = x.consts.ones;
             let mut sum_hi = [_mm256_setzero_si256(); T];
             let mut sum_lo = [_mm256_setzero_si256(); T];
             for j in 0..4 {
-                let (w_lo, w_hi) = split_nibbles(load32(&nibbles[32 * j..]));
+                let (w_lo, w_hi) = split_nibbles(load32(&nibbles[32 * j..]), x.consts.low4);
                 let plane = |x: &[i8; BLOCK]| {
                     _mm256_add_epi16(
                         _mm256_maddubs_epi16(w_lo, word(x, 4 * j)),
@@ -173,13 +215,12 @@ pub(crate) use nibble_block_sums;
 
 nibble_block_sums!();
 
-/// The low and the high nibbles of the 32 bytes `v` as bytes: in the
-/// packed chunk layout, four columns of the eight rows and the four
-/// columns 16 further on.
+/// The low and the high nibbles of the 32 bytes `v` as bytes (`low4`
+/// is [`ByteConsts::low4`]): in the packed chunk layout, four columns of
+/// the eight rows and the four columns 16 further on.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn split_nibbles(v: __m256i) -> (__m256i, __m256i) {
-    let nibble = _mm256_set1_epi8(0x0F);
+pub(crate) fn split_nibbles(v: __m256i, nibble: __m256i) -> (__m256i, __m256i) {
     (
         _mm256_and_si256(v, nibble),
         _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble),

@@ -122,8 +122,8 @@ fn pair_block_sums<const T: usize, const SHIFT: u32>(
     // four chunks and unpacking all of them up front (which spills).
     for j in 0..std::hint::black_box(4) {
         let w = [
-            split_nibbles(load32(&a[32 * j..])),
-            split_nibbles(load32(&b[32 * j..])),
+            split_nibbles(load32(&a[32 * j..]), x.consts.low4),
+            split_nibbles(load32(&b[32 * j..]), x.consts.low4),
         ];
         for t in 0..T {
             add_plane(&mut sum_hi, t, w, x.his[t], j);
@@ -132,7 +132,7 @@ fn pair_block_sums<const T: usize, const SHIFT: u32>(
             }
         }
     }
-    let ones = _mm256_set1_epi16(1);
+    let ones = x.consts.ones;
     let widen = |s: __m256i| _mm256_madd_epi16(s, ones);
     std::array::from_fn(|g| {
         let (hi, lo) = (&sum_hi[g], &sum_lo[g]);

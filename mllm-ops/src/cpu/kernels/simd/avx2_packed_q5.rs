@@ -11,18 +11,19 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
+use super::avx2_packed::ByteConsts;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q5::{Q5_PACKED_BLOCK_BYTES, TOP_IN_BITS};
 use crate::cpu::kernels::qact::Q16Row;
 
 /// The four chunks' five-bit values of a packed block from its bits (the
 /// nibbles, then the fifth bits): `[low, high]` halves (columns
-/// `4c..4c + 4` and `16 + 4c..16 + 4c + 4`) of chunk `c`.
+/// `4c..4c + 4` and `16 + 4c..16 + 4c + 4`) of chunk `c`, with the
+/// tile's masks `consts`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn values(bits: &[u8]) -> [[__m256i; 2]; 4] {
-    let low4 = _mm256_set1_epi8(0x0F);
-    let bit4 = _mm256_set1_epi8(0x10);
+pub(crate) fn values(bits: &[u8], consts: ByteConsts) -> [[__m256i; 2]; 4] {
+    let ByteConsts { low4, bit4, .. } = consts;
     let mut top = load32(&bits[TOP_IN_BITS..]);
     std::array::from_fn(|c| {
         let v = load32(&bits[32 * c..]);
@@ -58,8 +59,8 @@ macro_rules! five_bit_block_sums {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
             use $crate::cpu::kernels::simd::avx2_packed_q5::values;
-            let ones = _mm256_set1_epi16(1);
-            let w = values(bits);
+            let ones = x.consts.ones;
+            let w = values(bits, x.consts);
             let mut sum_hi = [_mm256_setzero_si256(); T];
             let mut sum_lo = [_mm256_setzero_si256(); T];
             $crate::cpu::kernels::simd::per_row!(T, |t| {

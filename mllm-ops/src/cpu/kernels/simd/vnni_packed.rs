@@ -50,7 +50,7 @@ macro_rules! nibble_block_sums {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_i8::load32;
             use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
-            let nibble = _mm256_set1_epi8(0x0F);
+            let nibble = x.consts.low4;
             let mut sum_hi = [_mm256_setzero_si256(); T];
             let mut sum_lo = [_mm256_setzero_si256(); T];
             for j in 0..4 {

@@ -42,7 +42,7 @@ macro_rules! five_bit_block_sums {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
             use $crate::cpu::kernels::simd::avx2_packed_q5::values;
-            let w = values(bits);
+            let w = values(bits, x.consts);
             let mut sum_hi = [_mm256_setzero_si256(); T];
             let mut sum_lo = [_mm256_setzero_si256(); T];
             let plane = |x: &[i8; BLOCK], sum: __m256i| {
