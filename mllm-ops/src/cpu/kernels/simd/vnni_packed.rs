@@ -49,14 +49,11 @@ macro_rules! nibble_block_sums {
         ) -> ([__m256i; T], [__m256i; T]) {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_i8::load32;
-            use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
-            let nibble = x.consts.low4;
+            use $crate::cpu::kernels::simd::avx2_packed::{split_nibbles, word, BlockPlanes};
             let mut sum_hi = [_mm256_setzero_si256(); T];
             let mut sum_lo = [_mm256_setzero_si256(); T];
             for j in 0..4 {
-                let v = load32(&nibbles[32 * j..]);
-                let w_lo = _mm256_and_si256(v, nibble);
-                let w_hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), nibble);
+                let (w_lo, w_hi) = split_nibbles(load32(&nibbles[32 * j..]), x.consts.low4);
                 let plane = |sum: __m256i, x: &[i8; BLOCK]| {
                     let sum = $dpbusd(sum, w_lo, word(x, 4 * j));
                     $dpbusd(sum, w_hi, word(x, 16 + 4 * j))
