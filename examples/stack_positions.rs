@@ -1,0 +1,314 @@
+//! Times one packed prefill kernel from many positions of the worker's
+//! stack, to find the positions where it runs slower than elsewhere.
+//!
+//! ```text
+//! cargo run --release --example stack_positions -- --kernel q4_1 --rows 16 --passes 3
+//! ```
+//!
+//! A kernel short of registers spills to its stack frame and may reload
+//! vector constants from the binary's read-only data inside its loop; when
+//! a spill slot has the same low 12 address bits as such a constant (4 KiB
+//! aliasing), each reload waits on the spill's store, and the kernel runs
+//! up to twice as slow for some positions of the caller's stack and not
+//! for others (BENCHMARKS.md, "kernel speed that depended on where the
+//! worker's stack sits"). This runs one 1536 x 576 layer over 128 rows (the
+//! benches' `packed_prefill` case) on one thread, called from frames that
+//! shift the stack by steps of 16 bytes over 4 KiB, every position once a
+//! round so that the host's slow phases hit them all alike, and keeps each
+//! position's best time. It does that `--passes` times and names the
+//! positions that are slow in every pass: a slow phase of the host moves
+//! between passes, an aliasing window does not.
+
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, ValueEnum};
+use mllm::core::DType;
+use mllm::machine;
+use mllm::ops::cpu::kernels::matmul::HalfBits;
+use mllm::ops::cpu::kernels::{
+    packed_half_linear, packed_linear, packed_q5_linear, packed_q6k_linear, packed_q8_linear,
+    ActivationScratch, PackedHalf, PackedQ4, PackedQ5, PackedQ6K, PackedQ8, QuantKernel,
+    QuantMatrix, QuantPath, SimdLevel,
+};
+use mllm::ops::quant::{quantize, QuantType};
+
+/// Stack positions swept: 16-byte steps over 4 KiB.
+const POSITIONS: usize = 256;
+/// Bytes each extra frame of [`descend`] adds to the stack, at least (the
+/// compiler rounds a frame up; what matters is that the steps cover 4 KiB).
+const FRAME_PAD: usize = 64;
+/// Layer shape and rows: SmolLM2's FFN up projection, a 128-token prefill.
+const OUT_F: usize = 1536;
+const IN_F: usize = 576;
+const ROWS: usize = 128;
+
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Kernel {
+    #[value(name = "q4_1")]
+    Q4_1,
+    #[value(name = "q5_0")]
+    Q5_0,
+    #[value(name = "q6_k")]
+    Q6K,
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "f16")]
+    F16,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Time a packed kernel from many stack positions")]
+struct Args {
+    /// The packed weight type whose prefill kernel runs.
+    #[arg(long, value_enum, default_value_t = Kernel::Q4_1)]
+    kernel: Kernel,
+    /// Width of the activation rows: 16 or 8 bits (f16 takes 16 only).
+    #[arg(long, default_value_t = 16)]
+    rows: u32,
+    /// Kernel level (default: the fastest this CPU has).
+    #[arg(long)]
+    level: Option<String>,
+    /// Rounds over all positions per pass.
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
+    /// Calls per position and round (each position keeps its best).
+    #[arg(long, default_value_t = 3)]
+    calls: usize,
+    /// Passes; a position is named slow only if it is slow in all of them.
+    #[arg(long, default_value_t = 3)]
+    passes: usize,
+    /// A position is slow under this share of the pass's median speed.
+    #[arg(long, default_value_t = 0.8)]
+    slow_share: f64,
+}
+
+/// One layer's weights of every kernel and its input and output rows.
+struct Case {
+    q4: PackedQ4,
+    q5: PackedQ5,
+    q6: PackedQ6K,
+    q8: PackedQ8,
+    f16: PackedHalf,
+    x: Vec<f32>,
+    x_down: Vec<f32>,
+    y: Vec<f32>,
+}
+
+/// Seeded values in [-1, 1) (xorshift).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn matrix(
+    quant: QuantType,
+    dtype: DType,
+    out_f: usize,
+    in_f: usize,
+) -> mllm::core::Result<Vec<u8>> {
+    let w = quantize(dtype, &values(out_f * in_f, 1))?;
+    QuantMatrix::new(quant, &w, out_f, in_f)?;
+    Ok(w)
+}
+
+impl Case {
+    fn new() -> mllm::core::Result<Case> {
+        let w4 = matrix(QuantType::Q4_1, DType::Q4_1, OUT_F, IN_F)?;
+        let w5 = matrix(QuantType::Q5_0, DType::Q5_0, OUT_F, IN_F)?;
+        let w8 = matrix(QuantType::Q8_0, DType::Q8_0, OUT_F, IN_F)?;
+        // Q6_K takes the down projection: rows of 1536, whole 256-blocks.
+        let w6 = matrix(QuantType::Q6K, DType::Q6K, IN_F, OUT_F)?;
+        let bits: Vec<u16> = values(OUT_F * IN_F, 3)
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_bits())
+            .collect();
+        Ok(Case {
+            q4: PackedQ4::pack(&QuantMatrix::new(QuantType::Q4_1, &w4, OUT_F, IN_F)?)?,
+            q5: PackedQ5::pack(&QuantMatrix::new(QuantType::Q5_0, &w5, OUT_F, IN_F)?)?,
+            q6: PackedQ6K::pack(&QuantMatrix::new(QuantType::Q6K, &w6, IN_F, OUT_F)?)?,
+            q8: PackedQ8::pack(&QuantMatrix::new(QuantType::Q8_0, &w8, OUT_F, IN_F)?)?,
+            f16: PackedHalf::pack(&bits, HalfBits::F16, OUT_F, IN_F)?,
+            x: values(ROWS * IN_F, 2),
+            x_down: values(ROWS * OUT_F, 7),
+            y: vec![0.0; ROWS * OUT_F],
+        })
+    }
+
+    /// One call of `kernel` over the case's rows.
+    fn run(
+        &mut self,
+        kernel: Kernel,
+        k: QuantKernel,
+        pool: &rayon::ThreadPool,
+        s: &ActivationScratch,
+    ) {
+        let y = &mut self.y;
+        match kernel {
+            Kernel::Q4_1 => packed_linear(k, &self.x, ROWS, &self.q4, None, y, pool, s),
+            Kernel::Q5_0 => packed_q5_linear(k, &self.x, ROWS, &self.q5, None, y, pool, s),
+            Kernel::Q8_0 => packed_q8_linear(k, &self.x, ROWS, &self.q8, None, y, pool, s),
+            Kernel::Q6K => {
+                let y = &mut y[..ROWS * IN_F];
+                packed_q6k_linear(k, &self.x_down, ROWS, &self.q6, None, y, pool, s)
+            }
+            Kernel::F16 => packed_half_linear(k, &self.x, ROWS, &self.f16, None, y, pool),
+        }
+    }
+}
+
+/// Runs `f` from `depth` frames of at least [`FRAME_PAD`] bytes below here.
+#[inline(never)]
+fn descend(depth: usize, f: &mut dyn FnMut()) {
+    let pad = [depth as u8; FRAME_PAD];
+    black_box(&pad);
+    if depth == 0 {
+        f()
+    } else {
+        descend(depth - 1, f)
+    }
+    black_box(&pad);
+}
+
+/// Runs `f` from a frame of `N` bytes, then [`descend`]s `depth` frames.
+#[inline(never)]
+fn offset<const N: usize>(depth: usize, f: &mut dyn FnMut()) {
+    let pad = [1u8; N];
+    black_box(&pad);
+    descend(depth, f);
+    black_box(&pad);
+}
+
+/// Runs `f` from stack position `pos`: 16-byte offsets within each frame
+/// step of [`descend`].
+fn at_position(pos: usize, f: &mut dyn FnMut()) {
+    let depth = pos / 4;
+    match pos % 4 {
+        0 => offset::<0>(depth, f),
+        1 => offset::<16>(depth, f),
+        2 => offset::<32>(depth, f),
+        _ => offset::<48>(depth, f),
+    }
+}
+
+/// The median of `v`.
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let path = match (args.rows, args.kernel) {
+        (16, _) => QuantPath::Int16Activations,
+        (8, Kernel::F16) => {
+            eprintln!("error: the f16 kernel takes 16-bit rows only");
+            return ExitCode::FAILURE;
+        }
+        (8, _) => QuantPath::Int8Packed,
+        (bits, _) => {
+            eprintln!("error: --rows must be 16 or 8, not {bits}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let kernel = match &args.level {
+        None => QuantKernel::new(path),
+        Some(name) => match name.parse::<SimdLevel>() {
+            Ok(level) => match QuantKernel::with_level(path, level) {
+                Some(k) => k,
+                None => {
+                    eprintln!("error: this CPU does not run the {name} level");
+                    return ExitCode::FAILURE;
+                }
+            },
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let mut case = match Case::new() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a one-thread pool");
+    let scratch = ActivationScratch::default();
+    let macs = (ROWS * OUT_F * IN_F) as f64;
+    println!("{}", machine::describe(path, kernel.level().into()));
+    println!(
+        "kernel {:?}, {}-bit rows, level {:?}: best GMAC/s per stack position",
+        args.kernel,
+        args.rows,
+        kernel.level()
+    );
+    let mut slow_passes = vec![0usize; POSITIONS];
+    pool.install(|| {
+        for _ in 0..3 {
+            case.run(args.kernel, kernel, &pool, &scratch);
+        }
+        for pass in 0..args.passes.max(1) {
+            let mut best = vec![f64::MAX; POSITIONS];
+            for _ in 0..args.rounds.max(1) {
+                for (pos, best) in best.iter_mut().enumerate() {
+                    at_position(pos, &mut || {
+                        for _ in 0..args.calls.max(1) {
+                            let start = Instant::now();
+                            case.run(args.kernel, kernel, &pool, &scratch);
+                            *best = best.min(start.elapsed().as_secs_f64());
+                        }
+                    });
+                }
+            }
+            let rates: Vec<f64> = best.iter().map(|s| macs / s / 1e9).collect();
+            let mid = median(&rates);
+            let (lo, hi) = rates
+                .iter()
+                .fold((f64::MAX, 0.0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+            let slow: Vec<usize> = (0..POSITIONS)
+                .filter(|&p| rates[p] < args.slow_share * mid)
+                .collect();
+            for &p in &slow {
+                slow_passes[p] += 1;
+            }
+            println!(
+                "pass {}: min {lo:.1}, median {mid:.1}, max {hi:.1}; {} positions under {:.0} % of the median",
+                pass + 1,
+                slow.len(),
+                100.0 * args.slow_share
+            );
+        }
+    });
+    let passes = args.passes.max(1);
+    let slow_in = |least: usize| -> Vec<String> {
+        (0..POSITIONS)
+            .filter(|&p| slow_passes[p] >= least)
+            .map(|p| format!("{p} ({}/{passes})", slow_passes[p]))
+            .collect()
+    };
+    let always = slow_in(passes);
+    if always.is_empty() {
+        println!("no position is slow in every pass");
+    } else {
+        println!("slow in every pass: positions {}", always.join(" "));
+    }
+    if passes > 2 {
+        let most = slow_in(passes / 2 + 1);
+        println!("slow in most passes: {}", most.join(" "));
+    }
+    ExitCode::SUCCESS
+}
