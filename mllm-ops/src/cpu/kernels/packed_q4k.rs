@@ -154,10 +154,11 @@ impl<B: SubBlockBits> PackedKQuant<B> {
         Self::pack_with(std::slice::from_ref(w), None, &|_| {})
     }
 
-    /// [`Self::pack`] of `parts`, matrices of one type and width stacked
-    /// into one (see `packed::SourceRows`), into a buffer from `arena` (a
-    /// buffer of its own without one), calling `copied` with each range of
-    /// stacked rows once it is packed (see `packed::pack_blocks`).
+    /// Repacks `parts`, matrices of `B`'s block type and one width stacked
+    /// into one (see `packed::SourceRows`; fails as `pack` does for one
+    /// matrix), into a buffer from `arena` (a buffer of its own without
+    /// one), calling `copied` with each range of stacked rows once it is
+    /// packed (see `packed::pack_blocks`).
     pub(crate) fn pack_with(
         parts: &[QuantMatrix<'_>],
         arena: Option<&WeightArena>,
