@@ -13,11 +13,11 @@
 //! for others (BENCHMARKS.md, "kernel speed that depended on where the
 //! worker's stack sits"). This runs one 1536 x 576 layer over 128 rows (the
 //! benches' `packed_prefill` case) on one thread, called from frames that
-//! shift the stack by steps of 16 bytes over 4 KiB, every position once a
-//! round so that the host's slow phases hit them all alike, and keeps each
-//! position's best time. It does that `--passes` times and names the
-//! positions that are slow in every pass: a slow phase of the host moves
-//! between passes, an aliasing window does not.
+//! shift the stack by steps of 16 bytes over 4 KiB, every position a few
+//! calls a round so that the host's slow phases hit them all alike, and
+//! keeps each position's best time. It does that `--passes` times and
+//! names the positions that are slow in every pass: a slow phase of the
+//! host moves between passes, an aliasing window does not.
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -107,24 +107,18 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn matrix(
-    quant: QuantType,
-    dtype: DType,
-    out_f: usize,
-    in_f: usize,
-) -> mllm::core::Result<Vec<u8>> {
-    let w = quantize(dtype, &values(out_f * in_f, 1))?;
-    QuantMatrix::new(quant, &w, out_f, in_f)?;
-    Ok(w)
+/// `[out_f, in_f]` seeded weights quantized to `dtype`.
+fn quantized(dtype: DType, out_f: usize, in_f: usize) -> mllm::core::Result<Vec<u8>> {
+    quantize(dtype, &values(out_f * in_f, 1))
 }
 
 impl Case {
     fn new() -> mllm::core::Result<Case> {
-        let w4 = matrix(QuantType::Q4_1, DType::Q4_1, OUT_F, IN_F)?;
-        let w5 = matrix(QuantType::Q5_0, DType::Q5_0, OUT_F, IN_F)?;
-        let w8 = matrix(QuantType::Q8_0, DType::Q8_0, OUT_F, IN_F)?;
+        let w4 = quantized(DType::Q4_1, OUT_F, IN_F)?;
+        let w5 = quantized(DType::Q5_0, OUT_F, IN_F)?;
+        let w8 = quantized(DType::Q8_0, OUT_F, IN_F)?;
         // Q6_K takes the down projection: rows of 1536, whole 256-blocks.
-        let w6 = matrix(QuantType::Q6K, DType::Q6K, IN_F, OUT_F)?;
+        let w6 = quantized(DType::Q6K, IN_F, OUT_F)?;
         let bits: Vec<u16> = values(OUT_F * IN_F, 3)
             .iter()
             .map(|&v| half::f16::from_f32(v).to_bits())
