@@ -24,7 +24,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
-use mllm::core::DType;
+use mllm::cli;
+use mllm::core::{DType, Error, Result};
 use mllm::machine;
 use mllm::ops::cpu::kernels::matmul::HalfBits;
 use mllm::ops::cpu::kernels::{
@@ -67,9 +68,10 @@ struct Args {
     /// Width of the activation rows: 16 or 8 bits (f16 takes 16 only).
     #[arg(long, default_value_t = 16)]
     rows: u32,
-    /// Kernel level (default: the fastest this CPU has).
-    #[arg(long)]
-    level: Option<String>,
+    /// Kernel level: avx512, avxvnni, avx2, neon or scalar (default: the
+    /// fastest this CPU has).
+    #[arg(long, value_name = "LEVEL")]
+    level: Option<SimdLevel>,
     /// Rounds over all positions per pass.
     #[arg(long, default_value_t = 4)]
     rounds: usize,
@@ -108,12 +110,12 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 }
 
 /// `[out_f, in_f]` seeded weights quantized to `dtype`.
-fn quantized(dtype: DType, out_f: usize, in_f: usize) -> mllm::core::Result<Vec<u8>> {
+fn quantized(dtype: DType, out_f: usize, in_f: usize) -> Result<Vec<u8>> {
     quantize(dtype, &values(out_f * in_f, 1))
 }
 
 impl Case {
-    fn new() -> mllm::core::Result<Case> {
+    fn new() -> Result<Case> {
         let w4 = quantized(DType::Q4_1, OUT_F, IN_F)?;
         let w5 = quantized(DType::Q5_0, OUT_F, IN_F)?;
         let w8 = quantized(DType::Q8_0, OUT_F, IN_F)?;
@@ -199,42 +201,36 @@ fn median(v: &[f64]) -> f64 {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    cli::exit_code(run(Args::parse()))
+}
+
+fn run(args: Args) -> Result<()> {
+    if args.rounds == 0 || args.calls == 0 || args.passes == 0 {
+        return Err(Error::InvalidInput(
+            "--rounds, --calls and --passes must be at least 1".into(),
+        ));
+    }
     let path = match (args.rows, args.kernel) {
         (16, _) => QuantPath::Int16Activations,
         (8, Kernel::F16) => {
-            eprintln!("error: the f16 kernel takes 16-bit rows only");
-            return ExitCode::FAILURE;
+            return Err(Error::InvalidInput(
+                "the f16 kernel takes 16-bit rows only".into(),
+            ))
         }
         (8, _) => QuantPath::Int8Packed,
         (bits, _) => {
-            eprintln!("error: --rows must be 16 or 8, not {bits}");
-            return ExitCode::FAILURE;
+            return Err(Error::InvalidInput(format!(
+                "--rows must be 16 or 8, not {bits}"
+            )))
         }
     };
-    let kernel = match &args.level {
+    let kernel = match args.level {
         None => QuantKernel::new(path),
-        Some(name) => match name.parse::<SimdLevel>() {
-            Ok(level) => match QuantKernel::with_level(path, level) {
-                Some(k) => k,
-                None => {
-                    eprintln!("error: this CPU does not run the {name} level");
-                    return ExitCode::FAILURE;
-                }
-            },
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
+        Some(level) => QuantKernel::with_level(path, level).ok_or_else(|| {
+            Error::InvalidInput(format!("this CPU does not run the {level} level"))
+        })?,
     };
-    let mut case = match Case::new() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let mut case = Case::new()?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()
@@ -253,12 +249,12 @@ fn main() -> ExitCode {
         for _ in 0..3 {
             case.run(args.kernel, kernel, &pool, &scratch);
         }
-        for pass in 0..args.passes.max(1) {
+        for pass in 0..args.passes {
             let mut best = vec![f64::MAX; POSITIONS];
-            for _ in 0..args.rounds.max(1) {
+            for _ in 0..args.rounds {
                 for (pos, best) in best.iter_mut().enumerate() {
                     at_position(pos, &mut || {
-                        for _ in 0..args.calls.max(1) {
+                        for _ in 0..args.calls {
                             let start = Instant::now();
                             case.run(args.kernel, kernel, &pool, &scratch);
                             *best = best.min(start.elapsed().as_secs_f64());
@@ -285,7 +281,7 @@ fn main() -> ExitCode {
             );
         }
     });
-    let passes = args.passes.max(1);
+    let passes = args.passes;
     let slow_in = |least: usize| -> Vec<String> {
         (0..POSITIONS)
             .filter(|&p| slow_passes[p] >= least)
@@ -302,5 +298,5 @@ fn main() -> ExitCode {
         let most = slow_in(passes / 2 + 1);
         println!("slow in most passes: {}", most.join(" "));
     }
-    ExitCode::SUCCESS
+    Ok(())
 }
