@@ -38,7 +38,8 @@ need() { # need COMMAND-OR-FILE PACKAGE
         missing=1
     fi
 }
-need bochs "bochs bochsbios vgabios"
+need bochs "bochs bochs-term bochsbios vgabios"
+need /usr/lib/x86_64-linux-gnu/bochs/plugins/libbx_term_gui.so bochs-term
 need /usr/share/bochs/BIOS-bochs-latest bochsbios
 need /usr/share/bochs/VGABIOS-lgpl-latest vgabios
 need genisoimage genisoimage
