@@ -106,7 +106,8 @@ done
 if [ "$#" -eq 0 ]; then
     set -- simd level vnni avx512 stacks_of_one_type
 fi
-printf '%q ' "$@" > "$guest/filters"
+# Quoted here, so that the guest's shell reads them as given.
+filters=$(printf '%q ' "$@")
 cat > "$guest/init" <<EOF
 #!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
@@ -120,7 +121,7 @@ echo
 cd /tmp
 for t in ${names[*]}; do
     echo "=== \$t"
-    eval "TMPDIR=/tmp /bin/\$t --test-threads=1 --nocapture \$(/bin/busybox cat /filters)" 2>&1
+    TMPDIR=/tmp /bin/\$t --test-threads=1 --nocapture $filters 2>&1
     echo "=== \$t rc=\$?"
 done
 echo "=== guest done"
