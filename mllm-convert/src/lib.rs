@@ -1,13 +1,13 @@
 //! mllm-convert: turns Hugging Face safetensors models into `.mllm` files,
 //! quantizes them, and describes `.mllm` files.
 //!
-//! - [`convert`] and [`convert_with_policy`]: a model directory,
+//! - [`convert()`] and [`convert_with_policy`]: a model directory,
 //!   `.safetensors` file or shard index in, one `.mllm` file out (f32, f16,
 //!   bf16 or block-quantized storage per the [`policy`]: rank < 2 tensors
 //!   stay F32); or a GGUF file in ([`gguf`]), its tensors kept as stored.
 //! - [`quantize_file`]: an existing `.mllm` file requantized under a policy.
-//! - [`inspect`]: a human-readable listing of a `.mllm` file.
-//! - [`discover`] and [`ModelInfo`]: finding and reading a model's files.
+//! - [`inspect()`]: a human-readable listing of a `.mllm` file.
+//! - [`discover()`] and [`ModelInfo`]: finding and reading a model's files.
 //!
 //! ```no_run
 //! use std::path::Path;

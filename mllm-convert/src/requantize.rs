@@ -17,7 +17,7 @@ use crate::write::{in_tensor, write_file, Header};
 /// chat template are carried over unchanged. Each tensor (f32, f16, bf16
 /// or a block-quantized type the CPU reads) whose storage type changes is decoded to
 /// f32 and re-encoded; one already in its storage type is copied as is.
-/// Tensors are written sorted by name like [`convert`](crate::convert), so
+/// Tensors are written sorted by name like [`convert`](crate::convert()), so
 /// requantizing an f32 file gives the file a direct conversion with the
 /// same policy gives. The output is written atomically, so it may replace
 /// the input.

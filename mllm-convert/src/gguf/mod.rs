@@ -2,7 +2,7 @@
 //!
 //! - [`GgufFile`]: a memory-mapped, fully checked GGUF v2/v3 header with
 //!   typed metadata ([`GgufValue`]) and tensors ([`GgufFile::tensor`]).
-//! - [`import_gguf`]: the conversion [`convert`](crate::convert) runs for a
+//! - [`import_gguf`]: the conversion [`convert`](crate::convert()) runs for a
 //!   GGUF input; tensors keep their stored types and bytes.
 //! - [`arch`]: the architectures (`llama`, `qwen2`, `qwen3`, `phi3`,
 //!   `gemma`, `gpt2`): tensor names and what llama.cpp changed in them.
