@@ -772,7 +772,7 @@ mod tests {
             let want = micro::<2, 4>(xs, ws, k);
             for level in SimdLevel::FASTEST_FIRST {
                 let Some(kernel) = QuantKernel::with_level(QuantPath::F32Activations, level) else {
-                    eprintln!("{level:?}: not on this CPU, skipped");
+                    eprintln!("{level:?}: no f32 kernels at this level on this CPU, skipped");
                     continue;
                 };
                 let got = micro_at::<2, 4>(kernel.level(), xs, ws, k);

@@ -512,11 +512,12 @@ pub(crate) mod tests {
     }
 
     /// The kernels at `level` for `path`, or `None` (with a note) when this
-    /// CPU lacks it.
+    /// CPU lacks the level or the level has no kernels for `path` (AVX-VNNI
+    /// has none for f32 activations).
     pub(crate) fn kernel_or_skip(path: QuantPath, level: SimdLevel) -> Option<QuantKernel> {
         let k = QuantKernel::with_level(path, level);
         if k.is_none() {
-            eprintln!("skipping {level:?} for {path:?}: this CPU lacks the instructions");
+            eprintln!("skipping {level:?} for {path:?}: not available on this CPU for this path");
         }
         k
     }
