@@ -686,6 +686,7 @@ pub fn linear_at<W: WeightElem>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::kernels::qkernel::tests::kernel_or_skip;
     use crate::cpu::kernels::test_util::{linear_reference, pool1, pool2, Rng};
 
     /// Tolerance: `|y - ref| <= 1e-5 * (1 + Σ_i |x_i w_i| + |b|)`, for
@@ -771,8 +772,7 @@ mod tests {
             let ws = [&w[0][..], &w[1][..], &w[2][..], &w[3][..]];
             let want = micro::<2, 4>(xs, ws, k);
             for level in SimdLevel::FASTEST_FIRST {
-                let Some(kernel) = QuantKernel::with_level(QuantPath::F32Activations, level) else {
-                    eprintln!("{level:?}: no f32 kernels at this level on this CPU, skipped");
+                let Some(kernel) = kernel_or_skip(QuantPath::F32Activations, level) else {
                     continue;
                 };
                 let got = micro_at::<2, 4>(kernel.level(), xs, ws, k);
