@@ -28,7 +28,9 @@ use crate::cpu::kernels::qact::{BLOCK, BYTE, NARROW};
 /// Defines `tile::<SHIFT, T>`, the eight outputs of one packed group for
 /// `T` activation rows, with the target features `$features` and the
 /// 256-bit `dpbusd` intrinsic `$dpbusd` (AVX-512VL's here, AVX-VNNI's in
-/// `avx_vnni_packed`).
+/// `avx_vnni_packed`). Like every one-group tile it prefetches the weights
+/// it reads from memory ahead into L2 and, for several rows, each block
+/// into L1.
 macro_rules! q8_tile {
     ($features:literal, $dpbusd:path) => {
         /// The eight outputs of one packed group for `T` activation rows.
@@ -37,7 +39,7 @@ macro_rules! q8_tile {
         fn tile<const SHIFT: u32, const T: usize>(
             group: &[u8],
             xs: &[Q8Input<'_, SHIFT>],
-            _reads: $crate::cpu::kernels::packed::WeightReads,
+            reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m256; T] {
             use $crate::cpu::kernels::packed_q8::Q8_PACKED_BLOCK_BYTES;
             use $crate::cpu::kernels::qact::{BLOCK, BYTE};
@@ -53,7 +55,12 @@ macro_rules! q8_tile {
             let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
                 .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
                 .0;
+            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, reads);
             for (i, blk) in blocks.iter().enumerate() {
+                ahead.next(Q8_PACKED_BLOCK_BYTES);
+                if T > 1 {
+                    $crate::cpu::kernels::simd::prefetch::block_into_l1(blk, Q8_PACKED_BLOCK_BYTES);
+                }
                 let mut sum_hi = [_mm256_setzero_si256(); T];
                 let mut sum_lo = [_mm256_setzero_si256(); T];
                 for j in 0..BLOCK / 4 {
