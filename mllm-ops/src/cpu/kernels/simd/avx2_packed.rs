@@ -54,10 +54,12 @@ macro_rules! scaled_block_tile {
             reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m256; T] {
             use $crate::cpu::kernels::packed::NIBBLES_AT;
-            use $crate::cpu::kernels::simd::avx2_packed::{add_block, block_scales, RowPlanes};
+            use $crate::cpu::kernels::simd::avx2_packed::{
+                add_block, block_scales, ByteConsts, RowPlanes,
+            };
             let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
-            let planes = RowPlanes::new(xs, nb);
+            let planes = RowPlanes::new(xs, nb, ByteConsts::new());
             let mut acc = [_mm256_setzero_ps(); T];
             let blocks = group[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
             let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, reads);
@@ -126,13 +128,15 @@ pub(crate) struct RowPlanes<'a, const T: usize, const SHIFT: u32> {
 }
 
 impl<'a, const T: usize, const SHIFT: u32> RowPlanes<'a, T, SHIFT> {
-    /// The first `nb` blocks of the rows `xs`.
-    #[target_feature(enable = "avx2")]
-    pub(crate) fn new(xs: [Q16Row<'a, SHIFT>; T], nb: usize) -> Self {
+    /// The first `nb` blocks of the rows `xs`, with the tile's constants
+    /// (made by the tile itself: a function with target features here
+    /// would keep its closures out of line, a cost on every tile).
+    #[inline]
+    pub(crate) fn new(xs: [Q16Row<'a, SHIFT>; T], nb: usize, consts: ByteConsts) -> Self {
         RowPlanes {
             his: xs.map(|x| &x.hi.as_chunks::<BLOCK>().0[..nb]),
             los: xs.map(|x| &x.lo.as_chunks::<BLOCK>().0[..nb]),
-            consts: ByteConsts::new(),
+            consts,
         }
     }
 

@@ -12,7 +12,9 @@ use std::arch::x86_64::*;
 
 use super::avx2::store_pair;
 use super::avx2_i8::load32;
-use super::avx2_packed::{add_block, block_scales, split_nibbles, word, BlockPlanes, RowPlanes};
+use super::avx2_packed::{
+    add_block, block_scales, split_nibbles, word, BlockPlanes, ByteConsts, RowPlanes,
+};
 use crate::cpu::kernels::packed::{
     WeightReads, GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES, TILE_TOKENS,
 };
@@ -81,7 +83,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
 ) -> [[__m256; T]; 2] {
     let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].d.len();
-    let planes = RowPlanes::new(xs, nb);
+    let planes = RowPlanes::new(xs, nb, ByteConsts::new());
     let mut acc = [[_mm256_setzero_ps(); T]; 2];
     let len = nb * PACKED_BLOCK_BYTES;
     let blocks_a = a[..len].as_chunks::<PACKED_BLOCK_BYTES>().0;

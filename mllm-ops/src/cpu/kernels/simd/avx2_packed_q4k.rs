@@ -33,13 +33,15 @@ macro_rules! q4k_tile {
             use $crate::cpu::kernels::packed_q4k::{
                 SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
             };
-            use $crate::cpu::kernels::simd::avx2_packed::{add_block, f16x8, RowPlanes};
+            use $crate::cpu::kernels::simd::avx2_packed::{
+                add_block, f16x8, ByteConsts, RowPlanes,
+            };
             use $crate::cpu::kernels::simd::avx2_packed_q4k::u8x8;
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
             let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
-            let planes = RowPlanes::new(xs, nb);
+            let planes = RowPlanes::new(xs, nb, ByteConsts::new());
             let mut acc = [_mm256_setzero_ps(); T];
             let supers = group[..nb / SUB_BLOCKS * SUPER_BYTES]
                 .as_chunks::<SUPER_BYTES>()

@@ -38,11 +38,11 @@ macro_rules! q6k_tile {
             use $crate::cpu::kernels::packed_q6k::{
                 BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES,
             };
-            use $crate::cpu::kernels::simd::avx2_packed::{f16x8, RowPlanes};
+            use $crate::cpu::kernels::simd::avx2_packed::{f16x8, ByteConsts, RowPlanes};
             use $crate::cpu::kernels::simd::avx2_packed_q6k::{add_half, half_values, i8x8};
             let xs: [Q6KInput<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].x.d.len();
-            let planes = RowPlanes::new(xs.map(|x| x.x), nb);
+            let planes = RowPlanes::new(xs.map(|x| x.x), nb, ByteConsts::new());
             let mut acc = [_mm256_setzero_ps(); T];
             let supers = group[..nb / BLOCKS * SUPER_BYTES]
                 .as_chunks::<SUPER_BYTES>()

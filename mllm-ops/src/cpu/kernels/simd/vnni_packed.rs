@@ -218,11 +218,11 @@ macro_rules! scaled_block_pair_tile {
             reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m512; T] {
             use $crate::cpu::kernels::packed::NIBBLES_AT;
-            use $crate::cpu::kernels::simd::avx2_packed::RowPlanes;
+            use $crate::cpu::kernels::simd::avx2_packed::{ByteConsts, RowPlanes};
             use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
             let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
-            let planes = RowPlanes::new(xs, nb);
+            let planes = RowPlanes::new(xs, nb, ByteConsts::new());
             let mut acc = [_mm512_setzero_ps(); T];
             let blocks_a = a[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
             let blocks_b = b[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;

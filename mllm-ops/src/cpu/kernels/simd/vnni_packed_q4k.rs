@@ -63,14 +63,14 @@ macro_rules! q4k_pair_tile {
             use $crate::cpu::kernels::packed_q4k::{
                 SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
             };
-            use $crate::cpu::kernels::simd::avx2_packed::RowPlanes;
+            use $crate::cpu::kernels::simd::avx2_packed::{ByteConsts, RowPlanes};
             use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
             use $crate::cpu::kernels::simd::vnni_packed_q4k::u8x16;
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
             let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
-            let planes = RowPlanes::new(xs, nb);
+            let planes = RowPlanes::new(xs, nb, ByteConsts::new());
             let mut acc = [_mm512_setzero_ps(); T];
             let len = nb / SUB_BLOCKS * SUPER_BYTES;
             let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;

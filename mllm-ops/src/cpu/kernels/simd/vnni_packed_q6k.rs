@@ -16,7 +16,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::{BlockPlanes, RowPlanes};
+use super::avx2_packed::{BlockPlanes, ByteConsts, RowPlanes};
 use super::vnni_packed::{dpbusd_word, f16x16, join, pair_combine, store_pair};
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
@@ -102,7 +102,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
 ) -> [__m512; T] {
     let xs: [Q6KInput<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
-    let planes = RowPlanes::new(xs.map(|x| x.x), nb);
+    let planes = RowPlanes::new(xs.map(|x| x.x), nb, ByteConsts::new());
     let mut acc = [_mm512_setzero_ps(); T];
     let len = nb / BLOCKS * SUPER_BYTES;
     let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
