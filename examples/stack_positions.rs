@@ -29,9 +29,9 @@ use mllm::core::{DType, Error, Result};
 use mllm::machine;
 use mllm::ops::cpu::kernels::matmul::HalfBits;
 use mllm::ops::cpu::kernels::{
-    packed_half_linear, packed_linear, packed_q5_linear, packed_q6k_linear, packed_q8_linear,
-    ActivationScratch, PackedHalf, PackedQ4, PackedQ5, PackedQ6K, PackedQ8, QuantKernel,
-    QuantMatrix, QuantPath, SimdLevel,
+    packed_half_linear, packed_linear, packed_q4k_linear, packed_q5_linear, packed_q6k_linear,
+    packed_q8_linear, ActivationScratch, PackedHalf, PackedQ4, PackedQ4K, PackedQ5, PackedQ6K,
+    PackedQ8, QuantKernel, QuantMatrix, QuantPath, SimdLevel,
 };
 use mllm::ops::quant::{quantize, QuantType};
 
@@ -51,6 +51,8 @@ enum Kernel {
     Q4_1,
     #[value(name = "q5_0")]
     Q5_0,
+    #[value(name = "q4_k")]
+    Q4K,
     #[value(name = "q6_k")]
     Q6K,
     #[value(name = "q8_0")]
@@ -90,6 +92,7 @@ struct Args {
 struct Case {
     q4: PackedQ4,
     q5: PackedQ5,
+    q4k: PackedQ4K,
     q6: PackedQ6K,
     q8: PackedQ8,
     f16: PackedHalf,
@@ -119,7 +122,9 @@ impl Case {
         let w4 = quantized(DType::Q4_1, OUT_F, IN_F)?;
         let w5 = quantized(DType::Q5_0, OUT_F, IN_F)?;
         let w8 = quantized(DType::Q8_0, OUT_F, IN_F)?;
-        // Q6_K takes the down projection: rows of 1536, whole 256-blocks.
+        // The K-quants take the down projection: rows of 1536, whole
+        // 256-blocks.
+        let w4k = quantized(DType::Q4K, IN_F, OUT_F)?;
         let w6 = quantized(DType::Q6K, IN_F, OUT_F)?;
         let bits: Vec<u16> = values(OUT_F * IN_F, 3)
             .iter()
@@ -128,6 +133,7 @@ impl Case {
         Ok(Case {
             q4: PackedQ4::pack(&QuantMatrix::new(QuantType::Q4_1, &w4, OUT_F, IN_F)?)?,
             q5: PackedQ5::pack(&QuantMatrix::new(QuantType::Q5_0, &w5, OUT_F, IN_F)?)?,
+            q4k: PackedQ4K::pack(&QuantMatrix::new(QuantType::Q4K, &w4k, IN_F, OUT_F)?)?,
             q6: PackedQ6K::pack(&QuantMatrix::new(QuantType::Q6K, &w6, IN_F, OUT_F)?)?,
             q8: PackedQ8::pack(&QuantMatrix::new(QuantType::Q8_0, &w8, OUT_F, IN_F)?)?,
             f16: PackedHalf::pack(&bits, HalfBits::F16, OUT_F, IN_F)?,
@@ -150,6 +156,10 @@ impl Case {
             Kernel::Q4_1 => packed_linear(k, &self.x, ROWS, &self.q4, None, y, pool, s),
             Kernel::Q5_0 => packed_q5_linear(k, &self.x, ROWS, &self.q5, None, y, pool, s),
             Kernel::Q8_0 => packed_q8_linear(k, &self.x, ROWS, &self.q8, None, y, pool, s),
+            Kernel::Q4K => {
+                let y = &mut y[..ROWS * IN_F];
+                packed_q4k_linear(k, &self.x_down, ROWS, &self.q4k, None, y, pool, s)
+            }
             Kernel::Q6K => {
                 let y = &mut y[..ROWS * IN_F];
                 packed_q6k_linear(k, &self.x_down, ROWS, &self.q6, None, y, pool, s)
