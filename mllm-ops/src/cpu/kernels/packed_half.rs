@@ -7,11 +7,12 @@
 //! column of all eight rows, and a broadcast activation value multiplies
 //! them at once, so the eight outputs of a group build up in one register
 //! with no horizontal sums, and up to `HALF_TILE_TOKENS` activation rows
-//! share each pass over a pair of groups (the AVX-512 kernel; the AVX2
-//! one takes three rows per pass over a pair of groups, so that each
-//! broadcast feeds both, and the one-group kernels for an odd last group
-//! `HALF_GROUP_TILE_TOKENS`), so prefill converts each weight once per
-//! twelve (three, six) tokens.
+//! share each pass over a pair of groups (the AVX-512 kernel, which
+//! reads them from a tile panel, see `fill_panels`, and takes an odd last
+//! group alone the same way; the AVX2 one takes three rows per pass over
+//! a pair of groups, so that each broadcast feeds both, and its one-group
+//! kernel for an odd last group `HALF_GROUP_TILE_TOKENS`), so prefill
+//! converts each weight once per twelve (three, six) tokens.
 //!
 //! The arithmetic is fixed per output: two f32 accumulators, the even
 //! columns fused-multiply-added into one and the odd ones into the other,
@@ -32,10 +33,10 @@ use super::packed::{
 };
 use super::qact::BLOCK;
 use super::qkernel::{QuantKernel, SimdLevel};
+use super::qmatmul::Split;
 #[cfg(target_arch = "x86_64")]
 use super::simd;
 use super::weight_memory::{WeightArena, WeightMemory};
-use super::CACHE_LINE;
 
 /// Activation rows that share one pass over a pair of groups in the
 /// AVX-512 kernel: 24 accumulators of its 32 registers, each converted
@@ -241,6 +242,9 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
         unsafe { Self::avx2(group, xs, out, reads) }
     }
 
+    /// The AVX2 pair kernel: the AVX-512 one reads tile panels, which
+    /// `packed_half_linear` lays out for it (see [`panel_products`]).
+    ///
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
@@ -251,8 +255,9 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
         out: &mut [[f32; GROUP_ROWS]],
         reads: WeightReads,
     ) {
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { simd::avx512_packed_half::pair_dot::<BF16>(a, b, xs, out, reads) }
+        // SAFETY: the caller guarantees the features (trait contract),
+        // which include AVX2, FMA and F16C.
+        unsafe { Self::avx2_pair(a, b, xs, out, reads) }
     }
 }
 
@@ -296,77 +301,103 @@ pub fn packed_half_linear(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.data.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        let products = |xs: &[&[f32]], yt: &mut [f32]| {
-            let tile = HALF_TILE_TOKENS;
-            match w.kind {
-                HalfBits::F16 => {
-                    group_outputs(&groups, in_f, xs, tile, split, yt, |g, xs, out, reads| {
-                        k.packed_dot::<HalfFormat<false>>(g, xs, out, reads)
-                    })
-                }
-                HalfBits::Bf16 => {
-                    group_outputs(&groups, in_f, xs, tile, split, yt, |g, xs, out, reads| {
-                        k.packed_dot::<HalfFormat<true>>(g, xs, out, reads)
-                    })
-                }
-            }
-        };
-        // Only the AVX-512 kernel reads more rows side by side than an
-        // 8-way L1 set holds; the AVX2 ones read three or six, and the copy
-        // would cost them 2-3 %.
-        if k.level() != SimdLevel::Avx512 || !rows_share_cache_sets(xb.len() / in_f, in_f) {
-            let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();
-            return products(&xs, yt);
+        #[cfg(target_arch = "x86_64")]
+        if k.level() == SimdLevel::Avx512 {
+            return panel_products(w, xb, split, yt);
         }
-        let mut copy = Vec::new();
-        let part = padded_rows(in_f);
-        for (xc, yc) in xb.chunks(part * in_f).zip(yt.chunks_mut(part * out_f)) {
-            let stride = copy_off_set(xc, in_f, &mut copy);
-            let xs: Vec<&[f32]> = copy.chunks_exact(stride).map(|r| &r[..in_f]).collect();
-            products(&xs, yc);
+        let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();
+        let tile = HALF_TILE_TOKENS;
+        match w.kind {
+            HalfBits::F16 => group_outputs(&groups, in_f, &xs, tile, split, yt, |g, xs, out, r| {
+                k.packed_dot::<HalfFormat<false>>(g, xs, out, r)
+            }),
+            HalfBits::Bf16 => {
+                group_outputs(&groups, in_f, &xs, tile, split, yt, |g, xs, out, r| {
+                    k.packed_dot::<HalfFormat<true>>(g, xs, out, r)
+                })
+            }
         }
     });
 }
 
-/// Bytes over which the L1 data cache's set index repeats (64 sets of 64
-/// bytes on the x86 cores measured).
-const CACHE_SET_SPAN: usize = 4096;
-
-/// Activation values copied off the cache sets at a time (1.5 MiB):
-/// 48 rows of 8192, a whole 128-row block of rows up to 3072 wide. A
-/// copy of a whole block of 8192-wide rows raised the peak memory of a
-/// 1.1B F16 model's 128-token prefill by 4-8 MiB; in parts the weights
-/// stream past more often, which is why narrower rows stay whole.
-const PADDED_VALUES: usize = 48 * 8192;
-
-/// Rows of `cols` values copied at a time: whole tiles, at least one.
-fn padded_rows(cols: usize) -> usize {
-    (PADDED_VALUES / cols / HALF_TILE_TOKENS * HALF_TILE_TOKENS).max(HALF_TILE_TOKENS)
-}
-
-/// Whether `rows` activation rows of `cols` values map to the same L1
-/// cache sets column for column (their length a multiple of
-/// [`CACHE_SET_SPAN`] bytes) and there is more than one. The AVX-512
-/// kernel reads `HALF_TILE_TOKENS` rows side by side, more than an 8-way
-/// L1 holds in one set: on a Zen 4 it fell from 57 to 43 GMAC/s on 1024-
-/// and 2048-wide rows.
-fn rows_share_cache_sets(rows: usize, cols: usize) -> bool {
-    rows > 1 && (cols * size_of::<f32>()).is_multiple_of(CACHE_SET_SPAN)
-}
-
-/// Copies the activation rows `xb` (`cols` each) into `into` at a row
-/// stride one cache line longer and returns that stride. The values are
-/// the same, so the products' bits are. A reused `into` keeps its old
-/// values in the padding, which no product reads.
-fn copy_off_set(xb: &[f32], cols: usize, into: &mut Vec<f32>) -> usize {
-    let stride = cols + CACHE_LINE / size_of::<f32>();
-    let len = xb.len() / cols * stride;
-    into.truncate(len);
-    into.resize(len, 0.0);
-    for (dst, src) in into.chunks_exact_mut(stride).zip(xb.chunks_exact(cols)) {
-        dst[..cols].copy_from_slice(src);
+/// The products of the AVX-512 kernel for the activation rows `xb`: the
+/// rows go into tile panels (see [`fill_panels`]) a part at a time, and
+/// each part's outputs into `yt`. A single row is its own panel.
+#[cfg(target_arch = "x86_64")]
+fn panel_products(w: &PackedHalf, xb: &[f32], split: &Split<'_>, yt: &mut [f32]) {
+    let (in_f, out_f) = (w.cols(), w.rows());
+    let groups = |g, n| w.data.groups(g, n);
+    let group_bytes = in_f * COLUMN_BYTES;
+    let mut panels = Vec::new();
+    let part = panel_part_rows(in_f);
+    for (xc, yc) in xb.chunks(part * in_f).zip(yt.chunks_mut(part * out_f)) {
+        let laid = if xc.len() == in_f {
+            xc
+        } else {
+            fill_panels(xc, in_f, &mut panels);
+            &panels
+        };
+        let tiles = tile_panels(laid, in_f);
+        let dot = |g: &[u8], tile: &[TilePanel<'_>], out: &mut [[f32; GROUP_ROWS]], reads| {
+            // SAFETY: `packed_half_linear` calls this only with a kernel at
+            // the AVX-512 level, which is made only where the CPU has AVX2,
+            // FMA, F16C and AVX-512F (`QuantKernel` invariant).
+            unsafe {
+                let panel = (tile[0].0, tile.len());
+                simd::avx512_packed_half::panel_dot(w.kind, g, group_bytes, panel, out, reads)
+            }
+        };
+        group_outputs(&groups, in_f, &tiles, HALF_TILE_TOKENS, split, yc, dot);
     }
-    stride
+}
+
+/// One activation row's entry for the AVX-512 kernel: the panel of the
+/// tile of [`HALF_TILE_TOKENS`] rows it belongs to (every row of a tile
+/// names the same panel; `group_outputs` hands the kernel whole tiles).
+#[derive(Clone, Copy)]
+struct TilePanel<'a>(&'a [f32]);
+
+/// The entries of the rows laid out in `panels` by [`fill_panels`]
+/// (`cols` values each), one per row, in row order.
+fn tile_panels(panels: &[f32], cols: usize) -> Vec<TilePanel<'_>> {
+    panels
+        .chunks(HALF_TILE_TOKENS * cols)
+        .flat_map(|p| std::iter::repeat_n(TilePanel(p), p.len() / cols))
+        .collect()
+}
+
+/// Lays the rows of `x` (`cols` values each, `cols` even) out in `into`
+/// as tile panels, one per [`HALF_TILE_TOKENS`] rows (the last one may
+/// have fewer): a panel of `t` rows holds, for each pair of columns in
+/// order, the pair's two values of each of its rows in row order, so the
+/// kernel reads every broadcast at a fixed offset from one pointer. The
+/// values are the same, so the products' bits are.
+fn fill_panels(x: &[f32], cols: usize, into: &mut Vec<f32>) {
+    into.clear();
+    into.resize(x.len(), 0.0);
+    let tiles = x.chunks(HALF_TILE_TOKENS * cols);
+    for (tile, panel) in tiles.zip(into.chunks_mut(HALF_TILE_TOKENS * cols)) {
+        let t = tile.len() / cols;
+        let steps = panel.as_chunks_mut::<2>().0;
+        for (r, row) in tile.chunks_exact(cols).enumerate() {
+            for (k, pair) in row.as_chunks::<2>().0.iter().enumerate() {
+                steps[k * t + r] = *pair;
+            }
+        }
+    }
+}
+
+/// Activation values laid out in panels at a time (1.5 MiB): 48 rows of
+/// 8192, a whole 128-row block of rows up to 3072 wide. A copy of a whole
+/// block of 8192-wide rows raised the peak memory of a 1.1B F16 model's
+/// 128-token prefill by 4-8 MiB; in parts the weights stream past more
+/// often, which is why narrower rows stay whole.
+const PANEL_VALUES: usize = 48 * 8192;
+
+/// Rows of `cols` values laid out in panels at a time: whole tiles, at
+/// least one.
+fn panel_part_rows(cols: usize) -> usize {
+    (PANEL_VALUES / cols / HALF_TILE_TOKENS * HALF_TILE_TOKENS).max(HALF_TILE_TOKENS)
 }
 
 #[cfg(test)]
@@ -462,32 +493,39 @@ mod tests {
         }
     }
 
-    /// Rows a multiple of 4 KiB long share cache sets; other rows, and a
-    /// single row, do not. A copy holds the rows, one cache line apart,
-    /// and reuses its buffer.
+    /// Each tile's panel holds its rows' values column pair by column
+    /// pair, the last tile its fewer rows, every row names its tile's
+    /// panel, and a reused buffer keeps nothing of its old values.
     #[test]
-    fn aliasing_rows_are_copied_off_the_cache_sets() {
-        assert!(rows_share_cache_sets(3, 1024), "4 KiB rows");
-        assert!(rows_share_cache_sets(2, 8192), "32 KiB rows");
-        assert!(!rows_share_cache_sets(1, 1024), "one row");
-        assert!(!rows_share_cache_sets(3, 576), "576 columns");
-        assert!(!rows_share_cache_sets(3, 512), "2 KiB rows");
-        assert_eq!(padded_rows(8192), 48);
-        assert_eq!(padded_rows(2048), 192);
-        assert_eq!(padded_rows(1 << 20), HALF_TILE_TOKENS);
-        let mut rng = Rng::new(95);
-        let mut copy = vec![f32::NAN; 10_000];
-        for rows in [3, 2] {
-            let x = rng.vec(rows * 1024, 1.0);
-            let stride = copy_off_set(&x, 1024, &mut copy);
-            assert_eq!(stride, 1024 + 16);
-            assert_eq!(copy.len(), rows * stride);
-            for (r, row) in x.chunks_exact(1024).enumerate() {
+    fn panels_hold_each_tiles_rows_pair_by_pair() {
+        assert_eq!(panel_part_rows(8192), 48);
+        assert_eq!(panel_part_rows(2048), 192);
+        assert_eq!(panel_part_rows(1 << 20), HALF_TILE_TOKENS);
+        let cols = 6;
+        let mut panels = vec![f32::NAN; 1000];
+        for rows in [HALF_TILE_TOKENS + 2, 1] {
+            let x: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
+            fill_panels(&x, cols, &mut panels);
+            assert_eq!(panels.len(), x.len());
+            let tiles = tile_panels(&panels, cols);
+            assert_eq!(tiles.len(), rows);
+            for (r, row) in x.chunks_exact(cols).enumerate() {
+                let (tile, within) = (r / HALF_TILE_TOKENS, r % HALF_TILE_TOKENS);
+                let start = tile * HALF_TILE_TOKENS * cols;
+                let t = (rows - tile * HALF_TILE_TOKENS).min(HALF_TILE_TOKENS);
                 assert_eq!(
-                    &copy[r * stride..r * stride + 1024],
-                    row,
-                    "{rows} rows: row {r}"
+                    tiles[r].0,
+                    &panels[start..start + t * cols],
+                    "row {r}'s panel"
                 );
+                for k in 0..cols / 2 {
+                    let at = start + 2 * (k * t + within);
+                    assert_eq!(
+                        panels[at..at + 2],
+                        row[2 * k..2 * k + 2],
+                        "row {r} pair {k}"
+                    );
+                }
             }
         }
     }
@@ -524,26 +562,72 @@ mod tests {
         }
     }
 
-    /// The AVX-512 group products (one group, two groups) equal the AVX2
-    /// (and AVX-VNNI level's) and portable ones bit for bit, for one to [`HALF_TILE_TOKENS`] rows.
+    /// The group products (one group, two groups) of every level equal
+    /// the portable ones bit for bit, for one to [`HALF_TILE_TOKENS`]
+    /// rows, and so does the AVX-512 kernel over tile panels of those rows.
     #[test]
-    fn avx512_group_dot_equals_avx2() {
+    fn group_products_equal_at_every_level() {
         let mut rng = Rng::new(94);
         let cols = 5 * BLOCK;
         let xs: Vec<Vec<f32>> = (0..HALF_TILE_TOKENS).map(|_| rng.vec(cols, 3.0)).collect();
         let xs: Vec<&[f32]> = xs.iter().map(|x| &x[..]).collect();
-        let levels = [
-            SimdLevel::Scalar,
-            SimdLevel::Avx2,
-            SimdLevel::AvxVnni,
-            SimdLevel::Avx512,
-        ];
-        let (bits, _) = random_matrix(&mut rng, HalfBits::F16, 2 * GROUP_ROWS * cols, 1.0);
-        let p = PackedHalf::pack(&bits, HalfBits::F16, 2 * GROUP_ROWS, cols).unwrap();
-        check_group_products::<HalfFormat<false>>(p.data.groups(0, 2), &xs, &levels, "f16");
-        let (bits, _) = random_matrix(&mut rng, HalfBits::Bf16, 2 * GROUP_ROWS * cols, 1.0);
-        let p = PackedHalf::pack(&bits, HalfBits::Bf16, 2 * GROUP_ROWS, cols).unwrap();
-        check_group_products::<HalfFormat<true>>(p.data.groups(0, 2), &xs, &levels, "bf16");
+        let levels = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::AvxVnni];
+        for kind in KINDS {
+            let (bits, _) = random_matrix(&mut rng, kind, 2 * GROUP_ROWS * cols, 1.0);
+            let p = PackedHalf::pack(&bits, kind, 2 * GROUP_ROWS, cols).unwrap();
+            let (groups, what) = (p.data.groups(0, 2), format!("{kind:?}"));
+            match kind {
+                HalfBits::F16 => {
+                    check_group_products::<HalfFormat<false>>(groups, &xs, &levels, &what)
+                }
+                HalfBits::Bf16 => {
+                    check_group_products::<HalfFormat<true>>(groups, &xs, &levels, &what)
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            check_panel_products(&p, &xs, &what);
+        }
+    }
+
+    /// The AVX-512 kernel's products of `p`'s first group and of its first
+    /// two groups with the panels of the first one to all rows of `xs`
+    /// equal the portable products bit for bit, with either kind of read.
+    #[cfg(target_arch = "x86_64")]
+    fn check_panel_products(p: &PackedHalf, xs: &[&[f32]], what: &str) {
+        if kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx512).is_none() {
+            return;
+        }
+        let cols = p.cols();
+        let group_bytes = cols * COLUMN_BYTES;
+        for t in 1..=xs.len() {
+            let x: Vec<f32> = xs[..t].concat();
+            let mut panel = Vec::new();
+            fill_panels(&x, cols, &mut panel);
+            for n in 1..=2 {
+                let groups = p.data.groups(0, n);
+                let mut want = vec![[f32::NAN; GROUP_ROWS]; n * t];
+                for (g, group) in groups.chunks_exact(group_bytes).enumerate() {
+                    let out = &mut want[g * t..(g + 1) * t];
+                    group_dot(p.kind(), group, &xs[..t], out);
+                }
+                for reads in [WeightReads::FromMemory, WeightReads::FromCache] {
+                    let mut got = vec![[f32::NAN; GROUP_ROWS]; n * t];
+                    // SAFETY: `kernel_or_skip` found the AVX-512 level, so
+                    // the CPU has AVX2, FMA, F16C and AVX-512F.
+                    unsafe {
+                        simd::avx512_packed_half::panel_dot(
+                            p.kind(),
+                            groups,
+                            group_bytes,
+                            (&panel, t),
+                            &mut got,
+                            reads,
+                        )
+                    };
+                    assert_eq!(got, want, "{what}: {reads:?}, {n} groups, {t} rows");
+                }
+            }
+        }
     }
 
     /// The progress callback names every row once (see
