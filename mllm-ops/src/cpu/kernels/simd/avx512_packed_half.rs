@@ -74,6 +74,9 @@ fn pair_tile<const T: usize, const BF16: bool>(
             super::prefetch::into_l1(ta);
             super::prefetch::into_l1(tb);
         }
+        if T > 1 {
+            super::prefetch::panel_into_l1(xk.as_flattened());
+        }
         let w0 = columns::<BF16>(&ta[..COLUMN_BYTES], &tb[..COLUMN_BYTES]);
         let w1 = columns::<BF16>(&ta[COLUMN_BYTES..], &tb[COLUMN_BYTES..]);
         for t in 0..T {

@@ -62,6 +62,27 @@ pub(crate) fn into_l1(at: &[u8]) {
     line_into_l1(at.as_ptr());
 }
 
+/// Bytes ahead of its current read position in a tile panel that the
+/// AVX-512 f16/bf16 kernel asks for in L1 ([`panel_into_l1`]).
+pub(crate) const PANEL_AHEAD: usize = 1024;
+
+/// Asks for the two lines [`PANEL_AHEAD`] and that plus [`LINE`] bytes past
+/// the start of `at` in the L1 cache: for the tile panels of the AVX-512
+/// f16/bf16 kernel, which read 96 bytes a step (more than a line) from L2
+/// when the panel and a pair of groups outgrow L1. The 1.1B F16 model's
+/// 128-token prefill rose 3-6 % (2048 ahead: no steadier gain).
+#[inline(always)]
+pub(crate) fn panel_into_l1(at: &[f32]) {
+    let line = at.as_ptr().cast::<i8>().wrapping_add(PANEL_AHEAD);
+    // SAFETY: SSE is part of every x86-64 CPU, and a prefetch only hints
+    // the cache: it never faults and reads nothing into the program,
+    // whatever the address.
+    unsafe {
+        _mm_prefetch::<_MM_HINT_T0>(line);
+        _mm_prefetch::<_MM_HINT_T0>(line.wrapping_add(LINE));
+    }
+}
+
 /// [`into_l1`] for the lines of a block of `len` bytes at `at` (one every
 /// [`LINE`] bytes from its start).
 #[inline(always)]
