@@ -1,14 +1,16 @@
 //! f16 and bf16 weights repacked at load for register-blocked float
 //! kernels, and the linear layer over them.
 //!
-//! Rows come in groups of eight; a group stores its columns one after the
-//! other, 16 bytes each: the eight rows' 16-bit values at that column. One
-//! 128-bit load converted to f32 (F16C, or a shift for bf16) holds a
-//! column of all eight rows, and a broadcast activation value multiplies
-//! them at once, so the eight outputs of a group build up in one register
-//! with no horizontal sums, and up to `HALF_TILE_TOKENS` activation rows
+//! Rows come in groups of eight; a group stores its columns a pair at a
+//! time, 32 bytes each: the eight rows' 16-bit values at the pair's even
+//! column and odd column, row after row. One 256-bit load converted to
+//! f32 (F16C, or a shift for bf16) holds the pair of all eight rows, and
+//! one 64-bit broadcast of an activation row's two values there
+//! multiplies them at once, so the even and odd column sums of a group's
+//! eight outputs build up side by side in one register (a neighbour add
+//! per output at the end), and up to `HALF_TILE_TOKENS` activation rows
 //! share each pass over a pair of groups (the AVX-512 kernel, which
-//! reads them from a tile panel, see `fill_panels`, and takes an odd last
+//! reads them from a tile panel, see `panels`, and takes an odd last
 //! group alone the same way; the AVX2 one takes three rows per pass over
 //! a pair of groups, so that each broadcast feeds both, and its one-group
 //! kernel for an odd last group `HALF_GROUP_TILE_TOKENS`), so prefill
@@ -33,10 +35,12 @@ use super::packed::{
 };
 use super::qact::BLOCK;
 use super::qkernel::{QuantKernel, SimdLevel};
-use super::qmatmul::Split;
 #[cfg(target_arch = "x86_64")]
 use super::simd;
 use super::weight_memory::{WeightArena, WeightMemory};
+
+#[cfg(target_arch = "x86_64")]
+mod panels;
 
 /// Activation rows that share one pass over a pair of groups in the
 /// AVX-512 kernel: 24 accumulators of its 32 registers, each converted
@@ -55,6 +59,15 @@ pub(crate) const HALF_GROUP_TILE_TOKENS: usize = 6;
 
 /// Bytes of one group per column.
 pub(crate) const COLUMN_BYTES: usize = 2 * GROUP_ROWS;
+
+/// Bytes of one group per pair of columns (the unit of the layout).
+pub(crate) const PAIR_BYTES: usize = 2 * COLUMN_BYTES;
+
+/// Where row `r`'s value at column `col` sits in a packed group: its
+/// pair of columns, then its row, then even or odd column.
+fn value_offset(r: usize, col: usize) -> usize {
+    PAIR_BYTES * (col / 2) + 4 * r + 2 * (col % 2)
+}
 
 /// Bytes of one group per block of 32 columns.
 const HALF_BLOCK_BYTES: usize = BLOCK * COLUMN_BYTES;
@@ -127,7 +140,7 @@ impl PackedHalf {
                 for r in 0..GROUP_ROWS {
                     let row = &row(g * GROUP_ROWS + r)[i * BLOCK..][..BLOCK];
                     for (col, v) in row.iter().enumerate() {
-                        out[COLUMN_BYTES * col + 2 * r..][..2].copy_from_slice(&v.to_le_bytes());
+                        out[value_offset(r, col)..][..2].copy_from_slice(&v.to_le_bytes());
                     }
                 }
                 Ok(())
@@ -164,7 +177,7 @@ impl PackedHalf {
 
 /// Row `r`'s value at column `col` of a packed group, as f32 (exact).
 fn value(kind: HalfBits, group: &[u8], r: usize, col: usize) -> f32 {
-    let at = COLUMN_BYTES * col + 2 * r;
+    let at = value_offset(r, col);
     let bits = u16::from_le_bytes([group[at], group[at + 1]]);
     match kind {
         HalfBits::F16 => half::f16::from_bits(bits).to_f32(),
@@ -243,7 +256,7 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
     }
 
     /// The AVX2 pair kernel: the AVX-512 one reads tile panels, which
-    /// `packed_half_linear` lays out for it (see [`panel_products`]).
+    /// `packed_half_linear` lays out for it (see `panels`).
     ///
     /// # Safety
     /// The trait method's: the CPU has the features it names.
@@ -303,7 +316,7 @@ pub fn packed_half_linear(
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
         #[cfg(target_arch = "x86_64")]
         if k.level() == SimdLevel::Avx512 {
-            return panel_products(w, xb, split, yt);
+            return panels::panel_products(w, xb, split, yt);
         }
         let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();
         let tile = HALF_TILE_TOKENS;
@@ -320,86 +333,6 @@ pub fn packed_half_linear(
     });
 }
 
-/// The products of the AVX-512 kernel for the activation rows `xb`: the
-/// rows go into tile panels (see [`fill_panels`]) a part at a time, and
-/// each part's outputs into `yt`. A single row is its own panel.
-#[cfg(target_arch = "x86_64")]
-fn panel_products(w: &PackedHalf, xb: &[f32], split: &Split<'_>, yt: &mut [f32]) {
-    let (in_f, out_f) = (w.cols(), w.rows());
-    let groups = |g, n| w.data.groups(g, n);
-    let group_bytes = in_f * COLUMN_BYTES;
-    let mut panels = Vec::new();
-    let part = panel_part_rows(in_f);
-    for (xc, yc) in xb.chunks(part * in_f).zip(yt.chunks_mut(part * out_f)) {
-        let laid = if xc.len() == in_f {
-            xc
-        } else {
-            fill_panels(xc, in_f, &mut panels);
-            &panels
-        };
-        let tiles = tile_panels(laid, in_f);
-        let dot = |g: &[u8], tile: &[TilePanel<'_>], out: &mut [[f32; GROUP_ROWS]], reads| {
-            // SAFETY: `packed_half_linear` calls this only with a kernel at
-            // the AVX-512 level, which is made only where the CPU has AVX2,
-            // FMA, F16C and AVX-512F (`QuantKernel` invariant).
-            unsafe {
-                let panel = (tile[0].0, tile.len());
-                simd::avx512_packed_half::panel_dot(w.kind, g, group_bytes, panel, out, reads)
-            }
-        };
-        group_outputs(&groups, in_f, &tiles, HALF_TILE_TOKENS, split, yc, dot);
-    }
-}
-
-/// One activation row's entry for the AVX-512 kernel: the panel of the
-/// tile of [`HALF_TILE_TOKENS`] rows it belongs to (every row of a tile
-/// names the same panel; `group_outputs` hands the kernel whole tiles).
-#[derive(Clone, Copy)]
-struct TilePanel<'a>(&'a [f32]);
-
-/// The entries of the rows laid out in `panels` by [`fill_panels`]
-/// (`cols` values each), one per row, in row order.
-fn tile_panels(panels: &[f32], cols: usize) -> Vec<TilePanel<'_>> {
-    panels
-        .chunks(HALF_TILE_TOKENS * cols)
-        .flat_map(|p| std::iter::repeat_n(TilePanel(p), p.len() / cols))
-        .collect()
-}
-
-/// Lays the rows of `x` (`cols` values each, `cols` even) out in `into`
-/// as tile panels, one per [`HALF_TILE_TOKENS`] rows (the last one may
-/// have fewer): a panel of `t` rows holds, for each pair of columns in
-/// order, the pair's two values of each of its rows in row order, so the
-/// kernel reads every broadcast at a fixed offset from one pointer. The
-/// values are the same, so the products' bits are.
-fn fill_panels(x: &[f32], cols: usize, into: &mut Vec<f32>) {
-    into.clear();
-    into.resize(x.len(), 0.0);
-    let tiles = x.chunks(HALF_TILE_TOKENS * cols);
-    for (tile, panel) in tiles.zip(into.chunks_mut(HALF_TILE_TOKENS * cols)) {
-        let t = tile.len() / cols;
-        let steps = panel.as_chunks_mut::<2>().0;
-        for (r, row) in tile.chunks_exact(cols).enumerate() {
-            for (k, pair) in row.as_chunks::<2>().0.iter().enumerate() {
-                steps[k * t + r] = *pair;
-            }
-        }
-    }
-}
-
-/// Activation values laid out in panels at a time (1.5 MiB): 48 rows of
-/// 8192, a whole 128-row block of rows up to 3072 wide. A copy of a whole
-/// block of 8192-wide rows raised the peak memory of a 1.1B F16 model's
-/// 128-token prefill by 4-8 MiB; in parts the weights stream past more
-/// often, which is why narrower rows stay whole.
-const PANEL_VALUES: usize = 48 * 8192;
-
-/// Rows of `cols` values laid out in panels at a time: whole tiles, at
-/// least one.
-fn panel_part_rows(cols: usize) -> usize {
-    (PANEL_VALUES / cols / HALF_TILE_TOKENS * HALF_TILE_TOKENS).max(HALF_TILE_TOKENS)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,10 +344,15 @@ mod tests {
     use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
     use half::{bf16, f16};
 
-    const KINDS: [HalfBits; 2] = [HalfBits::F16, HalfBits::Bf16];
+    pub(super) const KINDS: [HalfBits; 2] = [HalfBits::F16, HalfBits::Bf16];
 
     /// Random raw values of `kind` in `[-scale, scale)` and their f32 values.
-    fn random_matrix(rng: &mut Rng, kind: HalfBits, n: usize, scale: f32) -> (Vec<u16>, Vec<f32>) {
+    pub(super) fn random_matrix(
+        rng: &mut Rng,
+        kind: HalfBits,
+        n: usize,
+        scale: f32,
+    ) -> (Vec<u16>, Vec<f32>) {
         let bits: Vec<u16> = rng
             .vec(n, scale)
             .into_iter()
@@ -493,43 +431,6 @@ mod tests {
         }
     }
 
-    /// Each tile's panel holds its rows' values column pair by column
-    /// pair, the last tile its fewer rows, every row names its tile's
-    /// panel, and a reused buffer keeps nothing of its old values.
-    #[test]
-    fn panels_hold_each_tiles_rows_pair_by_pair() {
-        assert_eq!(panel_part_rows(8192), 48);
-        assert_eq!(panel_part_rows(2048), 192);
-        assert_eq!(panel_part_rows(1 << 20), HALF_TILE_TOKENS);
-        let cols = 6;
-        let mut panels = vec![f32::NAN; 1000];
-        for rows in [HALF_TILE_TOKENS + 2, 1] {
-            let x: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
-            fill_panels(&x, cols, &mut panels);
-            assert_eq!(panels.len(), x.len());
-            let tiles = tile_panels(&panels, cols);
-            assert_eq!(tiles.len(), rows);
-            for (r, row) in x.chunks_exact(cols).enumerate() {
-                let (tile, within) = (r / HALF_TILE_TOKENS, r % HALF_TILE_TOKENS);
-                let start = tile * HALF_TILE_TOKENS * cols;
-                let t = (rows - tile * HALF_TILE_TOKENS).min(HALF_TILE_TOKENS);
-                assert_eq!(
-                    tiles[r].0,
-                    &panels[start..start + t * cols],
-                    "row {r}'s panel"
-                );
-                for k in 0..cols / 2 {
-                    let at = start + 2 * (k * t + within);
-                    assert_eq!(
-                        panels[at..at + 2],
-                        row[2 * k..2 * k + 2],
-                        "row {r} pair {k}"
-                    );
-                }
-            }
-        }
-    }
-
     /// Batch invariance (see `check_rows_alone`).
     #[test]
     fn each_row_equals_the_row_alone() {
@@ -562,9 +463,9 @@ mod tests {
         }
     }
 
-    /// The group products (one group, two groups) of every level equal
-    /// the portable ones bit for bit, for one to [`HALF_TILE_TOKENS`]
-    /// rows, and so does the AVX-512 kernel over tile panels of those rows.
+    /// The group products (one group, two groups) of every level but
+    /// AVX-512 (whose kernel reads tile panels, see `panels`) equal the
+    /// portable ones bit for bit, for one to [`HALF_TILE_TOKENS`] rows.
     #[test]
     fn group_products_equal_at_every_level() {
         let mut rng = Rng::new(94);
@@ -582,49 +483,6 @@ mod tests {
                 }
                 HalfBits::Bf16 => {
                     check_group_products::<HalfFormat<true>>(groups, &xs, &levels, &what)
-                }
-            }
-            #[cfg(target_arch = "x86_64")]
-            check_panel_products(&p, &xs, &what);
-        }
-    }
-
-    /// The AVX-512 kernel's products of `p`'s first group and of its first
-    /// two groups with the panels of the first one to all rows of `xs`
-    /// equal the portable products bit for bit, with either kind of read.
-    #[cfg(target_arch = "x86_64")]
-    fn check_panel_products(p: &PackedHalf, xs: &[&[f32]], what: &str) {
-        if kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx512).is_none() {
-            return;
-        }
-        let cols = p.cols();
-        let group_bytes = cols * COLUMN_BYTES;
-        for t in 1..=xs.len() {
-            let x: Vec<f32> = xs[..t].concat();
-            let mut panel = Vec::new();
-            fill_panels(&x, cols, &mut panel);
-            for n in 1..=2 {
-                let groups = p.data.groups(0, n);
-                let mut want = vec![[f32::NAN; GROUP_ROWS]; n * t];
-                for (g, group) in groups.chunks_exact(group_bytes).enumerate() {
-                    let out = &mut want[g * t..(g + 1) * t];
-                    group_dot(p.kind(), group, &xs[..t], out);
-                }
-                for reads in [WeightReads::FromMemory, WeightReads::FromCache] {
-                    let mut got = vec![[f32::NAN; GROUP_ROWS]; n * t];
-                    // SAFETY: `kernel_or_skip` found the AVX-512 level, so
-                    // the CPU has AVX2, FMA, F16C and AVX-512F.
-                    unsafe {
-                        simd::avx512_packed_half::panel_dot(
-                            p.kind(),
-                            groups,
-                            group_bytes,
-                            (&panel, t),
-                            &mut got,
-                            reads,
-                        )
-                    };
-                    assert_eq!(got, want, "{what}: {reads:?}, {n} groups, {t} rows");
                 }
             }
         }

@@ -1,12 +1,12 @@
 //! AVX2 products of a packed f16 or bf16 row group (see `packed_half`)
-//! with one to six f32 activation rows: per pair of columns two 128-bit
-//! loads, each a column of the eight rows converted to f32, and one
-//! broadcast activation value per row and column into the even- and
-//! odd-column accumulators. Two consecutive groups go through together,
-//! three activation rows at a time ([`PAIR_TILE_TOKENS`]): each broadcast
-//! then feeds two fused multiply-adds, one per group: 22 instructions for
-//! 12 of them where one group over six rows took 26 (and spilled), and the
-//! core issues only so many a cycle.
+//! with one to six f32 activation rows. A group stores each pair of
+//! columns as its eight rows' two values side by side, so one 128-bit
+//! load converted to f32 holds both columns of four rows, even columns in
+//! the even lanes and odd ones in the odd lanes: per pair of columns two
+//! such loads, and one 64-bit broadcast of an activation row's two values
+//! there feeds both. The even and odd lanes of a row add up at the end.
+//! Two consecutive groups go through together, three activation rows at
+//! a time ([`PAIR_TILE_TOKENS`]): each broadcast then feeds both groups.
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
@@ -15,19 +15,19 @@ use std::arch::x86_64::*;
 
 use super::avx2::{store, store_pair};
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS};
-use crate::cpu::kernels::packed_half::{COLUMN_BYTES, HALF_GROUP_TILE_TOKENS};
+use crate::cpu::kernels::packed_half::{COLUMN_BYTES, HALF_GROUP_TILE_TOKENS, PAIR_BYTES};
 
 /// Activation rows per pass over a pair of groups: twelve accumulators
-/// (even and odd columns of two groups for three rows), two converted
-/// columns and a broadcast fill fifteen of the sixteen registers.
+/// (four rows' lanes of two groups for three rows), two converted loads
+/// and a broadcast fill fifteen of the sixteen registers.
 const PAIR_TILE_TOKENS: usize = 3;
 
-/// The eight 16-bit values at the start of `b` (f16, or bf16 when `BF16`)
-/// as f32 (exact).
+/// The 16 bytes at the start of `b` (four rows' values at a pair of
+/// columns, f16, or bf16 when `BF16`) as f32 (exact).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn column<const BF16: bool>(b: &[u8]) -> __m256 {
-    let b = &b[..COLUMN_BYTES];
+fn four_rows<const BF16: bool>(b: &[u8]) -> __m256 {
+    let b = &b[..PAIR_BYTES / 2];
     // SAFETY: `b` holds 16 bytes (sliced above) and `loadu` has no
     // alignment requirement.
     let v = unsafe { _mm_loadu_si128(b.as_ptr().cast()) };
@@ -36,6 +36,24 @@ pub(crate) fn column<const BF16: bool>(b: &[u8]) -> __m256 {
     } else {
         _mm256_cvtph_ps(v)
     }
+}
+
+/// An activation row's two values at a pair of columns, four times over.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn pair_x(x: &[f32; 2]) -> __m256 {
+    let bits = u64::from(x[0].to_bits()) | u64::from(x[1].to_bits()) << 32;
+    _mm256_castpd_ps(_mm256_set1_pd(f64::from_bits(bits)))
+}
+
+/// The eight outputs of a group from the sums of its rows 0..4 (`lo`) and
+/// 4..8 (`hi`): each row's even lane plus its odd lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn row_sums(lo: __m256, hi: __m256) -> __m256 {
+    // Rows 0, 1, 4, 5 | 2, 3, 6, 7, then in order.
+    let s = _mm256_castps_pd(_mm256_hadd_ps(lo, hi));
+    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(s))
 }
 
 /// The eight outputs of one packed group for `T` activation rows.
@@ -47,31 +65,31 @@ fn tile<const T: usize, const BF16: bool>(
     reads: WeightReads,
 ) -> [__m256; T] {
     let columns = group[..xs[0].len() * COLUMN_BYTES]
-        .as_chunks::<{ 2 * COLUMN_BYTES }>()
+        .as_chunks::<PAIR_BYTES>()
         .0;
     let n = columns.len();
     let pairs: [&[[f32; 2]]; T] = std::array::from_fn(|t| &xs[t].as_chunks::<2>().0[..n]);
     // Every slice indexed by `k` below has exactly `n` items; said once
     // here, so the loop carries no bounds checks.
     assert!(pairs.iter().all(|p| p.len() == n));
-    let mut even = [_mm256_setzero_ps(); T];
-    let mut odd = [_mm256_setzero_ps(); T];
+    let mut lo = [_mm256_setzero_ps(); T];
+    let mut hi = [_mm256_setzero_ps(); T];
     let mut ahead = super::prefetch::Streams::new(group, 1, reads);
     for k in 0..n {
         let two = &columns[k];
-        ahead.next(2 * COLUMN_BYTES);
+        ahead.next(PAIR_BYTES);
         if T > 1 && k % 2 == 0 {
             super::prefetch::into_l1(two);
         }
-        let w0 = column::<BF16>(&two[..COLUMN_BYTES]);
-        let w1 = column::<BF16>(&two[COLUMN_BYTES..]);
+        let w_lo = four_rows::<BF16>(&two[..PAIR_BYTES / 2]);
+        let w_hi = four_rows::<BF16>(&two[PAIR_BYTES / 2..]);
         for t in 0..T {
-            let [x0, x1] = pairs[t][k];
-            even[t] = _mm256_fmadd_ps(_mm256_set1_ps(x0), w0, even[t]);
-            odd[t] = _mm256_fmadd_ps(_mm256_set1_ps(x1), w1, odd[t]);
+            let x = pair_x(&pairs[t][k]);
+            lo[t] = _mm256_fmadd_ps(x, w_lo, lo[t]);
+            hi[t] = _mm256_fmadd_ps(x, w_hi, hi[t]);
         }
     }
-    std::array::from_fn(|t| _mm256_add_ps(even[t], odd[t]))
+    std::array::from_fn(|t| row_sums(lo[t], hi[t]))
 }
 
 /// The eight outputs of one packed group for each of one to
@@ -102,7 +120,9 @@ pub(crate) fn group_dot<const BF16: bool>(
 
 /// The eight outputs of each of two packed groups `a` and `b` for `T`
 /// activation rows (`T` at most [`PAIR_TILE_TOKENS`]): per output the same
-/// operations as [`tile`].
+/// operations as [`tile`]. Rows 0..4 of both groups go first, then rows
+/// 4..8, each half with its own broadcasts (four converted loads and
+/// three broadcasts at once would not fit the registers).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn pair_tile<const T: usize, const BF16: bool>(
@@ -112,39 +132,39 @@ fn pair_tile<const T: usize, const BF16: bool>(
     reads: WeightReads,
 ) -> [[__m256; T]; 2] {
     let len = xs[0].len() * COLUMN_BYTES;
-    let columns_a = a[..len].as_chunks::<{ 2 * COLUMN_BYTES }>().0;
-    let columns_b = b[..len].as_chunks::<{ 2 * COLUMN_BYTES }>().0;
+    let columns_a = a[..len].as_chunks::<PAIR_BYTES>().0;
+    let columns_b = b[..len].as_chunks::<PAIR_BYTES>().0;
     let n = columns_a.len();
     let pairs: [&[[f32; 2]]; T] = std::array::from_fn(|t| &xs[t].as_chunks::<2>().0[..n]);
     // Every slice indexed by `k` below has exactly `n` items; said once
     // here, so the loop carries no bounds checks.
     assert!(columns_b.len() == n && pairs.iter().all(|p| p.len() == n));
-    let mut even = [[_mm256_setzero_ps(); T]; 2];
-    let mut odd = [[_mm256_setzero_ps(); T]; 2];
+    let mut lo = [[_mm256_setzero_ps(); T]; 2];
+    let mut hi = [[_mm256_setzero_ps(); T]; 2];
     let mut ahead = super::prefetch::Streams::new(a, 2, reads);
     for k in 0..n {
         let (ta, tb) = (&columns_a[k], &columns_b[k]);
-        ahead.next(2 * COLUMN_BYTES);
+        ahead.next(PAIR_BYTES);
         if T > 1 && k % 2 == 0 {
             super::prefetch::into_l1(ta);
             super::prefetch::into_l1(tb);
         }
-        let wa = column::<BF16>(&ta[..COLUMN_BYTES]);
-        let wb = column::<BF16>(&tb[..COLUMN_BYTES]);
+        let wa = four_rows::<BF16>(&ta[..PAIR_BYTES / 2]);
+        let wb = four_rows::<BF16>(&tb[..PAIR_BYTES / 2]);
         for t in 0..T {
-            let x = _mm256_set1_ps(pairs[t][k][0]);
-            even[0][t] = _mm256_fmadd_ps(x, wa, even[0][t]);
-            even[1][t] = _mm256_fmadd_ps(x, wb, even[1][t]);
+            let x = pair_x(&pairs[t][k]);
+            lo[0][t] = _mm256_fmadd_ps(x, wa, lo[0][t]);
+            lo[1][t] = _mm256_fmadd_ps(x, wb, lo[1][t]);
         }
-        let wa = column::<BF16>(&ta[COLUMN_BYTES..]);
-        let wb = column::<BF16>(&tb[COLUMN_BYTES..]);
+        let wa = four_rows::<BF16>(&ta[PAIR_BYTES / 2..]);
+        let wb = four_rows::<BF16>(&tb[PAIR_BYTES / 2..]);
         for t in 0..T {
-            let x = _mm256_set1_ps(pairs[t][k][1]);
-            odd[0][t] = _mm256_fmadd_ps(x, wa, odd[0][t]);
-            odd[1][t] = _mm256_fmadd_ps(x, wb, odd[1][t]);
+            let x = pair_x(&pairs[t][k]);
+            hi[0][t] = _mm256_fmadd_ps(x, wa, hi[0][t]);
+            hi[1][t] = _mm256_fmadd_ps(x, wb, hi[1][t]);
         }
     }
-    std::array::from_fn(|g| std::array::from_fn(|t| _mm256_add_ps(even[g][t], odd[g][t])))
+    std::array::from_fn(|g| std::array::from_fn(|t| row_sums(lo[g][t], hi[g][t])))
 }
 
 /// The outputs of two consecutive packed groups `a` and `b` for one to

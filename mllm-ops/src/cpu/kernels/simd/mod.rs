@@ -23,7 +23,7 @@
 //!   [`vnni_packed_q5k`]: Q5_K weights, those five-bit blocks under the
 //!   packed Q4_K super-block header;
 //! * [`avx2_packed_half`] and [`avx512_packed_half`]: f16/bf16 weights
-//!   repacked in groups of eight rows, column by column, times f32
+//!   repacked in groups of eight rows, a pair of columns at a time, times f32
 //!   activations (bit-exact with each other and the portable kernel);
 //! * [`inline_array`]: array maps that are always inlined, for closures
 //!   inside kernels (`array::map` leaves them out of line);
