@@ -9,12 +9,10 @@
 //! multiplies them at once, so the even and odd column sums of a group's
 //! eight outputs build up side by side in one register (a neighbour add
 //! per output at the end), and up to `HALF_TILE_TOKENS` activation rows
-//! share each pass over a pair of groups (the AVX-512 kernel, which
-//! reads them from a tile panel, see `panels`, and takes an odd last
-//! group alone the same way; the AVX2 one takes three rows per pass over
-//! a pair of groups, so that each broadcast feeds both, and its one-group
-//! kernel for an odd last group `HALF_GROUP_TILE_TOKENS`), so prefill
-//! converts each weight once per twelve (three, six) tokens.
+//! share each pass over one or two groups (the AVX-512 kernel, which
+//! reads them from a tile panel, see `panels`; the AVX2 one takes one
+//! group and six rows at a time, `HALF_GROUP_TILE_TOKENS`), so prefill
+//! converts each weight once per twelve (six) tokens.
 //!
 //! The arithmetic is fixed per output: two f32 accumulators, the even
 //! columns fused-multiply-added into one and the odd ones into the other,
@@ -49,12 +47,12 @@ mod panels;
 /// and 5-8 % faster than with eight.
 pub(crate) const HALF_TILE_TOKENS: usize = 12;
 
-/// Activation rows that share one pass over a group in the one-group
-/// kernels (for an odd last group, at both levels): 12 accumulators of
-/// the 16 AVX2 registers, each converted column feeding six fused
+/// Activation rows that share one pass over a group in the AVX2 kernel
+/// (for three rows and more): 12 accumulators of the 16 AVX2 registers,
+/// each converted half of a pair of columns feeding six fused
 /// multiply-adds. Prefill of the 1.1B and SmolLM2 F16 files at the AVX2
-/// level ran 13 % faster than with four rows; seven spill registers
-/// (15 % slower).
+/// level ran 13 % faster than with four rows (with one column per load);
+/// seven spill registers (15 % slower).
 pub(crate) const HALF_GROUP_TILE_TOKENS: usize = 6;
 
 /// Bytes of one group per column.
@@ -255,8 +253,8 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
         unsafe { Self::avx2(group, xs, out, reads) }
     }
 
-    /// The AVX2 pair kernel: the AVX-512 one reads tile panels, which
-    /// `packed_half_linear` lays out for it (see `panels`).
+    /// The AVX2 pair kernel: the AVX-512 one reads tile panels, which `packed_half_linear` lays
+    /// out for it (see `panels`).
     ///
     /// # Safety
     /// The trait method's: the CPU has the features it names.

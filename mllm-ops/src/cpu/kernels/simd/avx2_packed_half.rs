@@ -5,8 +5,11 @@
 //! the even lanes and odd ones in the odd lanes: per pair of columns two
 //! such loads, and one 64-bit broadcast of an activation row's two values
 //! there feeds both. The even and odd lanes of a row add up at the end.
-//! Two consecutive groups go through together, three activation rows at
-//! a time ([`PAIR_TILE_TOKENS`]): each broadcast then feeds both groups.
+//! Two consecutive groups go through together for one or two rows, and
+//! one after the other for more: with the broadcasts shared by a group's
+//! two halves, one group over six rows fills fifteen of the sixteen
+//! registers (both groups over three rows would spill, and convert each
+//! weight once per three rows).
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
@@ -16,11 +19,6 @@ use std::arch::x86_64::*;
 use super::avx2::{store, store_pair};
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS};
 use crate::cpu::kernels::packed_half::{COLUMN_BYTES, HALF_GROUP_TILE_TOKENS, PAIR_BYTES};
-
-/// Activation rows per pass over a pair of groups: twelve accumulators
-/// (four rows' lanes of two groups for three rows), two converted loads
-/// and a broadcast fill fifteen of the sixteen registers.
-const PAIR_TILE_TOKENS: usize = 3;
 
 /// The 16 bytes at the start of `b` (four rows' values at a pair of
 /// columns, f16, or bf16 when `BF16`) as f32 (exact).
@@ -118,11 +116,16 @@ pub(crate) fn group_dot<const BF16: bool>(
     }
 }
 
+/// Rows up to which two groups go through together ([`pair_dot`]): four
+/// converted loads, eight accumulators and a broadcast. A decode step's
+/// one row then keeps four sums in flight instead of two (one group
+/// alone waits on its two sums' latency), which one group over six rows
+/// does not need.
+const PAIR_TILE_TOKENS: usize = 2;
+
 /// The eight outputs of each of two packed groups `a` and `b` for `T`
 /// activation rows (`T` at most [`PAIR_TILE_TOKENS`]): per output the same
-/// operations as [`tile`]. Rows 0..4 of both groups go first, then rows
-/// 4..8, each half with its own broadcasts (four converted loads and
-/// three broadcasts at once would not fit the registers).
+/// operations as [`tile`].
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn pair_tile<const T: usize, const BF16: bool>(
@@ -149,27 +152,24 @@ fn pair_tile<const T: usize, const BF16: bool>(
             super::prefetch::into_l1(ta);
             super::prefetch::into_l1(tb);
         }
-        let wa = four_rows::<BF16>(&ta[..PAIR_BYTES / 2]);
-        let wb = four_rows::<BF16>(&tb[..PAIR_BYTES / 2]);
+        let w_lo = [ta, tb].map(|g| four_rows::<BF16>(&g[..PAIR_BYTES / 2]));
+        let w_hi = [ta, tb].map(|g| four_rows::<BF16>(&g[PAIR_BYTES / 2..]));
         for t in 0..T {
             let x = pair_x(&pairs[t][k]);
-            lo[0][t] = _mm256_fmadd_ps(x, wa, lo[0][t]);
-            lo[1][t] = _mm256_fmadd_ps(x, wb, lo[1][t]);
-        }
-        let wa = four_rows::<BF16>(&ta[PAIR_BYTES / 2..]);
-        let wb = four_rows::<BF16>(&tb[PAIR_BYTES / 2..]);
-        for t in 0..T {
-            let x = pair_x(&pairs[t][k]);
-            hi[0][t] = _mm256_fmadd_ps(x, wa, hi[0][t]);
-            hi[1][t] = _mm256_fmadd_ps(x, wb, hi[1][t]);
+            for g in 0..2 {
+                lo[g][t] = _mm256_fmadd_ps(x, w_lo[g], lo[g][t]);
+                hi[g][t] = _mm256_fmadd_ps(x, w_hi[g], hi[g][t]);
+            }
         }
     }
     std::array::from_fn(|g| std::array::from_fn(|t| row_sums(lo[g][t], hi[g][t])))
 }
 
 /// The outputs of two consecutive packed groups `a` and `b` for one to
-/// `HALF_TILE_TOKENS` activation rows, [`PAIR_TILE_TOKENS`] at a time:
-/// `out[t]` for `a`, `out[xs.len() + t]` for `b`.
+/// `HALF_TILE_TOKENS` activation rows: `out[t]` for `a`,
+/// `out[xs.len() + t]` for `b`. Up to [`PAIR_TILE_TOKENS`] rows go through
+/// both groups at once, more through one group after the other,
+/// `HALF_GROUP_TILE_TOKENS` at a time.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) fn pair_dot<const BF16: bool>(
     a: &[u8],
@@ -181,14 +181,21 @@ pub(crate) fn pair_dot<const BF16: bool>(
     let rows = xs.len();
     debug_assert!(out.len() >= 2 * rows);
     let (out_a, out_b) = out.split_at_mut(rows);
-    for (i, xs) in xs.chunks(PAIR_TILE_TOKENS).enumerate() {
-        let reads = reads.of_pass(i);
-        let at = i * PAIR_TILE_TOKENS;
-        let out = (&mut out_a[at..], &mut out_b[at..]);
-        match xs.len() {
-            1 => store_pair(pair_tile::<1, BF16>(a, b, xs, reads), out),
-            2 => store_pair(pair_tile::<2, BF16>(a, b, xs, reads), out),
-            _ => store_pair(pair_tile::<3, BF16>(a, b, xs, reads), out),
+    let out = (out_a, out_b);
+    match rows {
+        0 => {}
+        1 => store_pair(pair_tile::<1, BF16>(a, b, xs, reads), out),
+        PAIR_TILE_TOKENS => store_pair(pair_tile::<PAIR_TILE_TOKENS, BF16>(a, b, xs, reads), out),
+        _ => {
+            for (group, out) in [(a, out.0), (b, out.1)] {
+                let tiles = xs.chunks(HALF_GROUP_TILE_TOKENS);
+                for (pass, (xs, out)) in tiles
+                    .zip(out.chunks_mut(HALF_GROUP_TILE_TOKENS))
+                    .enumerate()
+                {
+                    group_dot::<BF16>(group, xs, out, reads.of_pass(pass));
+                }
+            }
         }
     }
 }
