@@ -42,8 +42,8 @@ mod panels;
 
 /// Activation rows that share one pass over a pair of groups in the
 /// AVX-512 kernel: 24 accumulators of its 32 registers, each converted
-/// column feeding twelve fused multiply-adds (the conversion shares the FMA
-/// ports). Prefill of SmolLM2 F16 ran 20-25 % faster than with four rows,
+/// pair of columns feeding twelve fused multiply-adds (the conversion
+/// shares the FMA ports). Prefill of SmolLM2 F16 ran 20-25 % faster than with four rows,
 /// and 5-8 % faster than with eight.
 pub(crate) const HALF_TILE_TOKENS: usize = 12;
 
@@ -253,8 +253,8 @@ impl<const BF16: bool> PackedFormat for HalfFormat<BF16> {
         unsafe { Self::avx2(group, xs, out, reads) }
     }
 
-    /// The AVX2 pair kernel: the AVX-512 one reads tile panels, which `packed_half_linear` lays
-    /// out for it (see `panels`).
+    /// The AVX2 pair kernel: the AVX-512 one reads tile panels, which
+    /// `packed_half_linear` lays out for it (see `panels`).
     ///
     /// # Safety
     /// The trait method's: the CPU has the features it names.
