@@ -43,8 +43,8 @@ mod panels;
 /// Activation rows that share one pass over a pair of groups in the
 /// AVX-512 kernel: 24 accumulators of its 32 registers, each converted
 /// pair of columns feeding twelve fused multiply-adds (the conversion
-/// shares the FMA ports). Prefill of SmolLM2 F16 ran 20-25 % faster than with four rows,
-/// and 5-8 % faster than with eight.
+/// shares the FMA ports). Prefill of SmolLM2 F16 ran 20-25 % faster than
+/// with four rows, and 5-8 % faster than with eight.
 pub(crate) const HALF_TILE_TOKENS: usize = 12;
 
 /// Activation rows that share one pass over a group in the AVX2 kernel

@@ -36,12 +36,18 @@ fn four_rows<const BF16: bool>(b: &[u8]) -> __m256 {
     }
 }
 
+/// An activation row's two values at a pair of columns as the bits of
+/// one f64 (the first in the low half), for a 64-bit broadcast.
+#[inline]
+pub(crate) fn pair_bits(x: &[f32; 2]) -> f64 {
+    f64::from_bits(u64::from(x[0].to_bits()) | u64::from(x[1].to_bits()) << 32)
+}
+
 /// An activation row's two values at a pair of columns, four times over.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn pair_x(x: &[f32; 2]) -> __m256 {
-    let bits = u64::from(x[0].to_bits()) | u64::from(x[1].to_bits()) << 32;
-    _mm256_castpd_ps(_mm256_set1_pd(f64::from_bits(bits)))
+    _mm256_castpd_ps(_mm256_set1_pd(pair_bits(x)))
 }
 
 /// The eight outputs of a group from the sums of its rows 0..4 (`lo`) and

@@ -24,6 +24,7 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2_packed_half::pair_bits;
 use crate::cpu::kernels::matmul::HalfBits;
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS};
 use crate::cpu::kernels::packed_half::{HALF_TILE_TOKENS, PAIR_BYTES};
@@ -49,8 +50,7 @@ fn eight_rows<const BF16: bool>(b: &[u8]) -> __m512 {
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 #[inline]
 fn pair_x(x: &[f32; 2]) -> __m512 {
-    let bits = u64::from(x[0].to_bits()) | u64::from(x[1].to_bits()) << 32;
-    _mm512_castpd_ps(_mm512_set1_pd(f64::from_bits(bits)))
+    _mm512_castpd_ps(_mm512_set1_pd(pair_bits(x)))
 }
 
 /// Stores a group's eight outputs from its sums `acc` (each row's even and
@@ -133,34 +133,34 @@ fn kind_panel_dot<const BF16: bool>(
 ) {
     debug_assert!((1..=HALF_TILE_TOKENS).contains(&tokens));
     match groups.split_at_checked(group_bytes) {
-        Some((a, b)) if !b.is_empty() => match tokens {
-            1 => store(&tile::<2, 1, BF16>([a, b], panel, reads), out),
-            2 => store(&tile::<2, 2, BF16>([a, b], panel, reads), out),
-            3 => store(&tile::<2, 3, BF16>([a, b], panel, reads), out),
-            4 => store(&tile::<2, 4, BF16>([a, b], panel, reads), out),
-            5 => store(&tile::<2, 5, BF16>([a, b], panel, reads), out),
-            6 => store(&tile::<2, 6, BF16>([a, b], panel, reads), out),
-            7 => store(&tile::<2, 7, BF16>([a, b], panel, reads), out),
-            8 => store(&tile::<2, 8, BF16>([a, b], panel, reads), out),
-            9 => store(&tile::<2, 9, BF16>([a, b], panel, reads), out),
-            10 => store(&tile::<2, 10, BF16>([a, b], panel, reads), out),
-            11 => store(&tile::<2, 11, BF16>([a, b], panel, reads), out),
-            _ => store(&tile::<2, 12, BF16>([a, b], panel, reads), out),
-        },
-        _ => match tokens {
-            1 => store(&tile::<1, 1, BF16>([groups], panel, reads), out),
-            2 => store(&tile::<1, 2, BF16>([groups], panel, reads), out),
-            3 => store(&tile::<1, 3, BF16>([groups], panel, reads), out),
-            4 => store(&tile::<1, 4, BF16>([groups], panel, reads), out),
-            5 => store(&tile::<1, 5, BF16>([groups], panel, reads), out),
-            6 => store(&tile::<1, 6, BF16>([groups], panel, reads), out),
-            7 => store(&tile::<1, 7, BF16>([groups], panel, reads), out),
-            8 => store(&tile::<1, 8, BF16>([groups], panel, reads), out),
-            9 => store(&tile::<1, 9, BF16>([groups], panel, reads), out),
-            10 => store(&tile::<1, 10, BF16>([groups], panel, reads), out),
-            11 => store(&tile::<1, 11, BF16>([groups], panel, reads), out),
-            _ => store(&tile::<1, 12, BF16>([groups], panel, reads), out),
-        },
+        Some((a, b)) if !b.is_empty() => groups_dot::<2, BF16>([a, b], (panel, tokens), out, reads),
+        _ => groups_dot::<1, BF16>([groups], (panel, tokens), out, reads),
+    }
+}
+
+/// [`kind_panel_dot`] of the `G` groups `groups`, through the tile of the
+/// panel's row count.
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+#[inline]
+fn groups_dot<const G: usize, const BF16: bool>(
+    groups: [&[u8]; G],
+    (panel, tokens): (&[f32], usize),
+    out: &mut [[f32; GROUP_ROWS]],
+    reads: WeightReads,
+) {
+    match tokens {
+        1 => store(&tile::<G, 1, BF16>(groups, panel, reads), out),
+        2 => store(&tile::<G, 2, BF16>(groups, panel, reads), out),
+        3 => store(&tile::<G, 3, BF16>(groups, panel, reads), out),
+        4 => store(&tile::<G, 4, BF16>(groups, panel, reads), out),
+        5 => store(&tile::<G, 5, BF16>(groups, panel, reads), out),
+        6 => store(&tile::<G, 6, BF16>(groups, panel, reads), out),
+        7 => store(&tile::<G, 7, BF16>(groups, panel, reads), out),
+        8 => store(&tile::<G, 8, BF16>(groups, panel, reads), out),
+        9 => store(&tile::<G, 9, BF16>(groups, panel, reads), out),
+        10 => store(&tile::<G, 10, BF16>(groups, panel, reads), out),
+        11 => store(&tile::<G, 11, BF16>(groups, panel, reads), out),
+        _ => store(&tile::<G, 12, BF16>(groups, panel, reads), out),
     }
 }
 
