@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use rayon::ThreadPool;
 
 use super::qact::{ActivationScratch, Q16Act, Q16Row, BLOCK, BYTE, WIDE};
-use super::qkernel::{QuantKernel, QuantPath};
+use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use super::qmatmul::{add_bias_rows, QuantMatrix, Split};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_0, q4_1, QuantType};
@@ -40,6 +40,11 @@ pub(crate) const NIBBLES_AT: usize = 4 * GROUP_ROWS;
 
 /// Activation rows multiplied with one pass over a weight group.
 pub(crate) const TILE_TOKENS: usize = 4;
+
+/// Activation rows of the widest tile: the AVX-512 two-group products of
+/// formats whose registers hold that many rows' sums (see
+/// [`PackedFormat::PAIR_TILE_TOKENS`]).
+pub(crate) const WIDE_TILE_TOKENS: usize = 8;
 
 /// Where a tile of activation rows finds its weights, which decides
 /// whether the kernels prefetch them into L2 as they go (see
@@ -179,6 +184,12 @@ pub(crate) trait PackedFormat {
     /// Activation rows per call of the one-group products (`avx2`,
     /// `vnni`); the portable one takes any number.
     const GROUP_TILE_TOKENS: usize = TILE_TOKENS;
+    /// Activation rows per call of the AVX-512 two-group product
+    /// ([`PackedFormat::vnni_pair`], at most [`WIDE_TILE_TOKENS`]): the
+    /// tile of rows over a matrix at that level. Each call sums over all
+    /// the columns once per block for each row, so a wider tile spreads
+    /// the weights' loads and a call's fixed costs over more rows.
+    const PAIR_TILE_TOKENS: usize = TILE_TOKENS;
     /// Blocks of 32 values in `x`.
     fn blocks(x: &Self::Input<'_>) -> usize;
     /// The eight outputs of one group for each of one to
@@ -881,7 +892,8 @@ pub(crate) fn group_outputs<'g, A: Sync>(
 }
 
 /// [`group_outputs`] over groups of the packed format `F`, [`TILE_TOKENS`]
-/// rows per tile, each through `k`'s group products.
+/// rows per tile ([`PackedFormat::PAIR_TILE_TOKENS`] at the AVX-512
+/// level), each through `k`'s group products.
 pub(crate) fn packed_group_outputs<'g, F: PackedFormat>(
     k: QuantKernel,
     groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
@@ -890,15 +902,13 @@ pub(crate) fn packed_group_outputs<'g, F: PackedFormat>(
     split: &Split<'_>,
     dst: &mut [f32],
 ) {
-    group_outputs(
-        groups,
-        cols,
-        xs,
-        TILE_TOKENS,
-        split,
-        dst,
-        |g, xs, out, reads| k.packed_dot::<F>(g, xs, out, reads),
-    );
+    let tile = match k.level() {
+        SimdLevel::Avx512 => F::PAIR_TILE_TOKENS,
+        _ => TILE_TOKENS,
+    };
+    group_outputs(groups, cols, xs, tile, split, dst, |g, xs, out, reads| {
+        k.packed_dot::<F>(g, xs, out, reads)
+    });
 }
 
 /// Source bytes packed between two calls of a packer's progress callback

@@ -26,7 +26,7 @@ use rayon::ThreadPool;
 
 use super::packed::{
     by_row_blocks, fill_by_rows, pack_blocks, packed_group_outputs, quantize_rows, PackedData,
-    PackedFormat, SourceRows, GROUP_ROWS,
+    PackedFormat, SourceRows, GROUP_ROWS, TILE_TOKENS, WIDE_TILE_TOKENS,
 };
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, NARROW};
 use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
@@ -209,6 +209,14 @@ pub(crate) struct Q8Format<const SHIFT: u32>;
 impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
     type Input<'a> = Q8Input<'a, SHIFT>;
     const BLOCK_BYTES: usize = Q8_PACKED_BLOCK_BYTES;
+    /// With 8-bit rows the AVX-512 tile's sums of eight rows fit in the
+    /// registers (two per row); with 16-bit rows a row takes three and
+    /// wider tiles gained nothing.
+    const PAIR_TILE_TOKENS: usize = if SHIFT == BYTE {
+        WIDE_TILE_TOKENS
+    } else {
+        TILE_TOKENS
+    };
 
     fn blocks(x: &Q8Input<'_, SHIFT>) -> usize {
         x.x.d.len()
@@ -330,7 +338,6 @@ mod tests {
         check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
         BoundLinear, PATHS,
     };
-    use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
     use crate::cpu::kernels::test_util::Rng;
@@ -473,7 +480,9 @@ mod tests {
     #[test]
     fn every_level_and_every_row_alone_give_the_same_bits() {
         let mut rng = Rng::new(53);
-        let (rows, nb, out_f) = (TILE_TOKENS + 3, 18, 48);
+        // A full AVX-512 tile of eight 8-bit rows and a partial one; two
+        // full tiles of four and a partial one elsewhere.
+        let (rows, nb, out_f) = (WIDE_TILE_TOKENS + 3, 18, 48);
         let in_f = nb * BLOCK;
         let w = blocks_with_extremes(&mut rng, out_f * nb);
         let m = QuantMatrix::new(QuantType::Q8_0, &w, out_f, in_f).unwrap();
@@ -488,14 +497,15 @@ mod tests {
     }
 
     /// The group products of one and of two groups (the 512-bit pair) for
-    /// one to four rows split at `SHIFT` equal the portable kernel's bits
-    /// at every level, with weights at the extremes −128 and 127.
+    /// one to all the rows of the AVX-512 tile (eight 8-bit rows, four
+    /// 16-bit ones) split at `SHIFT` equal the portable kernel's bits at
+    /// every level, with weights at the extremes −128 and 127.
     fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
         let (rows, nb) = (2 * GROUP_ROWS, 6);
         let w = blocks_with_extremes(rng, rows * nb);
         let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, nb * BLOCK).unwrap();
         let p = PackedQ8::pack(&m).unwrap();
-        let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
+        let acts: Vec<Q16Act<SHIFT>> = (0..Q8Format::<SHIFT>::PAIR_TILE_TOKENS)
             .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
             .collect();
         let extras: Vec<(Vec<i32>, Vec<i16>)> =

@@ -342,10 +342,25 @@ pub(crate) fn store_pair(acc: &[__m512], out: &mut [[f32; GROUP_ROWS]]) {
 /// Defines `pair_dot` (the product of two consecutive packed groups `a`
 /// and `b` with one to `TILE_TOKENS` activation rows of type `$input`:
 /// `out[t]` for `a`, `out[xs.len() + t]` for `b`) over a module's
-/// `pair_tile::<T>`; the packed Q4 and Q8_0 kernels share it.
+/// `pair_tile::<T>`; the packed Q4 and Q8_0 kernels share it. With `wide`
+/// after the input type it takes up to `WIDE_TILE_TOKENS` rows.
 macro_rules! packed_pair_dot {
     ([$($generics:tt)*], $input:ty) => {
-        /// The two-group product for one to `TILE_TOKENS` activation rows.
+        $crate::cpu::kernels::simd::vnni_packed::packed_pair_dot!(
+            [$($generics)*], $input, TILE_TOKENS, [1, 2, 3], 4
+        );
+    };
+    ([$($generics:tt)*], $input:ty, wide) => {
+        $crate::cpu::kernels::simd::vnni_packed::packed_pair_dot!(
+            [$($generics)*],
+            $input,
+            $crate::cpu::kernels::packed::WIDE_TILE_TOKENS,
+            [1, 2, 3, 4, 5, 6, 7],
+            8
+        );
+    };
+    ([$($generics:tt)*], $input:ty, $most:expr, [$($t:literal),*], $last:literal) => {
+        /// The two-group product for one to `$most` activation rows.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
         pub(crate) fn pair_dot<$($generics)*>(
             a: &[u8],
@@ -354,14 +369,12 @@ macro_rules! packed_pair_dot {
             out: &mut [[f32; GROUP_ROWS]],
             reads: $crate::cpu::kernels::packed::WeightReads,
         ) {
-            debug_assert!(xs.len() <= TILE_TOKENS && out.len() >= 2 * xs.len());
+            debug_assert!(xs.len() <= $most && out.len() >= 2 * xs.len());
             // The tile size is the annotated array length.
             match xs.len() {
                 0 => {}
-                1 => store_pair(&{ let acc: [__m512; 1] = pair_tile(a, b, xs, reads); acc }, out),
-                2 => store_pair(&{ let acc: [__m512; 2] = pair_tile(a, b, xs, reads); acc }, out),
-                3 => store_pair(&{ let acc: [__m512; 3] = pair_tile(a, b, xs, reads); acc }, out),
-                _ => store_pair(&{ let acc: [__m512; 4] = pair_tile(a, b, xs, reads); acc }, out),
+                $($t => store_pair(&{ let acc: [__m512; $t] = pair_tile(a, b, xs, reads); acc }, out),)*
+                _ => store_pair(&{ let acc: [__m512; $last] = pair_tile(a, b, xs, reads); acc }, out),
             }
         }
     };
