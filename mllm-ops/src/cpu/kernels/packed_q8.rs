@@ -125,31 +125,34 @@ impl PackedQ8 {
 }
 
 /// One activation row as the packed Q8_0 kernels take it: its planes split
-/// at `SHIFT` ([`NARROW`] or [`BYTE`]), per block the sum of its high
-/// plane (the VNNI kernels multiply offset weights `w + 128` and subtract
-/// `128 · Σ hi`), and its values `2^SHIFT·hi + lo` as 16-bit integers (the
+/// at `SHIFT` ([`NARROW`] or [`BYTE`]), per block `128 · Σ hi` over its
+/// high plane (the VNNI kernels multiply offset weights `w + 128` and
+/// subtract it), and its values `2^SHIFT·hi + lo` as 16-bit integers (the
 /// AVX2 kernel multiplies them with `madd`). A linear layer makes only
 /// what its level's kernel reads (see [`Q8Extras`]); the rest is empty.
 #[derive(Clone, Copy)]
 pub(crate) struct Q8Input<'a, const SHIFT: u32> {
     /// The quantized row.
     pub x: Q16Row<'a, SHIFT>,
-    /// `Σ hi` over each block of 32 (read by the VNNI kernels).
+    /// `128 · Σ hi` over each block of 32 (read by the VNNI kernels, which
+    /// subtract it from a block sum straight from memory: shifted in the
+    /// kernel, it took a general register's broadcast per row and block,
+    /// and the AVX-512 kernel ran 7 % slower with 8-bit rows).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub hi_sums: &'a [i32],
+    pub hi_offsets: &'a [i32],
     /// The row's values `2^SHIFT·hi + lo` (read by the AVX2 kernel).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub values: &'a [i16],
 }
 
 /// What the Q8_0 kernel of one level reads besides the activation planes,
-/// for every row of a block of rows: the high planes' block sums at the
+/// for every row of a block of rows: the high planes' block offsets at the
 /// VNNI levels, the 16-bit values at the AVX2 level, nothing for the
 /// portable and NEON kernels (which multiply the planes). Made only for
 /// the level that runs, in the pool when the call is parallel: both made
 /// on one thread for every level cost SmolLM2 Q8_0's prefill about 5 %.
 struct Q8Extras {
-    hi_sums: Vec<i32>,
+    hi_offsets: Vec<i32>,
     values: Vec<i16>,
 }
 
@@ -162,16 +165,16 @@ impl Q8Extras {
         split: &Split<'_>,
     ) -> Self {
         let mut extras = Q8Extras {
-            hi_sums: Vec::new(),
+            hi_offsets: Vec::new(),
             values: Vec::new(),
         };
         let len = act.hi.len();
         match k.level() {
             SimdLevel::Avx512 | SimdLevel::AvxVnni => {
-                extras.hi_sums = vec![0; len / BLOCK];
-                let sums = &mut extras.hi_sums;
-                fill_by_rows(split, in_f, in_f / BLOCK, sums, |first, out| {
-                    block_sums_into(&act.hi[first * BLOCK..][..out.len() * BLOCK], out)
+                extras.hi_offsets = vec![0; len / BLOCK];
+                let offsets = &mut extras.hi_offsets;
+                fill_by_rows(split, in_f, in_f / BLOCK, offsets, |first, out| {
+                    block_offsets_into(&act.hi[first * BLOCK..][..out.len() * BLOCK], out)
                 });
             }
             SimdLevel::Avx2 => {
@@ -196,7 +199,7 @@ impl Q8Extras {
         let nb = in_f / BLOCK;
         Q8Input {
             x,
-            hi_sums: self.hi_sums.get(t * nb..(t + 1) * nb).unwrap_or(&[]),
+            hi_offsets: self.hi_offsets.get(t * nb..(t + 1) * nb).unwrap_or(&[]),
             values: self.values.get(t * in_f..(t + 1) * in_f).unwrap_or(&[]),
         }
     }
@@ -264,10 +267,10 @@ pub(crate) fn group_dot<const SHIFT: u32>(
     }
 }
 
-/// `Σ hi` of each block of 32 of a high plane, into `out`.
-fn block_sums_into(hi: &[i8], out: &mut [i32]) {
+/// `128 · Σ hi` of each block of 32 of a high plane, into `out`.
+fn block_offsets_into(hi: &[i8], out: &mut [i32]) {
     for (o, b) in out.iter_mut().zip(hi.chunks_exact(BLOCK)) {
-        *o = b.iter().map(|&v| v as i32).sum();
+        *o = b.iter().map(|&v| v as i32).sum::<i32>() << 7;
     }
 }
 
@@ -355,7 +358,7 @@ mod tests {
     /// Both extras of a row (see `Q8Extras`), whatever the level.
     fn both_extras<const SHIFT: u32>(x: &Q16Row<'_, SHIFT>) -> (Vec<i32>, Vec<i16>) {
         let mut sums = vec![0; x.d.len()];
-        block_sums_into(x.hi, &mut sums);
+        block_offsets_into(x.hi, &mut sums);
         let mut values = vec![0; x.hi.len()];
         values16_into::<SHIFT>(x.hi, x.lo, &mut values);
         (sums, values)
@@ -374,7 +377,7 @@ mod tests {
         let (sums, values) = both_extras(&xr);
         let input = Q8Input {
             x: xr,
-            hi_sums: &sums,
+            hi_offsets: &sums,
             values: &values,
         };
         let xf: Vec<f64> = (0..nb * BLOCK)
@@ -515,7 +518,7 @@ mod tests {
             .zip(&extras)
             .map(|(a, (s, v))| Q8Input {
                 x: a.row(),
-                hi_sums: s,
+                hi_offsets: s,
                 values: v,
             })
             .collect();

@@ -10,8 +10,8 @@
 //! `dpbusd` multiplies unsigned by signed bytes. The low plane (`0..=127`)
 //! is the unsigned side against the signed weights as they are; for the
 //! signed high plane the weights are offset to `w + 128` (one `xor` per
-//! chunk) and `128 · Σ hi`, summed once per call, is subtracted from the
-//! block sum. The 32-bit sums are then the integers of `avx2_packed_q8`,
+//! chunk) and `128 · Σ hi` (`Q8Input::hi_offsets`, made once per call)
+//! is subtracted from the block sum. The 32-bit sums are then the integers of `avx2_packed_q8`,
 //! followed by the same float steps, so the results equal it bit for bit.
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
@@ -77,7 +77,7 @@ macro_rules! q8_tile {
                 }
                 let d = scales(blk);
                 for t in 0..T {
-                    let correction = _mm256_set1_epi32(xs[t].hi_sums[i] << 7);
+                    let correction = _mm256_set1_epi32(xs[t].hi_offsets[i]);
                     let hi = _mm256_sub_epi32(sum_hi[t], correction);
                     acc[t] = add_block::<SHIFT>(acc[t], d, hi, sum_lo[t], xs[t].x.d[i]);
                 }
@@ -118,7 +118,7 @@ fn pair_tile<const SHIFT: u32, const T: usize>(
     let his: [_; T] = std::array::from_fn(|t| &xs[t].x.hi.as_chunks::<BLOCK>().0[..nb]);
     let los: [_; T] = std::array::from_fn(|t| &xs[t].x.lo.as_chunks::<BLOCK>().0[..nb]);
     let ds: [_; T] = std::array::from_fn(|t| &xs[t].x.d[..nb]);
-    let hi_sums: [_; T] = std::array::from_fn(|t| &xs[t].hi_sums[..nb]);
+    let hi_offsets: [_; T] = std::array::from_fn(|t| &xs[t].hi_offsets[..nb]);
     let offset = _mm512_set1_epi8(i8::MIN);
     let mut acc = [_mm512_setzero_ps(); T];
     let blocks_a = a[..nb * Q8_PACKED_BLOCK_BYTES]
@@ -149,7 +149,7 @@ fn pair_tile<const SHIFT: u32, const T: usize>(
         }
         let d = f16x16(&ka[..16], &kb[..16]);
         for t in 0..T {
-            let correction = _mm512_set1_epi32(hi_sums[t][i] << 7);
+            let correction = _mm512_set1_epi32(hi_offsets[t][i]);
             let hi = _mm512_sub_epi32(sum_hi[t], correction);
             let p = if SHIFT == BYTE {
                 hi
