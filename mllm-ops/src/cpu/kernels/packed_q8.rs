@@ -26,7 +26,7 @@ use rayon::ThreadPool;
 
 use super::packed::{
     by_row_blocks, fill_by_rows, pack_blocks, packed_group_outputs, quantize_rows, PackedData,
-    PackedFormat, SourceRows, GROUP_ROWS, TILE_TOKENS, WIDE_TILE_TOKENS,
+    PackedFormat, SourceRows, GROUP_ROWS, WIDE_TILE_TOKENS,
 };
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, NARROW};
 use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
@@ -212,14 +212,7 @@ pub(crate) struct Q8Format<const SHIFT: u32>;
 impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
     type Input<'a> = Q8Input<'a, SHIFT>;
     const BLOCK_BYTES: usize = Q8_PACKED_BLOCK_BYTES;
-    /// With 8-bit rows the AVX-512 tile's sums of eight rows fit in the
-    /// registers (two per row); with 16-bit rows a row takes three and
-    /// wider tiles gained nothing.
-    const PAIR_TILE_TOKENS: usize = if SHIFT == BYTE {
-        WIDE_TILE_TOKENS
-    } else {
-        TILE_TOKENS
-    };
+    const PAIR_TILE_TOKENS: usize = WIDE_TILE_TOKENS;
 
     fn blocks(x: &Q8Input<'_, SHIFT>) -> usize {
         x.x.d.len()
@@ -483,8 +476,8 @@ mod tests {
     #[test]
     fn every_level_and_every_row_alone_give_the_same_bits() {
         let mut rng = Rng::new(53);
-        // A full AVX-512 tile of eight 8-bit rows and a partial one; two
-        // full tiles of four and a partial one elsewhere.
+        // A full AVX-512 tile of eight rows and a partial one; two full
+        // tiles of four and a partial one elsewhere.
         let (rows, nb, out_f) = (WIDE_TILE_TOKENS + 3, 18, 48);
         let in_f = nb * BLOCK;
         let w = blocks_with_extremes(&mut rng, out_f * nb);
@@ -500,9 +493,9 @@ mod tests {
     }
 
     /// The group products of one and of two groups (the 512-bit pair) for
-    /// one to all the rows of the AVX-512 tile (eight 8-bit rows, four
-    /// 16-bit ones) split at `SHIFT` equal the portable kernel's bits at
-    /// every level, with weights at the extremes −128 and 127.
+    /// one to all the eight rows of the AVX-512 tile split at `SHIFT`
+    /// equal the portable kernel's bits at every level, with weights at the
+    /// extremes −128 and 127.
     fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
         let (rows, nb) = (2 * GROUP_ROWS, 6);
         let w = blocks_with_extremes(rng, rows * nb);
