@@ -351,6 +351,8 @@ macro_rules! packed_pair_dot {
         );
     };
     ([$($generics:tt)*], $input:ty, wide) => {
+        // The arms below name every row count up to the widest tile.
+        const _: () = assert!($crate::cpu::kernels::packed::WIDE_TILE_TOKENS == 8);
         $crate::cpu::kernels::simd::vnni_packed::packed_pair_dot!(
             [$($generics)*],
             $input,
