@@ -17,6 +17,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{store, store_pair};
+use super::inline_array;
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS};
 use crate::cpu::kernels::packed_half::{COLUMN_BYTES, HALF_GROUP_TILE_TOKENS, PAIR_BYTES};
 
@@ -60,17 +61,6 @@ fn row_sums(lo: __m256, hi: __m256) -> __m256 {
     _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(s))
 }
 
-/// The first `T` rows of `xs` as `n` pairs of values each. A plain
-/// function, so that its closure inlines: closures in the kernels take
-/// their target features and then can stay calls from the standard
-/// library's array functions (see `vnni_packed_q8::TileRows`). With the
-/// one-group tile's slices made here and its final sums in a loop, one
-/// thread's products ran 1.03-1.04x faster.
-#[inline]
-fn pair_rows<'a, const T: usize>(xs: &[&'a [f32]], n: usize) -> [&'a [[f32; 2]]; T] {
-    std::array::from_fn(|t| &xs[t].as_chunks::<2>().0[..n])
-}
-
 /// The eight outputs of one packed group for `T` activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -83,7 +73,10 @@ fn tile<const T: usize, const BF16: bool>(
         .as_chunks::<PAIR_BYTES>()
         .0;
     let n = columns.len();
-    let pairs = pair_rows::<T>(xs, n);
+    // A forced-inline map here and a loop for the sums below: with
+    // `std::array` functions their closures stayed calls (see
+    // `inline_array`), and one thread's products ran 1.03-1.04x slower.
+    let pairs: [&[[f32; 2]]; T] = inline_array::from_fn(|t| &xs[t].as_chunks::<2>().0[..n]);
     // Every slice indexed by `k` below has exactly `n` items; said once
     // here, so the loop carries no bounds checks.
     assert!(pairs.iter().all(|p| p.len() == n));

@@ -23,6 +23,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
+use super::inline_array::from_fn;
 use super::vnni_packed::{dpbusd_word, f16x16, join, store_pair, word16};
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
@@ -49,13 +50,13 @@ macro_rules! q8_tile {
             use $crate::cpu::kernels::simd::avx2_i8::load32;
             use $crate::cpu::kernels::simd::avx2_packed::word;
             use $crate::cpu::kernels::simd::avx2_packed_q8::{add_block, scales};
+            use $crate::cpu::kernels::simd::inline_array::from_fn;
+            // As in `pair_tile` (at the AVX-VNNI level 1.07x with 8-bit rows).
             let nb = xs[0].x.d.len();
-            let $crate::cpu::kernels::simd::vnni_packed_q8::TileRows {
-                his,
-                los,
-                ds,
-                hi_offsets,
-            } = $crate::cpu::kernels::simd::vnni_packed_q8::TileRows::<T>::new(xs, nb);
+            let his: [_; T] = from_fn(|t| &xs[t].x.hi.as_chunks::<BLOCK>().0[..nb]);
+            let los: [_; T] = from_fn(|t| &xs[t].x.lo.as_chunks::<BLOCK>().0[..nb]);
+            let ds: [_; T] = from_fn(|t| &xs[t].x.d[..nb]);
+            let hi_offsets: [_; T] = from_fn(|t| &xs[t].hi_offsets[..nb]);
             let offset = _mm256_set1_epi8(i8::MIN);
             let mut acc = [_mm256_setzero_ps(); T];
             let blocks = group[..nb * Q8_PACKED_BLOCK_BYTES]
@@ -104,39 +105,6 @@ super::avx2_packed::packed_group_dot!(
     Q8Input<'_, SHIFT>
 );
 
-/// What a tile reads of each of its `T` activation rows, sliced to `nb`
-/// blocks.
-pub(crate) struct TileRows<'a, const T: usize> {
-    /// The high planes.
-    pub his: [&'a [[i8; BLOCK]]; T],
-    /// The low planes.
-    pub los: [&'a [[i8; BLOCK]]; T],
-    /// The block scales.
-    pub ds: [&'a [f32]; T],
-    /// `128 · Σ hi` per block.
-    pub hi_offsets: [&'a [i32]; T],
-}
-
-impl<'a, const T: usize> TileRows<'a, T> {
-    /// The slices of the first `T` rows of `xs`. Made without target
-    /// features, so that its closures inline into the tile (in the tile
-    /// they stayed calls, and one thread's 512-bit products ran 1.2x
-    /// faster with 8-bit rows and 1.1x with 16-bit ones once they moved
-    /// here; the 256-bit ones at the AVX-VNNI level 1.07x with 8-bit
-    /// rows), and of
-    /// the slices only: the tile copying whole inputs stalled at each
-    /// call's start, where wide loads read the copies' narrow stores back.
-    #[inline]
-    pub(crate) fn new<const SHIFT: u32>(xs: &[Q8Input<'a, SHIFT>], nb: usize) -> Self {
-        TileRows {
-            his: std::array::from_fn(|t| &xs[t].x.hi.as_chunks::<BLOCK>().0[..nb]),
-            los: std::array::from_fn(|t| &xs[t].x.lo.as_chunks::<BLOCK>().0[..nb]),
-            ds: std::array::from_fn(|t| &xs[t].x.d[..nb]),
-            hi_offsets: std::array::from_fn(|t| &xs[t].hi_offsets[..nb]),
-        }
-    }
-}
-
 /// The outputs of two consecutive packed groups `a` and `b` for `T`
 /// activation rows at once, on 512-bit vectors: lanes 0..8 of each result
 /// are `a`'s eight rows, lanes 8..16 `b`'s. Lane by lane the same integer
@@ -149,13 +117,16 @@ fn pair_tile<const SHIFT: u32, const T: usize>(
     xs: &[Q8Input<'_, SHIFT>],
     reads: WeightReads,
 ) -> [__m512; T] {
+    // The slices of each row, not copies of the inputs (wide loads of the
+    // copies' narrow stores stalled each call's start), by forced-inline
+    // maps (see `inline_array`): with `std::array::from_fn` the closures
+    // stayed calls, and one thread's products ran 1.2x slower with 8-bit
+    // rows, 1.1x with 16-bit ones.
     let nb = xs[0].x.d.len();
-    let TileRows {
-        his,
-        los,
-        ds,
-        hi_offsets,
-    } = TileRows::<T>::new(xs, nb);
+    let his: [_; T] = from_fn(|t| &xs[t].x.hi.as_chunks::<BLOCK>().0[..nb]);
+    let los: [_; T] = from_fn(|t| &xs[t].x.lo.as_chunks::<BLOCK>().0[..nb]);
+    let ds: [_; T] = from_fn(|t| &xs[t].x.d[..nb]);
+    let hi_offsets: [_; T] = from_fn(|t| &xs[t].hi_offsets[..nb]);
     let offset = _mm512_set1_epi8(i8::MIN);
     let mut acc = [_mm512_setzero_ps(); T];
     let blocks_a = a[..nb * Q8_PACKED_BLOCK_BYTES]
