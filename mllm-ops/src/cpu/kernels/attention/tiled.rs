@@ -1,7 +1,7 @@
 //! Tiled attention for prefill (many queries at once).
 //!
 //! The (query, head) pairs that share one kv head are the rows of a matrix;
-//! [`ROWS`] consecutive rows form a panel, processed against blocks of
+//! [`TileOps::ROWS`] consecutive rows form a panel, processed against blocks of
 //! [`KEYS`] keys with an online softmax (flash-attention style): per block,
 //! the scores `S = Q·Kᵀ` and the update `O += P·V` are small register-blocked
 //! matrix products, and the running row maxima and sums rescale `O` whenever
@@ -16,9 +16,11 @@
 //! positions gives the same bits as the whole prompt at once.
 //!
 //! Panels are stored transposed (`[column][ROWS]`) so that one column of a
-//! panel is three 8-lane vectors: the softmax works on whole vectors without
-//! horizontal reductions, and the products broadcast single key or value
-//! entries against them.
+//! panel is a few whole vectors (three of 8 lanes with AVX2, two of 16 with
+//! AVX-512): the softmax works on whole vectors without horizontal
+//! reductions, and the products broadcast single key or value entries
+//! against them. Panel heights differ between the kernels; since no row
+//! depends on the others, their results do not.
 
 use std::ops::Range;
 
@@ -28,8 +30,6 @@ use rayon::ThreadPool;
 use super::AttnShape;
 use crate::cpu::kernels::kv_rows::{KvRows, Tile};
 
-/// Rows (query, head pairs) per panel: three 8-lane vectors.
-pub(super) const ROWS: usize = 24;
 /// Keys per online-softmax step.
 const KEYS: usize = 64;
 
@@ -61,21 +61,25 @@ impl KvLayout {
     }
 }
 
-/// Running state of the rows of one panel.
+/// Running state of the rows of one panel (`ROWS` entries each).
 pub(super) struct RowState {
     /// Running maximum score of each row (`-inf` before any visible key).
-    pub max: [f32; ROWS],
+    pub max: Vec<f32>,
     /// Running sum of `exp(score - max)` of each row.
-    pub sum: [f32; ROWS],
+    pub sum: Vec<f32>,
     /// First visible key position of each row.
-    pub lo: [i32; ROWS],
+    pub lo: Vec<i32>,
     /// Last visible key position of each row.
-    pub hi: [i32; ROWS],
+    pub hi: Vec<i32>,
 }
 
 /// The three building blocks of a panel × key-block step. Implemented
-/// portably ([`Scalar`]) and on 256-bit vectors (`Avx2`, `Avx512`).
+/// portably ([`Scalar`]), on 256-bit vectors (`Avx2`) and on 512-bit ones
+/// (`Avx512`).
 pub(super) trait TileOps: Copy + Send + Sync {
+    /// Rows (query, head pairs) per panel.
+    const ROWS: usize;
+
     /// Scores of every key of `keys` (cache rows, `kv` layout) against the
     /// panel `qt` (`[dim][ROWS]`, pre-scaled): `st[j * ROWS + r] = q_r · k_j`.
     fn scores(self, qt: &[f32], keys: &[f32], kv: KvLayout, st: &mut [f32]);
@@ -115,26 +119,34 @@ pub(super) struct Tiled<'a> {
     window: Option<usize>,
 }
 
-/// Per-thread buffers of one panel.
+/// Per-thread buffers of one panel of `rows` rows.
 struct Scratch {
-    /// Scaled queries, `[dim][ROWS]`.
+    /// Scaled queries, `[dim][rows]`.
     qt: Vec<f32>,
-    /// Scores, then probabilities, of one key block, `[KEYS][ROWS]`.
+    /// Scores, then probabilities, of one key block, `[KEYS][rows]`.
     st: Vec<f32>,
-    /// Output accumulator, `[dim][ROWS]`.
+    /// Output accumulator, `[dim][rows]`.
     ot: Vec<f32>,
     /// One decoded block of keys, then of values (unused for an f32 cache).
     kv: Vec<f32>,
+    /// The running state of the panel's rows.
+    state: RowState,
 }
 
 impl Scratch {
-    /// Buffers for heads of `dim`.
-    fn new(dim: usize) -> Self {
+    /// Buffers for panels of `rows` rows and heads of `dim`.
+    fn new(rows: usize, dim: usize) -> Self {
         Scratch {
-            qt: vec![0.0; dim * ROWS],
-            st: vec![0.0; KEYS * ROWS],
-            ot: vec![0.0; dim * ROWS],
+            qt: vec![0.0; dim * rows],
+            st: vec![0.0; KEYS * rows],
+            ot: vec![0.0; dim * rows],
             kv: Vec::new(),
+            state: RowState {
+                max: vec![0.0; rows],
+                sum: vec![0.0; rows],
+                lo: vec![0; rows],
+                hi: vec![0; rows],
+            },
         }
     }
 }
@@ -164,13 +176,14 @@ impl<'a> Tiled<'a> {
         }
     }
 
-    /// Queries per task: the smallest count whose rows fill whole panels.
-    fn block_queries(&self) -> usize {
-        let (mut a, mut b) = (self.group, ROWS);
+    /// Queries per task: the smallest count whose rows fill whole panels
+    /// of `rows` rows.
+    fn block_queries(&self, rows: usize) -> usize {
+        let (mut a, mut b) = (self.group, rows);
         while b != 0 {
             (a, b) = (b, a % b);
         }
-        ROWS / a
+        rows / a
     }
 
     /// Runs the whole attention into `out` with `ops`, in `pool` when
@@ -183,7 +196,7 @@ impl<'a> Tiled<'a> {
         pool: &ThreadPool,
         parallel: bool,
     ) {
-        let tasks = self.task_outputs(out);
+        let tasks = self.task_outputs(out, self.block_queries(O::ROWS));
         let task = |scratch: &mut Scratch, (t, mut rows): (usize, Vec<&mut [f32]>)| {
             self.task(
                 ops,
@@ -193,7 +206,7 @@ impl<'a> Tiled<'a> {
                 &mut rows,
             )
         };
-        let new_scratch = || Scratch::new(self.head_dim);
+        let new_scratch = || Scratch::new(O::ROWS, self.head_dim);
         if parallel {
             pool.install(|| {
                 tasks
@@ -211,9 +224,8 @@ impl<'a> Tiled<'a> {
 
     /// The parts of `out` each task writes: for task `qb * n_kv_heads +
     /// kvh`, the `group * head_dim` values of kv head `kvh`'s query heads
-    /// in each query row of block `qb`.
-    fn task_outputs<'o>(&self, out: &'o mut [f32]) -> Vec<Vec<&'o mut [f32]>> {
-        let bq = self.block_queries();
+    /// in each query row of block `qb` (blocks of `bq` queries).
+    fn task_outputs<'o>(&self, out: &'o mut [f32], bq: usize) -> Vec<Vec<&'o mut [f32]>> {
         let n_tasks = self.n_q.div_ceil(bq) * self.n_kv_heads;
         let mut tasks: Vec<Vec<&mut [f32]>> =
             (0..n_tasks).map(|_| Vec::with_capacity(bq)).collect();
@@ -237,10 +249,10 @@ impl<'a> Tiled<'a> {
         kvh: usize,
         rows: &mut [&mut [f32]],
     ) {
-        let first = qb * self.block_queries() * self.group;
+        let first = qb * self.block_queries(O::ROWS) * self.group;
         let pairs = rows.len() * self.group;
-        for p in (0..pairs).step_by(ROWS) {
-            self.panel(ops, s, kvh, first, p..pairs.min(p + ROWS), rows);
+        for p in (0..pairs).step_by(O::ROWS) {
+            self.panel(ops, s, kvh, first, p..pairs.min(p + O::ROWS), rows);
         }
     }
 
@@ -257,12 +269,15 @@ impl<'a> Tiled<'a> {
         rows: &mut [&mut [f32]],
     ) {
         let dim = self.head_dim;
-        let mut state = self.pack_queries(&mut s.qt, kvh, first + panel.start, panel.len());
+        let rows_per_panel = O::ROWS;
+        let state = &mut s.state;
+        self.pack_queries(&mut s.qt, state, kvh, first + panel.start, panel.len());
         let off = kvh * dim;
         s.ot.fill(0.0);
         // Rows are in query order: bounds grow with the row.
-        let (lo_min, lo_max) = (state.lo[0] as usize, state.lo[ROWS - 1] as usize);
-        let (hi_min, hi_max) = (state.hi[0] as usize, state.hi[ROWS - 1] as usize);
+        let last = rows_per_panel - 1;
+        let (lo_min, lo_max) = (state.lo[0] as usize, state.lo[last] as usize);
+        let (hi_min, hi_max) = (state.hi[0] as usize, state.hi[last] as usize);
         // Key blocks start at multiples of `KEYS` whatever rows share the
         // panel, so each row sees the same blocks in any panel.
         let mut j0 = lo_min / KEYS * KEYS;
@@ -271,34 +286,39 @@ impl<'a> Tiled<'a> {
             let masked = (j0 < lo_max || j1 - 1 > hi_min).then_some(j0);
             let keys = self.k.head_tile(j0..j1, off, dim, &mut s.kv);
             ops.scores(&s.qt, keys.data, KvLayout::of(&keys, dim), &mut s.st);
-            ops.softmax_step(&mut s.st, j1 - j0, masked, &mut state, &mut s.ot);
+            ops.softmax_step(&mut s.st, j1 - j0, masked, state, &mut s.ot);
             let values = self.v.head_tile(j0..j1, off, dim, &mut s.kv);
             let layout = KvLayout::of(&values, dim);
-            ops.accumulate(&s.st[..(j1 - j0) * ROWS], values.data, layout, &mut s.ot);
+            let probs = &s.st[..(j1 - j0) * rows_per_panel];
+            ops.accumulate(probs, values.data, layout, &mut s.ot);
             j0 = j1;
         }
         for (r, p) in panel.enumerate() {
             let orow = &mut rows[p / self.group][p % self.group * dim..][..dim];
             let inv = 1.0 / state.sum[r];
-            for (x, col) in orow.iter_mut().zip(s.ot.chunks_exact(ROWS)) {
+            for (x, col) in orow.iter_mut().zip(s.ot.chunks_exact(rows_per_panel)) {
                 *x = col[r] * inv;
             }
         }
     }
 
-    /// Packs the `n` query rows of a panel, scaled, into `qt` (`[dim][ROWS]`,
-    /// zero beyond `n`) and returns their initial state. Padding rows copy
-    /// the visible range of the last real row.
-    fn pack_queries(&self, qt: &mut [f32], kvh: usize, row0: usize, n: usize) -> RowState {
+    /// Packs the `n` query rows of a panel, scaled, into `qt` (`[dim][rows]`,
+    /// zero beyond `n`) and sets `state` (`rows` rows) to their initial
+    /// state. Padding rows copy the visible range of the last real row.
+    fn pack_queries(
+        &self,
+        qt: &mut [f32],
+        state: &mut RowState,
+        kvh: usize,
+        row0: usize,
+        n: usize,
+    ) {
         let dim = self.head_dim;
+        let rows = state.max.len();
         qt.fill(0.0);
-        let mut state = RowState {
-            max: [f32::NEG_INFINITY; ROWS],
-            sum: [0.0; ROWS],
-            lo: [0; ROWS],
-            hi: [0; ROWS],
-        };
-        for r in 0..ROWS {
+        state.max.fill(f32::NEG_INFINITY);
+        state.sum.fill(0.0);
+        for r in 0..rows {
             let row = row0 + r.min(n - 1);
             let (i, h) = (row / self.group, kvh * self.group + row % self.group);
             let p = self.past + i;
@@ -306,12 +326,11 @@ impl<'a> Tiled<'a> {
             state.lo[r] = self.window.map_or(0, |w| (p + 1).saturating_sub(w)) as i32;
             if r < n {
                 let qrow = &self.q[i * self.q_stride + h * dim..][..dim];
-                for (col, &x) in qt.chunks_exact_mut(ROWS).zip(qrow) {
+                for (col, &x) in qt.chunks_exact_mut(rows).zip(qrow) {
                     col[r] = x * self.scale;
                 }
             }
         }
-        state
     }
 }
 
@@ -320,11 +339,19 @@ impl<'a> Tiled<'a> {
 #[derive(Clone, Copy)]
 pub(super) struct Scalar;
 
+/// Rows per panel of [`Scalar`].
+const SCALAR_ROWS: usize = 24;
+
 impl TileOps for Scalar {
+    const ROWS: usize = SCALAR_ROWS;
+
     fn scores(self, qt: &[f32], keys: &[f32], kv: KvLayout, st: &mut [f32]) {
-        for (row, s) in keys.chunks_exact(kv.stride).zip(st.chunks_exact_mut(ROWS)) {
+        for (row, s) in keys
+            .chunks_exact(kv.stride)
+            .zip(st.chunks_exact_mut(SCALAR_ROWS))
+        {
             s.fill(0.0);
-            for (&kd, qc) in kv.head(row).iter().zip(qt.chunks_exact(ROWS)) {
+            for (&kd, qc) in kv.head(row).iter().zip(qt.chunks_exact(SCALAR_ROWS)) {
                 for (x, &qv) in s.iter_mut().zip(qc) {
                     *x += qv * kd;
                 }
@@ -340,9 +367,9 @@ impl TileOps for Scalar {
         state: &mut RowState,
         ot: &mut [f32],
     ) {
-        let st = &mut st[..nk * ROWS];
+        let st = &mut st[..nk * SCALAR_ROWS];
         if let Some(j0) = masked {
-            for (j, s) in st.chunks_exact_mut(ROWS).enumerate() {
+            for (j, s) in st.chunks_exact_mut(SCALAR_ROWS).enumerate() {
                 let pos = (j0 + j) as i32;
                 for ((x, &lo), &hi) in s.iter_mut().zip(&state.lo).zip(&state.hi) {
                     if pos < lo || pos > hi {
@@ -351,22 +378,22 @@ impl TileOps for Scalar {
                 }
             }
         }
-        let mut base = [0.0f32; ROWS];
-        let mut corr = [0.0f32; ROWS];
-        for r in 0..ROWS {
-            let block_max = st.iter().skip(r).step_by(ROWS).copied();
+        let mut base = [0.0f32; SCALAR_ROWS];
+        let mut corr = [0.0f32; SCALAR_ROWS];
+        for r in 0..SCALAR_ROWS {
+            let block_max = st.iter().skip(r).step_by(SCALAR_ROWS).copied();
             let m = block_max.fold(state.max[r], f32::max);
             base[r] = if m == f32::NEG_INFINITY { 0.0 } else { m };
             corr[r] = (state.max[r] - base[r]).exp();
             state.max[r] = m;
             state.sum[r] *= corr[r];
         }
-        for col in ot.chunks_exact_mut(ROWS) {
+        for col in ot.chunks_exact_mut(SCALAR_ROWS) {
             for (x, &c) in col.iter_mut().zip(&corr) {
                 *x *= c;
             }
         }
-        for s in st.chunks_exact_mut(ROWS) {
+        for s in st.chunks_exact_mut(SCALAR_ROWS) {
             for ((x, &b), l) in s.iter_mut().zip(&base).zip(&mut state.sum) {
                 *x = (*x - b).exp();
                 *l += *x;
@@ -375,8 +402,11 @@ impl TileOps for Scalar {
     }
 
     fn accumulate(self, st: &[f32], values: &[f32], kv: KvLayout, ot: &mut [f32]) {
-        for (row, p) in values.chunks_exact(kv.stride).zip(st.chunks_exact(ROWS)) {
-            for (&vd, oc) in kv.head(row).iter().zip(ot.chunks_exact_mut(ROWS)) {
+        for (row, p) in values
+            .chunks_exact(kv.stride)
+            .zip(st.chunks_exact(SCALAR_ROWS))
+        {
+            for (&vd, oc) in kv.head(row).iter().zip(ot.chunks_exact_mut(SCALAR_ROWS)) {
                 for (x, &pv) in oc.iter_mut().zip(p) {
                     *x += pv * vd;
                 }
@@ -388,28 +418,34 @@ impl TileOps for Scalar {
 #[cfg(target_arch = "x86_64")]
 pub(super) use {avx2::Avx2, avx512::Avx512};
 
-/// Defines module `$module` with `$name`, the [`TileOps`] on `__m256`
-/// vectors (`ROWS` is three) for CPUs with the `$detect` features, which
-/// its functions enable as `$features`; micro-tiles of `$tile` keys or
-/// head dimensions. Every score and output is the same sequence of
-/// lane-wise operations whatever the tile, so every instance gives the
-/// same bits.
+/// Defines module `$module` with `$name`, the [`TileOps`] on the vectors
+/// of `lanes::$width` for CPUs with the `$detect` features, which its
+/// functions enable as `$features`: panel columns of `$vectors` vectors,
+/// micro-tiles of `$tile` keys or head dimensions. Every score and output
+/// is the same sequence of lane-wise operations whatever the width, the
+/// panel height and the tile, so every instance gives the same bits.
 #[cfg(target_arch = "x86_64")]
 macro_rules! vector_tile_ops {
-    ($module:ident, $name:ident, $features:literal, $tile:literal, [$($detect:tt),+]) => {
+    (
+        $module:ident, $name:ident, $features:literal, $width:ident,
+        $vectors:literal, $tile:literal, [$($detect:tt),+]
+    ) => {
         mod $module {
-            use std::arch::x86_64::*;
+            use super::super::lanes::$width::{self as lane, I, LANES, V};
+            use crate::cpu::kernels::simd::inline_array::from_fn;
+            use super::{KvLayout, RowState, TileOps};
 
-            use super::super::simd::exp8;
-            use super::{KvLayout, RowState, TileOps, ROWS};
-
+            /// Vectors per panel column.
+            const VECTORS: usize = $vectors;
+            /// Rows per panel.
+            const ROWS: usize = VECTORS * LANES;
             /// Keys (score columns) or head dimensions (output columns) per
-            /// micro-tile: `TILE` × 3 accumulators plus the operands fit the
-            /// registers.
+            /// micro-tile: `TILE` × `VECTORS` accumulators plus the operands
+            /// fit the registers.
             const TILE: usize = $tile;
 
-            /// Three vectors: one panel column.
-            type Col = [__m256; 3];
+            /// One panel column.
+            type Col = [V; VECTORS];
 
             /// Proof that the CPU has the features this module's functions
             /// enable (only `detect` makes one).
@@ -425,6 +461,8 @@ macro_rules! vector_tile_ops {
             }
 
             impl TileOps for $name {
+                const ROWS: usize = ROWS;
+
                 fn scores(self, qt: &[f32], keys: &[f32], kv: KvLayout, st: &mut [f32]) {
                     // SAFETY: a value of this type exists only once `detect` found
                     // the features that the function enables.
@@ -456,14 +494,7 @@ macro_rules! vector_tile_ops {
             #[inline]
             fn load(s: &[f32]) -> Col {
                 let s = &s[..ROWS];
-                // SAFETY: `s` holds 24 floats; `loadu` has no alignment requirement.
-                unsafe {
-                    [
-                        _mm256_loadu_ps(s.as_ptr()),
-                        _mm256_loadu_ps(s.as_ptr().add(8)),
-                        _mm256_loadu_ps(s.as_ptr().add(16)),
-                    ]
-                }
+                from_fn(|v| lane::load(&s[v * LANES..]))
             }
 
             /// Stores one panel column into the first `ROWS` floats of `s`.
@@ -471,27 +502,17 @@ macro_rules! vector_tile_ops {
             #[inline]
             fn store(s: &mut [f32], c: Col) {
                 let s = &mut s[..ROWS];
-                // SAFETY: `s` holds 24 floats; `storeu` has no alignment requirement.
-                unsafe {
-                    _mm256_storeu_ps(s.as_mut_ptr(), c[0]);
-                    _mm256_storeu_ps(s.as_mut_ptr().add(8), c[1]);
-                    _mm256_storeu_ps(s.as_mut_ptr().add(16), c[2]);
+                for (part, x) in s.chunks_exact_mut(LANES).zip(c) {
+                    lane::store(part, x);
                 }
             }
 
-            /// Loads one row of visible-range bounds as three vectors.
+            /// Loads one panel column of visible-range bounds.
             #[target_feature(enable = $features)]
             #[inline]
-            fn load_i32(s: &[i32; ROWS]) -> [__m256i; 3] {
-                // SAFETY: `s` holds 24 i32; `loadu` has no alignment requirement.
-                unsafe {
-                    let p = s.as_ptr().cast::<__m256i>();
-                    [
-                        _mm256_loadu_si256(p),
-                        _mm256_loadu_si256(p.add(1)),
-                        _mm256_loadu_si256(p.add(2)),
-                    ]
-                }
+            fn load_i32(s: &[i32]) -> [I; VECTORS] {
+                let s = &s[..ROWS];
+                from_fn(|v| lane::load_i32(&s[v * LANES..]))
             }
 
             /// Scores of all keys, `TILE` at a time, then the remaining ones singly.
@@ -517,13 +538,13 @@ macro_rules! vector_tile_ops {
             #[target_feature(enable = $features)]
             #[inline]
             fn score_tile<const N: usize>(qt: &[f32], keys: [&[f32]; N], s: &mut [f32]) {
-                let mut acc = [[_mm256_setzero_ps(); 3]; N];
+                let mut acc = [[lane::zero(); VECTORS]; N];
                 for (d, qc) in qt.chunks_exact(ROWS).enumerate() {
                     let q = load(qc);
                     for (a, key) in acc.iter_mut().zip(&keys) {
-                        let kd = _mm256_set1_ps(key[d]);
+                        let kd = lane::splat(key[d]);
                         for (x, &qv) in a.iter_mut().zip(&q) {
-                            *x = _mm256_fmadd_ps(qv, kd, *x);
+                            *x = lane::fma(qv, kd, *x);
                         }
                     }
                 }
@@ -542,18 +563,13 @@ macro_rules! vector_tile_ops {
                 ot: &mut [f32],
             ) {
                 let st = &mut st[..nk * ROWS];
-                let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
                 if let Some(j0) = masked {
                     let (lo, hi) = (load_i32(&state.lo), load_i32(&state.hi));
                     for (j, s) in st.chunks_exact_mut(ROWS).enumerate() {
-                        let pos = _mm256_set1_epi32((j0 + j) as i32);
+                        let pos = lane::splat_i32((j0 + j) as i32);
                         let mut c = load(s);
-                        for v in 0..3 {
-                            let out = _mm256_or_si256(
-                                _mm256_cmpgt_epi32(lo[v], pos),
-                                _mm256_cmpgt_epi32(pos, hi[v]),
-                            );
-                            c[v] = _mm256_blendv_ps(c[v], neg_inf, _mm256_castsi256_ps(out));
+                        for v in 0..VECTORS {
+                            c[v] = lane::hide_outside(c[v], pos, lo[v], hi[v]);
                         }
                         store(s, c);
                     }
@@ -562,35 +578,34 @@ macro_rules! vector_tile_ops {
                 let mut max = old;
                 for s in st.chunks_exact(ROWS) {
                     let c = load(s);
-                    for v in 0..3 {
-                        max[v] = _mm256_max_ps(max[v], c[v]);
+                    for v in 0..VECTORS {
+                        max[v] = lane::max(max[v], c[v]);
                     }
                 }
                 let mut base = max;
                 let mut corr = max;
-                for v in 0..3 {
-                    // Rows with no visible key yet subtract 0 (exp8(-inf) is 0).
-                    let none = _mm256_cmp_ps::<_CMP_EQ_OQ>(max[v], neg_inf);
-                    base[v] = _mm256_andnot_ps(none, max[v]);
-                    corr[v] = exp8(_mm256_sub_ps(old[v], base[v]));
+                for v in 0..VECTORS {
+                    // Rows with no visible key yet subtract 0 (exp(-inf) is 0).
+                    base[v] = lane::finite_or_zero(max[v]);
+                    corr[v] = lane::exp(lane::sub(old[v], base[v]));
                 }
                 store(&mut state.max, max);
                 for col in ot.chunks_exact_mut(ROWS) {
                     let mut c = load(col);
-                    for v in 0..3 {
-                        c[v] = _mm256_mul_ps(c[v], corr[v]);
+                    for v in 0..VECTORS {
+                        c[v] = lane::mul(c[v], corr[v]);
                     }
                     store(col, c);
                 }
                 let mut sum = load(&state.sum);
-                for v in 0..3 {
-                    sum[v] = _mm256_mul_ps(sum[v], corr[v]);
+                for v in 0..VECTORS {
+                    sum[v] = lane::mul(sum[v], corr[v]);
                 }
                 for s in st.chunks_exact_mut(ROWS) {
                     let mut c = load(s);
-                    for v in 0..3 {
-                        c[v] = exp8(_mm256_sub_ps(c[v], base[v]));
-                        sum[v] = _mm256_add_ps(sum[v], c[v]);
+                    for v in 0..VECTORS {
+                        c[v] = lane::exp(lane::sub(c[v], base[v]));
+                        sum[v] = lane::add(sum[v], c[v]);
                     }
                     store(s, c);
                 }
@@ -622,7 +637,7 @@ macro_rules! vector_tile_ops {
                 col: usize,
                 o: &mut [f32],
             ) {
-                let mut acc = [[_mm256_setzero_ps(); 3]; N];
+                let mut acc = [[lane::zero(); VECTORS]; N];
                 for (a, oc) in acc.iter_mut().zip(o.chunks_exact(ROWS)) {
                     *a = load(oc);
                 }
@@ -630,9 +645,9 @@ macro_rules! vector_tile_ops {
                     let p = load(p);
                     let vals = &row[col..col + N];
                     for (a, &vd) in acc.iter_mut().zip(vals) {
-                        let b = _mm256_set1_ps(vd);
+                        let b = lane::splat(vd);
                         for (x, &pv) in a.iter_mut().zip(&p) {
-                            *x = _mm256_fmadd_ps(pv, b, *x);
+                            *x = lane::fma(pv, b, *x);
                         }
                     }
                 }
@@ -640,26 +655,24 @@ macro_rules! vector_tile_ops {
                     store(oc, a);
                 }
             }
-
         }
     };
 }
 
-// AVX2 + FMA: 3 × 3 accumulators, three query or probability vectors and a
-// broadcast fill the 16 registers.
+// AVX2 + FMA: 24-row panels, 3 × 3 accumulators, three query or
+// probability vectors and a broadcast fill the 16 registers.
 #[cfg(target_arch = "x86_64")]
-vector_tile_ops!(avx2, Avx2, "avx2,fma", 3, ["avx2", "fma"]);
+vector_tile_ops!(avx2, Avx2, "avx2,fma", w256, 3, 3, ["avx2", "fma"]);
 
-// With AVX-512VL the same 256-bit code has 32 registers: 8 × 3
-// accumulators. On a Zen 4 (the FMA width is the same) SmolLM2's
-// 512-token prefill attention (`attention/prefill512`, two threads) took
-// 0.91x the time (six alternated pairs, 0.81-0.98), and its attention
-// ops in a 2048-token prefill 0.84-0.95x (`bench --profile`, six pairs).
+// AVX-512F: 32-row panels of two 16-lane vectors, 8 × 2 accumulators (of
+// 32 registers).
 #[cfg(target_arch = "x86_64")]
 vector_tile_ops!(
     avx512,
     Avx512,
-    "avx2,fma,avx512f,avx512vl",
+    "avx2,fma,avx512f",
+    w512,
+    2,
     8,
-    ["avx2", "fma", "avx512f", "avx512vl"]
+    ["avx2", "fma", "avx512f"]
 );
