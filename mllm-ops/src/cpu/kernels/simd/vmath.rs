@@ -1,8 +1,9 @@
-//! Vectorized elementary functions for the AVX2 kernels, and `exp` for the
-//! AVX-512 ones.
+//! Vectorized elementary functions for the AVX2 kernels, and their 16-lane
+//! forms for the AVX-512 ones (the same operations lane by lane, so the
+//! same bits).
 //!
 //! Safe `#[target_feature]` functions: callers must have detected AVX2 and
-//! FMA (and AVX-512F for [`exp16`]).
+//! FMA (and AVX-512F for [`exp16`] and [`silu16`]).
 
 use std::arch::x86_64::*;
 
@@ -77,4 +78,19 @@ pub(crate) fn silu8(x: __m256) -> __m256 {
     let one = _mm256_set1_ps(1.0);
     let num = _mm256_blendv_ps(one, e, x);
     _mm256_div_ps(_mm256_mul_ps(x, num), _mm256_add_ps(one, e))
+}
+
+/// [`silu8`] for 16 lanes: the same operations lane by lane (the sign bit
+/// picks the numerator, as `blendv` does), so the same bits.
+#[target_feature(enable = "avx2,fma,avx512f")]
+#[inline]
+pub(crate) fn silu16(x: __m512) -> __m512 {
+    // The sign bit by integer operations: the float ones need AVX-512DQ.
+    let sign = _mm512_set1_epi32(i32::MIN);
+    let bits = _mm512_castps_si512(x);
+    let e = exp16(_mm512_castsi512_ps(_mm512_or_si512(bits, sign)));
+    let one = _mm512_set1_ps(1.0);
+    let negative = _mm512_test_epi32_mask(bits, sign);
+    let num = _mm512_mask_blend_ps(negative, one, e);
+    _mm512_div_ps(_mm512_mul_ps(x, num), _mm512_add_ps(one, e))
 }
