@@ -24,11 +24,11 @@
 
 use std::ops::Range;
 
-use rayon::prelude::*;
 use rayon::ThreadPool;
 
 use super::AttnShape;
 use crate::cpu::kernels::kv_rows::{KvRows, Tile};
+use crate::cpu::kernels::task_queue::for_each_in_order;
 
 /// Keys per online-softmax step.
 const KEYS: usize = 64;
@@ -188,7 +188,9 @@ impl<'a> Tiled<'a> {
 
     /// Runs the whole attention into `out` with `ops`, in `pool` when
     /// `parallel`. Tasks are (query block, kv head) pairs; each writes the
-    /// parts of its query rows that belong to its heads.
+    /// parts of its query rows that belong to its heads. In the pool the
+    /// threads take them from one queue, the last query blocks (the most
+    /// keys) first.
     pub(super) fn run<O: TileOps>(
         &self,
         ops: O,
@@ -208,11 +210,11 @@ impl<'a> Tiled<'a> {
         };
         let new_scratch = || Scratch::new(O::ROWS, self.head_dim);
         if parallel {
+            // Later query blocks see more keys: they go first, so that the
+            // threads end together.
+            let heaviest_first: Vec<_> = tasks.into_iter().enumerate().rev().collect();
             pool.install(|| {
-                tasks
-                    .into_par_iter()
-                    .enumerate()
-                    .for_each_init(new_scratch, task)
+                for_each_in_order(heaviest_first, new_scratch, |s, _, item| task(s, item))
             });
         } else {
             let mut scratch = new_scratch();
