@@ -155,6 +155,7 @@ mod avx2 {
 mod avx512 {
     use std::arch::x86_64::*;
 
+    use crate::cpu::kernels::simd::avx512::{load, store, LANES};
     use crate::cpu::kernels::simd::vmath::silu16;
 
     /// Whether this CPU runs [`swiglu`].
@@ -162,27 +163,16 @@ mod avx512 {
         super::avx2::available() && is_x86_feature_detected!("avx512f")
     }
 
-    /// Sixteen floats from the start of `s`.
-    #[target_feature(enable = "avx2,fma,avx512f")]
-    #[inline]
-    fn load(s: &[f32]) -> __m512 {
-        let s = &s[..16];
-        // SAFETY: `s` holds 16 floats; `loadu` has no alignment requirement.
-        unsafe { _mm512_loadu_ps(s.as_ptr()) }
-    }
-
     /// `out = silu(gate) · up`, or `silu(gate)` without `up`.
     #[target_feature(enable = "avx2,fma,avx512f")]
     pub(super) fn swiglu(gate: &[f32], up: Option<&[f32]>, out: &mut [f32]) {
-        let n = out.len().min(gate.len()) / 16 * 16;
-        for i in (0..n).step_by(16) {
+        let n = out.len().min(gate.len()) / LANES * LANES;
+        for i in (0..n).step_by(LANES) {
             let mut v = silu16(load(&gate[i..]));
             if let Some(up) = up {
                 v = _mm512_mul_ps(v, load(&up[i..]));
             }
-            let o = &mut out[i..i + 16];
-            // SAFETY: `o` holds 16 floats; `storeu` has no alignment requirement.
-            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+            store(&mut out[i..], v);
         }
         super::avx2::swiglu(&gate[n..], up.map(|u| &u[n..]), &mut out[n..]);
     }

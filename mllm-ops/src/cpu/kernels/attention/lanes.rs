@@ -15,32 +15,14 @@ pub(super) mod w256 {
     pub(in super::super) type V = __m256;
     /// One vector of `i32`.
     pub(in super::super) type I = __m256i;
-    /// Floats per vector.
-    pub(in super::super) const LANES: usize = 8;
+    /// Floats per vector, and the loads and stores of `simd::avx2`.
+    pub(in super::super) use crate::cpu::kernels::simd::avx2::{load, store, LANES};
 
     /// All lanes zero.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
     pub(in super::super) fn zero() -> V {
         _mm256_setzero_ps()
-    }
-
-    /// The first [`LANES`] floats of `s`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    pub(in super::super) fn load(s: &[f32]) -> V {
-        let s = &s[..LANES];
-        // SAFETY: `s` holds LANES floats; `loadu` has no alignment requirement.
-        unsafe { _mm256_loadu_ps(s.as_ptr()) }
-    }
-
-    /// Stores `v` into the first [`LANES`] floats of `s`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    pub(in super::super) fn store(s: &mut [f32], v: V) {
-        let s = &mut s[..LANES];
-        // SAFETY: `s` holds LANES floats; `storeu` has no alignment requirement.
-        unsafe { _mm256_storeu_ps(s.as_mut_ptr(), v) }
     }
 
     /// The first [`LANES`] integers of `s`.
@@ -137,32 +119,14 @@ pub(super) mod w512 {
     pub(in super::super) type V = __m512;
     /// One vector of `i32`.
     pub(in super::super) type I = __m512i;
-    /// Floats per vector.
-    pub(in super::super) const LANES: usize = 16;
+    /// Floats per vector, and the loads and stores of `simd::avx512`.
+    pub(in super::super) use crate::cpu::kernels::simd::avx512::{load, store, LANES};
 
     /// All lanes zero.
     #[target_feature(enable = "avx2,fma,avx512f")]
     #[inline]
     pub(in super::super) fn zero() -> V {
         _mm512_setzero_ps()
-    }
-
-    /// The first [`LANES`] floats of `s`.
-    #[target_feature(enable = "avx2,fma,avx512f")]
-    #[inline]
-    pub(in super::super) fn load(s: &[f32]) -> V {
-        let s = &s[..LANES];
-        // SAFETY: `s` holds LANES floats; `loadu` has no alignment requirement.
-        unsafe { _mm512_loadu_ps(s.as_ptr()) }
-    }
-
-    /// Stores `v` into the first [`LANES`] floats of `s`.
-    #[target_feature(enable = "avx2,fma,avx512f")]
-    #[inline]
-    pub(in super::super) fn store(s: &mut [f32], v: V) {
-        let s = &mut s[..LANES];
-        // SAFETY: `s` holds LANES floats; `storeu` has no alignment requirement.
-        unsafe { _mm512_storeu_ps(s.as_mut_ptr(), v) }
     }
 
     /// The first [`LANES`] integers of `s`.

@@ -16,7 +16,7 @@ pub(crate) const LANES: usize = 16;
 /// Loads 16 floats from the start of `x`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn load(x: &[f32]) -> __m512 {
+pub(crate) fn load(x: &[f32]) -> __m512 {
     let x = &x[..LANES];
     // SAFETY: `x` holds 16 floats (sliced above) and `loadu` has no
     // alignment requirement.
@@ -26,7 +26,7 @@ fn load(x: &[f32]) -> __m512 {
 /// Stores 16 floats at the start of `out`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn store(out: &mut [f32], v: __m512) {
+pub(crate) fn store(out: &mut [f32], v: __m512) {
     let out = &mut out[..LANES];
     // SAFETY: `out` holds 16 floats (sliced above) and `storeu` has no
     // alignment requirement.

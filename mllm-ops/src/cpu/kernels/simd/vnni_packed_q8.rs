@@ -12,8 +12,9 @@
 //! is the unsigned side against the signed weights as they are; for the
 //! signed high plane the weights are offset to `w + 128` (one `xor` per
 //! chunk) and `128 · Σ hi` (`Q8Input::hi_offsets`, made once per call)
-//! is subtracted from the block sum. The 32-bit sums are then the integers of `avx2_packed_q8`,
-//! followed by the same float steps, so the results equal it bit for bit.
+//! is subtracted from the block sum. The 32-bit sums are then the
+//! integers of `avx2_packed_q8`, followed by the same float steps, so the
+//! results equal it bit for bit.
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2, FMA, F16C, AVX-512F, AVX-512VL,
