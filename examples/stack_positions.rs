@@ -70,7 +70,7 @@ struct Args {
     /// Width of the activation rows: 16 or 8 bits (f16 takes 16 only).
     #[arg(long, default_value_t = 16)]
     rows: u32,
-    /// Kernel level: avx512, avxvnni, avx2, neon or scalar (default: the
+    /// Kernel level: amx, avx512, avxvnni, avx2, neon or scalar (default: the
     /// fastest this CPU has).
     #[arg(long, value_name = "LEVEL")]
     level: Option<SimdLevel>,

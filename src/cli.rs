@@ -75,8 +75,9 @@ pub struct BackendArgs {
     /// prefill, slightly less precise than the default 16-bit (CPU only).
     #[arg(long)]
     pub int8_activations: bool,
-    /// Use at most this SIMD level in CPU linear layers and attention: avx512, avxvnni, avx2, neon or scalar
-    /// (default: the fastest this CPU has; avx2 on an AVX-512 CPU runs it as an AVX2-only one).
+    /// Use at most this SIMD level in CPU linear layers and attention: amx, avx512, avxvnni, avx2,
+    /// neon or scalar (default: the fastest this CPU has; avx512 on an AMX CPU leaves the tiles
+    /// unused, avx2 on an AVX-512 CPU runs it as an AVX2-only one).
     #[arg(long, value_name = "LEVEL")]
     pub max_simd: Option<SimdLevel>,
 }

@@ -258,7 +258,7 @@ fn micro_at<const R: usize, const C: usize>(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `level` comes from a `QuantKernel`, which holds only
         // levels this CPU has: AVX-512F (with AVX2 and FMA) here.
-        SimdLevel::Avx512 => unsafe { simd::avx512::micro_any::<R, C>(xs, ws, k) },
+        SimdLevel::Avx512 | SimdLevel::Amx => unsafe { simd::avx512::micro_any::<R, C>(xs, ws, k) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above: AVX2 and FMA were detected (AVX-VNNI's level
         // has them too).
@@ -292,12 +292,12 @@ fn micro_half_at<const R: usize, const C: usize>(
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `level` comes from a `QuantKernel`, which holds only
         // levels this CPU has: AVX-512F (with AVX2, FMA and F16C) here.
-        (SimdLevel::Avx512, HalfBits::F16) => unsafe {
+        (SimdLevel::Avx512 | SimdLevel::Amx, HalfBits::F16) => unsafe {
             simd::avx512::micro_f16_any::<R, C>(xs, ws, k)
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
-        (SimdLevel::Avx512, HalfBits::Bf16) => unsafe {
+        (SimdLevel::Avx512 | SimdLevel::Amx, HalfBits::Bf16) => unsafe {
             simd::avx512::micro_bf16_any::<R, C>(xs, ws, k)
         },
         #[cfg(target_arch = "x86_64")]

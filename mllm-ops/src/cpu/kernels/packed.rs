@@ -302,6 +302,27 @@ pub(crate) trait PackedFormat {
         out: &mut [[f32; GROUP_ROWS]],
         reads: WeightReads,
     );
+    /// Whether the format has [`PackedFormat::amx_pair`], the tile product
+    /// of the AMX level: then that level takes its activation rows 16 at a
+    /// time.
+    const AMX: bool = false;
+    /// [`PackedFormat::vnni_pair`] of 16 activation rows on AMX tiles
+    /// (`simd::amx`), with the same results; `false` (and nothing written)
+    /// where the format has none or `xs` is not 16 rows that a tile reads
+    /// in place (`simd::amx::TileRows`).
+    ///
+    /// # Safety
+    /// As [`PackedFormat::vnni`], and the CPU has AMX tiles that this
+    /// process may use (`simd::amx::tiles_available`).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn amx_pair(
+        _a: &[u8],
+        _b: &[u8],
+        _xs: &[Self::Input<'_>],
+        _out: &mut [[f32; GROUP_ROWS]],
+    ) -> bool {
+        false
+    }
 }
 
 /// Implements the instruction-set group products of a packed format (the
@@ -903,12 +924,43 @@ pub(crate) fn packed_group_outputs<'g, F: PackedFormat>(
     dst: &mut [f32],
 ) {
     let tile = match k.level() {
-        SimdLevel::Avx512 => F::PAIR_TILE_TOKENS,
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Amx if F::AMX => super::simd::amx::TILE_ROWS,
+        SimdLevel::Avx512 | SimdLevel::Amx => F::PAIR_TILE_TOKENS,
         _ => TILE_TOKENS,
     };
     group_outputs(groups, cols, xs, tile, split, dst, |g, xs, out, reads| {
         k.packed_dot::<F>(g, xs, out, reads)
     });
+}
+
+/// [`PackedFormat::vnni_pair`] of any number of activation rows,
+/// [`PackedFormat::PAIR_TILE_TOKENS`] at a time, with the outputs where one
+/// call would put them: `out[t]` for `a`, `out[xs.len() + t]` for `b`.
+///
+/// # Safety
+/// As [`PackedFormat::vnni`].
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe fn vnni_pair_in_chunks<F: PackedFormat>(
+    a: &[u8],
+    b: &[u8],
+    xs: &[F::Input<'_>],
+    out: &mut [[f32; GROUP_ROWS]],
+    reads: WeightReads,
+) {
+    let n = xs.len();
+    if n <= F::PAIR_TILE_TOKENS {
+        // SAFETY: the caller guarantees the features.
+        return unsafe { F::vnni_pair(a, b, xs, out, reads) };
+    }
+    let mut part = [[0.0f32; GROUP_ROWS]; 2 * WIDE_TILE_TOKENS];
+    for (pass, rows) in xs.chunks(F::PAIR_TILE_TOKENS).enumerate() {
+        let (first, len) = (pass * F::PAIR_TILE_TOKENS, rows.len());
+        // SAFETY: the caller guarantees the features.
+        unsafe { F::vnni_pair(a, b, rows, &mut part[..2 * len], reads.of_pass(pass)) };
+        out[first..first + len].copy_from_slice(&part[..len]);
+        out[n + first..n + first + len].copy_from_slice(&part[len..2 * len]);
+    }
 }
 
 /// Source bytes packed between two calls of a packer's progress callback

@@ -313,7 +313,7 @@ pub fn packed_half_linear(
     let groups = |g, n| w.data.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
         #[cfg(target_arch = "x86_64")]
-        if k.level() == SimdLevel::Avx512 {
+        if matches!(k.level(), SimdLevel::Avx512 | SimdLevel::Amx) {
             return panels::panel_products(w, xb, split, yt);
         }
         let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();

@@ -36,6 +36,8 @@ use super::packed::{
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
+#[cfg(target_arch = "x86_64")]
+use super::simd::amx::{TileRows, Tiles};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_k, QuantType};
 
@@ -113,6 +115,18 @@ pub(crate) trait SubBlockBits: Send + Sync + 'static {
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
         reads: WeightReads,
+    );
+    /// The two-group AMX product of 16 rows (as `PackedFormat::amx_pair`).
+    ///
+    /// # Safety
+    /// As [`SubBlockBits::vnni`], and the tiles are AMX's (`Tiles` was made).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn amx_pair<const SHIFT: u32>(
+        tiles: &mut Tiles,
+        a: &[u8],
+        b: &[u8],
+        rows: &TileRows<'_, SHIFT>,
+        out: &mut [[f32; GROUP_ROWS]],
     );
 }
 
@@ -261,6 +275,20 @@ impl SubBlockBits for Nibbles {
         avx_vnni_packed::q4k,
         vnni_packed_q4k
     );
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn amx_pair<const SHIFT: u32>(
+        tiles: &mut Tiles,
+        a: &[u8],
+        b: &[u8],
+        rows: &TileRows<'_, SHIFT>,
+        out: &mut [[f32; GROUP_ROWS]],
+    ) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { super::simd::amx_packed_q4k::q4k::amx_pair_dot(tiles, a, b, rows, out) }
+    }
 }
 
 /// The packed layout of sub-block bits `B` as a [`PackedFormat`] for
@@ -330,6 +358,29 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
     ) {
         // SAFETY: the caller guarantees the features (trait contract).
         unsafe { B::vnni_pair(a, b, xs, out, reads) }
+    }
+
+    const AMX: bool = true;
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn amx_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) -> bool {
+        let Some(rows) = TileRows::new(xs) else {
+            return false;
+        };
+        // SAFETY: the caller guarantees AMX and the permission to use it
+        // (trait contract).
+        let mut tiles = unsafe { Tiles::new() };
+        // SAFETY: the caller guarantees the features (trait contract), and
+        // the tiles were just made.
+        unsafe { B::amx_pair(&mut tiles, a, b, &rows, out) };
+        true
     }
 }
 
@@ -415,6 +466,7 @@ mod tests {
         check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
         BoundLinear, PATHS,
     };
+    use crate::cpu::kernels::packed::WeightReads;
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::packed_q5k::FiveBits;
     use crate::cpu::kernels::qact::Q16Act;
@@ -542,6 +594,69 @@ mod tests {
         check_levels::<FiveBits, WIDE>(&mut rng);
         check_levels::<Nibbles, BYTE>(&mut rng);
         check_levels::<FiveBits, BYTE>(&mut rng);
+    }
+
+    /// At the AMX level, 16 rows of one buffer take the tile product, and
+    /// every row's outputs equal the AVX-512 ones of that row alone, bit
+    /// for bit; so do those of 16 rows in reverse order (a negative
+    /// stride) and of 16 rows that are not evenly spaced (which take the
+    /// AVX-512 products).
+    fn check_tiles<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
+        let path = QuantPath::Int16Activations;
+        let Some(amx) = QuantKernel::with_level(path, SimdLevel::Amx) else {
+            eprintln!("no AMX tiles on this CPU: the tile products were not run");
+            return;
+        };
+        let avx512 = QuantKernel::with_level(path, SimdLevel::Avx512).expect("AMX implies AVX-512");
+        let (rows, supers, tokens) = (2 * GROUP_ROWS, 3, 16);
+        let cols = supers * B::QT.block_len();
+        let w = random_blocks(rng, B::QT, rows * supers);
+        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
+        let act = Q16Act::<SHIFT>::quantize(&rng.vec(tokens * cols, 3.0));
+        let all: Vec<Q16Row<'_, SHIFT>> = (0..tokens).map(|t| act.row().sub_row(t, cols)).collect();
+        let groups = p.data.groups(0, 2);
+        let reads = WeightReads::FromMemory;
+        let mut alone = vec![[[0.0f32; GROUP_ROWS]; 2]; tokens];
+        for (x, out) in all.iter().zip(&mut alone) {
+            avx512.packed_dot::<KQuantFormat<B, SHIFT>>(
+                groups,
+                std::slice::from_ref(x),
+                out,
+                reads,
+            );
+        }
+        let mut swapped: Vec<usize> = (0..tokens).collect();
+        swapped.swap(3, 9);
+        let orders = [
+            ("in order", (0..tokens).collect::<Vec<_>>()),
+            ("reversed", (0..tokens).rev().collect()),
+            ("two swapped", swapped),
+        ];
+        for (name, order) in orders {
+            let xs: Vec<Q16Row<'_, SHIFT>> = order.iter().map(|&t| all[t]).collect();
+            let mut out = vec![[0.0f32; GROUP_ROWS]; 2 * tokens];
+            amx.packed_dot::<KQuantFormat<B, SHIFT>>(groups, &xs, &mut out, reads);
+            for (i, &t) in order.iter().enumerate() {
+                for (g, want) in alone[t].iter().enumerate() {
+                    let got = out[g * tokens + i];
+                    assert_eq!(
+                        got.map(f32::to_bits),
+                        want.map(f32::to_bits),
+                        "{} split at {SHIFT}, rows {name}, row {t}, group {g}",
+                        B::QT
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn amx_tile_products_equal_avx512() {
+        let mut rng = Rng::new(55);
+        check_tiles::<Nibbles, WIDE>(&mut rng);
+        check_tiles::<FiveBits, WIDE>(&mut rng);
+        check_tiles::<Nibbles, BYTE>(&mut rng);
+        check_tiles::<FiveBits, BYTE>(&mut rng);
     }
 
     #[test]

@@ -11,6 +11,8 @@ use super::packed_q4k::{PackedKQuant, SubBlockBits, SUB_BLOCKS};
 use super::packed_q5::{five_bit_block_sum, place_values, BLOCK_BITS};
 #[cfg(target_arch = "x86_64")]
 use super::qact::Q16Row;
+#[cfg(target_arch = "x86_64")]
+use super::simd::amx::{TileRows, Tiles};
 use crate::quant::{q5_k, QuantType};
 
 /// Q5_K's sub-block bits: a packed Q5 block's nibbles and fifth bits.
@@ -48,4 +50,18 @@ impl SubBlockBits for FiveBits {
         avx_vnni_packed::q5k,
         vnni_packed_q5k
     );
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn amx_pair<const SHIFT: u32>(
+        tiles: &mut Tiles,
+        a: &[u8],
+        b: &[u8],
+        rows: &TileRows<'_, SHIFT>,
+        out: &mut [[f32; GROUP_ROWS]],
+    ) {
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { super::simd::amx_packed_q4k::q5k::amx_pair_dot(tiles, a, b, rows, out) }
+    }
 }

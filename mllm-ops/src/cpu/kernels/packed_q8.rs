@@ -170,7 +170,7 @@ impl Q8Extras {
         };
         let len = act.hi.len();
         match k.level() {
-            SimdLevel::Avx512 | SimdLevel::AvxVnni => {
+            SimdLevel::Amx | SimdLevel::Avx512 | SimdLevel::AvxVnni => {
                 extras.hi_offsets = vec![0; len / BLOCK];
                 let offsets = &mut extras.hi_offsets;
                 fill_by_rows(split, in_f, in_f / BLOCK, offsets, |first, out| {

@@ -61,6 +61,11 @@ pub enum SimdLevel {
     /// AVX-512F, and for the integer paths also AVX-512BW, AVX-512VL and
     /// AVX-512 VNNI (x86-64).
     Avx512,
+    /// [`SimdLevel::Avx512`] with AMX tiles (8-bit products), which this
+    /// process may use: the packed K-quant kernels multiply 16 activation
+    /// rows at a time on tiles, with the same results; every other kernel
+    /// is AVX-512's. Integer paths only (x86-64, Linux).
+    Amx,
     /// NEON (aarch64); [`QuantPath::Int8Activations`] also uses the
     /// dot-product extension (`sdot`) where the CPU has it.
     Neon,
@@ -74,12 +79,14 @@ impl SimdLevel {
             SimdLevel::Avx2 => "avx2",
             SimdLevel::AvxVnni => "avxvnni",
             SimdLevel::Avx512 => "avx512",
+            SimdLevel::Amx => "amx",
             SimdLevel::Neon => "neon",
         }
     }
 
     /// Every level, fastest first.
-    pub const FASTEST_FIRST: [SimdLevel; 5] = [
+    pub const FASTEST_FIRST: [SimdLevel; 6] = [
+        SimdLevel::Amx,
         SimdLevel::Avx512,
         SimdLevel::AvxVnni,
         SimdLevel::Avx2,
@@ -119,8 +126,14 @@ impl SimdLevel {
                             && is_x86_feature_detected!("avx512vl")
                             && is_x86_feature_detected!("avx512vnni")))
             }
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Amx => {
+                path != QuantPath::F32Activations
+                    && SimdLevel::Avx512.is_available(path)
+                    && simd::amx::tiles_available()
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512 => false,
+            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512 | SimdLevel::Amx => false,
             #[cfg(target_arch = "aarch64")]
             SimdLevel::Neon => {
                 // Both paths need only NEON: the int8 kernel picks its
@@ -139,7 +152,7 @@ impl SimdLevel {
     pub fn includes_avx2(self) -> bool {
         matches!(
             self,
-            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512
+            SimdLevel::Avx2 | SimdLevel::AvxVnni | SimdLevel::Avx512 | SimdLevel::Amx
         )
     }
 }
@@ -220,7 +233,9 @@ impl QuantKernel {
         match self.level {
             // SAFETY: the level is available (struct invariant): AVX-512F,
             // AVX2 and FMA were detected.
-            SimdLevel::Avx512 => return unsafe { simd::avx512::dequantize_row(qt, w, out) },
+            SimdLevel::Avx512 | SimdLevel::Amx => {
+                return unsafe { simd::avx512::dequantize_row(qt, w, out) }
+            }
             // SAFETY: the level is available: AVX2 and FMA were detected.
             SimdLevel::Avx2 | SimdLevel::AvxVnni => {
                 return unsafe { simd::avx2::dequantize_row(qt, w, out) }
@@ -251,7 +266,9 @@ impl QuantKernel {
         match self.level {
             // SAFETY: the level is available (struct invariant): AVX-512F,
             // AVX2 and FMA were detected.
-            SimdLevel::Avx512 => return unsafe { simd::avx512::gemm_tile(xb, nr, k, wb, no, dst) },
+            SimdLevel::Avx512 | SimdLevel::Amx => {
+                return unsafe { simd::avx512::gemm_tile(xb, nr, k, wb, no, dst) }
+            }
             // SAFETY: the level is available: AVX2 and FMA were detected.
             SimdLevel::Avx2 | SimdLevel::AvxVnni => {
                 return unsafe { simd::avx2::gemm_tile(xb, nr, k, wb, no, dst) }
@@ -272,12 +289,12 @@ impl QuantKernel {
     pub(crate) fn dot_i8(self, it: Int8Type, w: &[u8], x: Q8Row<'_>) -> f32 {
         #[cfg(target_arch = "x86_64")]
         match self.level {
-            SimdLevel::Avx512 if self.path == QuantPath::Int8Activations => {
+            SimdLevel::Avx512 | SimdLevel::Amx if self.path == QuantPath::Int8Activations => {
                 // SAFETY: AVX-512 is available for the int8 path (struct
                 // invariant): AVX2, FMA, AVX-512F/BW and VNNI were detected.
                 return unsafe { simd::vnni::dot_i8(it, w, x) };
             }
-            SimdLevel::Avx512 | SimdLevel::AvxVnni | SimdLevel::Avx2 => {
+            SimdLevel::Amx | SimdLevel::Avx512 | SimdLevel::AvxVnni | SimdLevel::Avx2 => {
                 // SAFETY: every x86 level includes AVX2 and FMA, detected when
                 // the kernel was made.
                 return unsafe { simd::avx2_i8::dot_i8(it, w, x) };
@@ -297,10 +314,10 @@ impl QuantKernel {
     pub(crate) fn dot_i8_rows(self, it: Int8Type, w: [&[u8]; 4], x: Q8Row<'_>) -> [f32; 4] {
         #[cfg(target_arch = "x86_64")]
         match self.level {
-            SimdLevel::Avx512 if self.path == QuantPath::Int8Activations => {
+            SimdLevel::Avx512 | SimdLevel::Amx if self.path == QuantPath::Int8Activations => {
                 return w.map(|w| self.dot_i8(it, w, x));
             }
-            SimdLevel::Avx512 | SimdLevel::AvxVnni | SimdLevel::Avx2 => {
+            SimdLevel::Amx | SimdLevel::Avx512 | SimdLevel::AvxVnni | SimdLevel::Avx2 => {
                 // SAFETY: every x86 level includes AVX2, FMA and F16C,
                 // detected when the kernel was made.
                 return unsafe { simd::avx2_i8::dot_i8_rows(it, w, x) };
@@ -333,7 +350,7 @@ impl QuantKernel {
         out: &mut [[f32; 4]],
     ) {
         #[cfg(target_arch = "x86_64")]
-        if self.level == SimdLevel::Avx512 && it == Int8Type::Q8_0 {
+        if matches!(self.level, SimdLevel::Avx512 | SimdLevel::Amx) && it == Int8Type::Q8_0 {
             // SAFETY: the integer paths' AVX-512 level includes AVX2, FMA,
             // F16C, AVX-512F/VL/BW and VNNI (struct invariant).
             unsafe { simd::vnni_i8::dot_i16_tile_q8_0(w, xs, out) };
@@ -372,6 +389,17 @@ impl QuantKernel {
         #[cfg(target_arch = "x86_64")]
         if let Some((a, b)) = packed::as_pair(groups, group_bytes) {
             match self.level {
+                SimdLevel::Amx => {
+                    // SAFETY: the AMX level is the AVX-512 level's features
+                    // (AVX2, FMA, F16C, AVX-512F/VL/BW and VNNI) with AMX
+                    // tiles this process may use (struct invariant).
+                    if F::AMX && unsafe { F::amx_pair(a, b, xs, out) } {
+                        return;
+                    }
+                    // SAFETY: as above.
+                    unsafe { packed::vnni_pair_in_chunks::<F>(a, b, xs, out, reads) };
+                    return;
+                }
                 SimdLevel::Avx512 => {
                     // SAFETY: the integer paths' AVX-512 level includes
                     // AVX2, FMA, F16C, AVX-512F/VL/BW and VNNI (struct
@@ -414,9 +442,10 @@ impl QuantKernel {
     ) {
         #[cfg(target_arch = "x86_64")]
         match self.level {
-            SimdLevel::Avx512 => {
-                // SAFETY: the integer paths' AVX-512 level includes AVX2,
-                // FMA, F16C, AVX-512F/VL/BW and VNNI (struct invariant).
+            SimdLevel::Avx512 | SimdLevel::Amx => {
+                // SAFETY: the integer paths' AVX-512 level (and the AMX
+                // level) includes AVX2, FMA, F16C, AVX-512F/VL/BW and VNNI
+                // (struct invariant).
                 unsafe { F::vnni(group, xs, out, reads) };
                 return;
             }
@@ -591,7 +620,9 @@ pub(crate) mod tests {
             QuantKernel::capped(f32_path, SimdLevel::Avx2)
         );
         for path in [QuantPath::Int16Activations, QuantPath::Int8Packed] {
-            let want = if SimdLevel::Avx512.is_available(path) {
+            let want = if SimdLevel::Amx.is_available(path) {
+                SimdLevel::Amx
+            } else if SimdLevel::Avx512.is_available(path) {
                 SimdLevel::Avx512
             } else if SimdLevel::AvxVnni.is_available(path) {
                 SimdLevel::AvxVnni
@@ -602,6 +633,27 @@ pub(crate) mod tests {
             assert_eq!(
                 SimdLevel::AvxVnni.is_available(path),
                 SimdLevel::Avx2.is_available(path) && is_x86_feature_detected!("avxvnni"),
+                "{path:?}"
+            );
+        }
+    }
+
+    /// The AMX level belongs to the integer paths only (the f32 path capped
+    /// there runs AVX-512), and the integer paths take it exactly when the
+    /// CPU has AVX-512 VNNI and tiles this process may use.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn amx_is_an_integer_level() {
+        let f32_path = QuantPath::F32Activations;
+        assert!(!SimdLevel::Amx.is_available(f32_path));
+        assert_eq!(
+            QuantKernel::capped(f32_path, SimdLevel::Amx),
+            QuantKernel::capped(f32_path, SimdLevel::Avx512)
+        );
+        for path in [QuantPath::Int16Activations, QuantPath::Int8Packed] {
+            assert_eq!(
+                SimdLevel::Amx.is_available(path),
+                SimdLevel::Avx512.is_available(path) && simd::amx::tiles_available(),
                 "{path:?}"
             );
         }
@@ -619,7 +671,7 @@ pub(crate) mod tests {
         assert_eq!(
             "sse4".parse::<SimdLevel>(),
             Err(
-                "unknown SIMD level 'sse4': expected one of avx512, avxvnni, avx2, neon, scalar"
+                "unknown SIMD level 'sse4': expected one of amx, avx512, avxvnni, avx2, neon, scalar"
                     .into()
             )
         );

@@ -22,6 +22,10 @@
 //!   Q4 nibbles plus a plane of fifth bits; [`avx2_packed_q5k`] and
 //!   [`vnni_packed_q5k`]: Q5_K weights, those five-bit blocks under the
 //!   packed Q4_K super-block header;
+//! * [`amx`]: AMX tile products of 16 activation rows with a packed group
+//!   pair's block, and the check that this process may use the tiles;
+//!   [`amx_packed_q4k`]: the Q4_K and Q5_K kernels over them (bit-exact
+//!   with the AVX-512 ones);
 //! * [`avx2_packed_half`] and [`avx512_packed_half`]: f16/bf16 weights
 //!   repacked in groups of eight rows, a pair of columns at a time, times f32
 //!   activations (bit-exact with each other and the portable kernel);
@@ -39,6 +43,10 @@
 //! reach them are a `QuantKernel` and, for the KV decoders,
 //! `avx2_kv::available`, both of which check the CPU first.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx_packed_q4k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]

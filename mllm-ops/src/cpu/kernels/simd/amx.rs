@@ -1,0 +1,368 @@
+//! AMX tile products for the packed prefill kernels: the block sums of 16
+//! activation rows against two packed row groups (16 weight rows) in one
+//! `tdpbsud` per activation plane, instead of 64 `vpdpbusd`.
+//!
+//! A packed group pair's block is already a tile operand: chunk `j` of
+//! both groups' bits (joined into 512-bit vectors, as `vnni_packed` does)
+//! holds, for each of the 16 weight rows, the four values at columns
+//! `4j..4j + 4` (low nibbles) and `16 + 4j..` (high nibbles), which is row
+//! `j` (and `4 + j`) of the B operand in AMX's four-bytes-per-column
+//! layout. The A operand is one block of 16 activation rows of one plane,
+//! read in place with the rows' stride. The integer sums are those of the
+//! `vpdpbusd` kernels (exact in 32 bits), so the float steps after them
+//! give the AVX-512 kernels' bits.
+//!
+//! Tiles are per thread and need the kernel's permission, asked for once
+//! per process by [`tiles_available`]. A kernel loads its tile
+//! configuration at the start of each call and releases the tiles before
+//! it returns ([`Tiles`]), so no tile state outlives a call.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
+
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE};
+
+/// Activation rows per tile product: the most rows an AMX tile holds.
+pub(crate) const TILE_ROWS: usize = 16;
+
+/// Bytes of a B operand: one block's 32 values of 16 weight rows.
+const B_BYTES: usize = TILE_ROWS * BLOCK;
+
+/// Bytes per row of a C tile: 16 weight rows' 32-bit sums.
+const C_ROW_BYTES: usize = TILE_ROWS * 4;
+
+/// Linux's `arch_prctl` request for permission to use an extended state
+/// component, and the component of the AMX tile data.
+#[cfg(target_os = "linux")]
+const ARCH_REQ_XCOMP_PERM: libc::c_ulong = 0x1023;
+#[cfg(target_os = "linux")]
+const XFEATURE_XTILEDATA: libc::c_ulong = 18;
+
+/// Whether this CPU has AMX tiles with 8-bit products and the kernel lets
+/// this process use them (asking for the permission, which Linux wants
+/// before the first tile instruction; asking again is harmless).
+pub(crate) fn tiles_available() -> bool {
+    let leaf7 = __cpuid_count(7, 0);
+    let (tile, int8) = (leaf7.edx >> 24 & 1 == 1, leaf7.edx >> 25 & 1 == 1);
+    tile && int8 && tile_permission()
+}
+
+#[cfg(target_os = "linux")]
+fn tile_permission() -> bool {
+    // SAFETY: `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)` takes
+    // two integers and touches no memory of ours; it fails cleanly on a
+    // kernel without AMX support.
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn tile_permission() -> bool {
+    false
+}
+
+/// The 64-byte operand of `ldtilecfg` (palette 1).
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    /// Bytes per row of each tile register.
+    colsb: [u16; 16],
+    /// Rows of each tile register.
+    rows: [u8; 16],
+}
+
+/// Sub-blocks whose tile products one [`Tiles::products`] call makes one
+/// after the other, before the float steps read any of them (a Q4_K
+/// super-block): the products of one sub-block then overlap the stores
+/// and loads of the others instead of waiting for them.
+pub(crate) const SPAN: usize = 8;
+
+/// The shape of each tile register the kernels use: `(bytes per row,
+/// rows)`. Registers 0, 1, 6 and 7 hold sums (16 activation rows × 16
+/// weight rows of `i32`), 2 and 3 activation blocks (16 rows × 32 bytes),
+/// 4 and 5 weight blocks (8 rows of four values × 16 weight rows).
+const SHAPES: [(usize, usize); 8] = [
+    (C_ROW_BYTES, TILE_ROWS),
+    (C_ROW_BYTES, TILE_ROWS),
+    (BLOCK, TILE_ROWS),
+    (BLOCK, TILE_ROWS),
+    (4 * TILE_ROWS, BLOCK / 4),
+    (4 * TILE_ROWS, BLOCK / 4),
+    (C_ROW_BYTES, TILE_ROWS),
+    (C_ROW_BYTES, TILE_ROWS),
+];
+
+impl TileConfig {
+    /// The registers of [`SHAPES`].
+    fn block_products() -> TileConfig {
+        let mut colsb = [0u16; 16];
+        let mut rows = [0u8; 16];
+        for (tile, (bytes, height)) in SHAPES.into_iter().enumerate() {
+            colsb[tile] = bytes as u16;
+            rows[tile] = height as u8;
+        }
+        TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb,
+            rows,
+        }
+    }
+}
+
+/// The tile products of one sub-block into its sums, in the registers
+/// `$c` (sums), `$a` (activations) and `$b` (weights), `$b` loaded first
+/// when `$load_b`.
+macro_rules! tile_product {
+    ($c:literal, $a:literal, $b:literal, $plane:expr, $stride:expr, $values:expr, $sums:expr) => {
+        asm!(
+            concat!("tilezero tmm", $c),
+            concat!("tileloadd tmm", $a, ", [{a} + {stride}*1]"),
+            concat!("tileloadd tmm", $b, ", [{b} + {row}*1]"),
+            concat!("tdpbsud tmm", $c, ", tmm", $a, ", tmm", $b),
+            concat!("tilestored [{c} + {row}*1], tmm", $c),
+            a = in(reg) $plane,
+            stride = in(reg) $stride,
+            b = in(reg) $values,
+            c = in(reg) $sums,
+            row = in(reg) C_ROW_BYTES,
+            options(nostack),
+        )
+    };
+}
+
+/// One span's sums of one plane: per sub-block, one row of 16 weight rows
+/// per activation row.
+type SpanSums = [[[i32; TILE_ROWS]; TILE_ROWS]; SPAN];
+
+/// The buffers of one call's tile products, with the tiles configured
+/// while it lives.
+#[repr(C, align(64))]
+pub(crate) struct Tiles {
+    /// The B operands of the span's sub-blocks; only those set since `new`
+    /// (bits of `set`) are read.
+    b: MaybeUninit<[[u8; B_BYTES]; SPAN]>,
+    /// The sums of the high planes; only those of the last `products`
+    /// (`made`) are read.
+    c_hi: MaybeUninit<SpanSums>,
+    /// The same of the low planes.
+    c_lo: MaybeUninit<SpanSums>,
+    /// A bit for each sub-block whose values are set.
+    set: u32,
+    /// The sub-blocks of the last `products`, and whether it summed the
+    /// low planes too.
+    made: (usize, bool),
+}
+
+impl Tiles {
+    /// Configures the tiles for block products.
+    ///
+    /// # Safety
+    /// [`tiles_available`] returned true in this process.
+    pub(crate) unsafe fn new() -> Tiles {
+        let config = TileConfig::block_products();
+        // SAFETY: the caller guarantees AMX and the permission to use it;
+        // `ldtilecfg` reads the 64 bytes of `config`.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
+        Tiles {
+            b: MaybeUninit::uninit(),
+            c_hi: MaybeUninit::uninit(),
+            c_lo: MaybeUninit::uninit(),
+            set: 0,
+            made: (0, false),
+        }
+    }
+
+    /// Sets sub-block `j`'s B operand from the eight 512-bit rows of a
+    /// group pair's block values (see the module documentation): `rows[c]`
+    /// the values at columns `4c..4c + 4`, `rows[4 + c]` those at
+    /// `16 + 4c..`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(crate) fn set_values(&mut self, j: usize, rows: [__m512i; 8]) {
+        assert!(j < SPAN, "no such sub-block");
+        let values = self.b.as_mut_ptr().cast::<[u8; B_BYTES]>();
+        for (c, row) in rows.iter().enumerate() {
+            // SAFETY: sub-block `j` (in range, checked above) is 512 bytes
+            // of `b`, row `c < 8` its 64 bytes at `64·c`; `storeu` has no
+            // alignment requirement.
+            unsafe { _mm512_storeu_si512(values.add(j).cast::<u8>().add(64 * c).cast(), *row) };
+        }
+        self.set |= 1 << j;
+    }
+
+    /// The block sums of `rows` against the values of sub-blocks
+    /// `0..count` (at activation blocks `first..first + count`): for
+    /// sub-block `j`, `Σ_k hi[t][k]·w[r][k]` over its 32 columns, and the
+    /// same of the low planes unless `SHIFT` is [`BYTE`]. Panics unless
+    /// those values are set.
+    pub(crate) fn products<const SHIFT: u32>(
+        &mut self,
+        rows: &TileRows<'_, SHIFT>,
+        first: usize,
+        count: usize,
+    ) {
+        let all = (1u32 << count.min(SPAN)) - 1;
+        assert!(
+            count <= SPAN && self.set & all == all,
+            "tile product of values not set"
+        );
+        let stride = rows.stride;
+        let values = self.b.as_ptr().cast::<[u8; B_BYTES]>();
+        let c_hi = self
+            .c_hi
+            .as_mut_ptr()
+            .cast::<[[i32; TILE_ROWS]; TILE_ROWS]>();
+        let c_lo = self
+            .c_lo
+            .as_mut_ptr()
+            .cast::<[[i32; TILE_ROWS]; TILE_ROWS]>();
+        for j in 0..count {
+            let at = BLOCK * (first + j);
+            let hi = rows.first.hi[at..at + BLOCK].as_ptr();
+            // SAFETY: the tiles are configured while `self` lives (`new`)
+            // with the shapes of `SHAPES`; row `t`'s block of each plane
+            // lies `t·stride` bytes after the first row's (checked in
+            // `TileRows::new`) inside row `t`'s slice, which is at least
+            // `at + BLOCK` long (every row has the first row's length,
+            // also checked there); `b` is sub-block `j`'s 512 bytes, set
+            // (checked above), and `c_hi` and `c_lo` its 1 KiB of sums
+            // each (`j < count <= SPAN`).
+            unsafe {
+                let b = values.add(j).cast::<u8>();
+                let (c_hi, c_lo) = (c_hi.add(j), c_lo.add(j));
+                if SHIFT == BYTE {
+                    if j % 2 == 0 {
+                        tile_product!("0", "2", "4", hi, stride, b, c_hi);
+                    } else {
+                        tile_product!("1", "3", "5", hi, stride, b, c_hi);
+                    }
+                } else {
+                    let lo = rows.first.lo[at..at + BLOCK].as_ptr();
+                    if j % 2 == 0 {
+                        tile_product!("0", "2", "4", hi, stride, b, c_hi);
+                        tile_product!("1", "3", "4", lo, stride, b, c_lo);
+                    } else {
+                        tile_product!("6", "2", "5", hi, stride, b, c_hi);
+                        tile_product!("7", "3", "5", lo, stride, b, c_lo);
+                    }
+                }
+            }
+        }
+        self.made = (count, SHIFT != BYTE);
+    }
+
+    /// Activation row `t`'s sums in sub-block `j` of the last products, as
+    /// 16 lanes (one per weight row): high plane, low plane (zero for
+    /// [`BYTE`] rows).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(crate) fn sums<const SHIFT: u32>(&self, j: usize, t: usize) -> (__m512i, __m512i) {
+        let (made, with_lo) = self.made;
+        assert!(j < made && t < TILE_ROWS, "sums of a product not made");
+        assert!(with_lo || SHIFT == BYTE, "sums of planes not multiplied");
+        let c_hi = self.c_hi.as_ptr().cast::<[[i32; TILE_ROWS]; TILE_ROWS]>();
+        let c_lo = self.c_lo.as_ptr().cast::<[[i32; TILE_ROWS]; TILE_ROWS]>();
+        // SAFETY: the last `products` wrote all 16 rows of its sub-blocks
+        // `0..made` (`j` among them, checked above) with `tilestored`, the
+        // low planes' too where they are read (checked above); each row is
+        // 16 `i32` (64 bytes) and `loadu` has no alignment requirement.
+        unsafe {
+            let hi = _mm512_loadu_si512((*c_hi.add(j))[t].as_ptr().cast());
+            let lo = if SHIFT == BYTE {
+                _mm512_setzero_si512()
+            } else {
+                _mm512_loadu_si512((*c_lo.add(j))[t].as_ptr().cast())
+            };
+            (hi, lo)
+        }
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        // SAFETY: the tiles were configured in `new`; `tilerelease`
+        // returns them to their initial state.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
+}
+
+/// 16 activation rows that a tile product reads in place: rows of one
+/// buffer, each plane's rows the same number of bytes apart, and their
+/// block scales and sums the same number of blocks apart.
+pub(crate) struct TileRows<'a, const SHIFT: u32> {
+    first: Q16Row<'a, SHIFT>,
+    /// Bytes from one row's planes to the next row's.
+    stride: usize,
+    /// Blocks from one row's scales and sums to the next row's.
+    scale_stride: usize,
+}
+
+impl<'a, const SHIFT: u32> TileRows<'a, SHIFT> {
+    /// `xs` as tile rows, or `None` unless it holds exactly 16 rows of one
+    /// length whose high planes (and low ones, unless `SHIFT` is [`BYTE`],
+    /// whose products skip them) lie one stride apart, and whose scales
+    /// and sums lie another apart.
+    pub(crate) fn new(xs: &[Q16Row<'a, SHIFT>]) -> Option<TileRows<'a, SHIFT>> {
+        let rows: &[Q16Row<'a, SHIFT>; TILE_ROWS] = xs.try_into().ok()?;
+        let first = rows[0];
+        let (values, blocks) = (first.hi.len(), first.d.len());
+        let address = |p: *const u8| p as usize;
+        let stride =
+            address(rows[1].hi.as_ptr().cast()).wrapping_sub(address(first.hi.as_ptr().cast()));
+        let scale_bytes =
+            address(rows[1].d.as_ptr().cast()).wrapping_sub(address(first.d.as_ptr().cast()));
+        let spaced = |p: *const u8, p0: *const u8, t: usize, bytes: usize| {
+            address(p) == address(p0).wrapping_add(t.wrapping_mul(bytes))
+        };
+        let evenly_spaced = rows.iter().enumerate().all(|(t, x)| {
+            let lo_spaced = SHIFT == BYTE
+                || (x.lo.len() == values
+                    && spaced(x.lo.as_ptr().cast(), first.lo.as_ptr().cast(), t, stride));
+            x.hi.len() == values
+                && x.d.len() == blocks
+                && x.s.len() == blocks
+                && values == blocks * BLOCK
+                && spaced(x.hi.as_ptr().cast(), first.hi.as_ptr().cast(), t, stride)
+                && spaced(x.d.as_ptr().cast(), first.d.as_ptr().cast(), t, scale_bytes)
+                && spaced(x.s.as_ptr().cast(), first.s.as_ptr().cast(), t, scale_bytes)
+                && lo_spaced
+        });
+        let scale_stride = scale_bytes / size_of::<f32>();
+        (evenly_spaced && scale_bytes % size_of::<f32>() == 0).then_some(TileRows {
+            first,
+            stride,
+            scale_stride,
+        })
+    }
+
+    /// Blocks of 32 columns in each row.
+    pub(crate) fn blocks(&self) -> usize {
+        self.first.d.len()
+    }
+
+    /// Row `t`'s scale `d` and sum `s` of block `i`.
+    #[inline(always)]
+    pub(crate) fn block_scale(&self, t: usize, i: usize) -> (f32, f32) {
+        assert!(t < TILE_ROWS && i < self.blocks(), "block outside the rows");
+        let at = t * self.scale_stride + i;
+        // SAFETY: row `t`'s scales and sums start `t·scale_stride` values
+        // after the first row's and hold `blocks()` values each (both
+        // checked in `new`), and `i < blocks()`, checked above.
+        unsafe {
+            (
+                *self.first.d.as_ptr().add(at),
+                *self.first.s.as_ptr().add(at),
+            )
+        }
+    }
+}
