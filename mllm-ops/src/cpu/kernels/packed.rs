@@ -427,6 +427,26 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
         avx_vnni_packed::q4,
         vnni_packed
     );
+
+    const AMX: bool = true;
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn amx_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) -> bool {
+        // SAFETY: the caller guarantees the AVX-512 level's features and
+        // AMX with the permission to use it (trait contract).
+        unsafe {
+            super::simd::amx::with_tile_rows(xs, |tiles, rows| {
+                super::simd::amx_packed::q4::amx_pair_dot(tiles, a, b, rows, out)
+            })
+        }
+    }
 }
 
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows
@@ -1587,6 +1607,73 @@ pub(crate) mod tests {
         }
     }
 
+    /// At the AMX level (skipped, with a note, on a CPU without it), the
+    /// product of the two packed groups `groups` with the 16 rows `xs`
+    /// (rows of one buffer, in order) equals the AVX-512 products of each
+    /// row alone, bit for bit, for the rows in order and reversed (a
+    /// negative stride), both through the tiles where the format has a tile
+    /// product ([`PackedFormat::AMX`]), and with two rows swapped (not
+    /// evenly spaced: the AVX-512 products).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn check_tile_products<F: PackedFormat>(
+        groups: &[u8],
+        xs: &[F::Input<'_>],
+        what: &str,
+    ) {
+        let path = QuantPath::Int16Activations;
+        let Some(amx) = QuantKernel::with_level(path, SimdLevel::Amx) else {
+            eprintln!("{what}: no AMX tiles on this CPU, the tile products were not run");
+            return;
+        };
+        let avx512 = QuantKernel::with_level(path, SimdLevel::Avx512).expect("AMX has AVX-512");
+        let n = xs.len();
+        assert_eq!(
+            n,
+            super::super::simd::amx::TILE_ROWS,
+            "{what}: a tile of rows"
+        );
+        let (a, b) = as_pair(groups, groups.len() / 2).expect("two groups");
+        let reads = WeightReads::FromMemory;
+        let alone: Vec<[[f32; GROUP_ROWS]; 2]> = xs
+            .iter()
+            .map(|x| {
+                let mut out = [[f32::NAN; GROUP_ROWS]; 2];
+                avx512.packed_dot::<F>(groups, std::slice::from_ref(x), &mut out, reads);
+                out
+            })
+            .collect();
+        let mut swapped: Vec<usize> = (0..n).collect();
+        swapped.swap(3, 9);
+        let orders = [
+            ("in order", (0..n).collect::<Vec<_>>(), F::AMX),
+            ("reversed", (0..n).rev().collect(), F::AMX),
+            ("two swapped", swapped, false),
+        ];
+        for (name, order, tiles) in orders {
+            let rows: Vec<F::Input<'_>> = order.iter().map(|&t| xs[t]).collect();
+            let mut direct = vec![[f32::NAN; GROUP_ROWS]; 2 * n];
+            // SAFETY: the AMX level is available (`with_level` above): the
+            // AVX-512 level's features and AMX tiles this process may use.
+            let took_tiles = unsafe { F::amx_pair(a, b, &rows, &mut direct) };
+            assert_eq!(took_tiles, tiles, "{what}, rows {name}: tile product taken");
+            let mut out = vec![[f32::NAN; GROUP_ROWS]; 2 * n];
+            amx.packed_dot::<F>(groups, &rows, &mut out, reads);
+            for (i, &t) in order.iter().enumerate() {
+                for (g, want) in alone[t].iter().enumerate() {
+                    let got = out[g * n + i];
+                    assert_eq!(
+                        got.map(f32::to_bits),
+                        want.map(f32::to_bits),
+                        "{what}, rows {name}, row {t}, group {g}"
+                    );
+                    if tiles {
+                        assert_eq!(direct[g * n + i].map(f32::to_bits), want.map(f32::to_bits));
+                    }
+                }
+            }
+        }
+    }
+
     /// The two-group product of kernel `k` over `groups` (two packed
     /// groups) equals each group's own product, bit for bit, for one to
     /// all of the rows `xs`: a task split that leaves a group without its
@@ -1633,6 +1720,15 @@ pub(crate) mod tests {
             let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
             let what = format!("{qt} split at {SHIFT}");
             check_group_products::<Q4Format<SHIFT>>(p.groups(0, 2), &rows, &levels, &what);
+            #[cfg(target_arch = "x86_64")]
+            {
+                let tile = super::super::simd::amx::TILE_ROWS;
+                let act = Q16Act::<SHIFT>::quantize(&rng.vec(tile * nb * BLOCK, 3.0));
+                let rows: Vec<Q16Row<'_, SHIFT>> = (0..tile)
+                    .map(|t| act.row().sub_row(t, nb * BLOCK))
+                    .collect();
+                check_tile_products::<Q4Format<SHIFT>>(p.groups(0, 2), &rows, &what);
+            }
         }
     }
 

@@ -37,7 +37,7 @@ use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx::{TileRows, Tiles};
+use super::simd::amx::{with_tile_rows, TileRows, Tiles};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_k, QuantType};
 
@@ -371,16 +371,9 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
-        let Some(rows) = TileRows::new(xs) else {
-            return false;
-        };
-        // SAFETY: the caller guarantees AMX and the permission to use it
-        // (trait contract).
-        let mut tiles = unsafe { Tiles::new() };
-        // SAFETY: the caller guarantees the features (trait contract), and
-        // the tiles were just made.
-        unsafe { B::amx_pair(&mut tiles, a, b, &rows, out) };
-        true
+        // SAFETY: the caller guarantees the AVX-512 level's features and
+        // AMX with the permission to use it (trait contract).
+        unsafe { with_tile_rows(xs, |tiles, rows| B::amx_pair(tiles, a, b, rows, out)) }
     }
 }
 
@@ -462,16 +455,19 @@ pub fn packed_q4k_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(target_arch = "x86_64")]
+    use crate::cpu::kernels::packed::tests::check_tile_products;
     use crate::cpu::kernels::packed::tests::{
         check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
         BoundLinear, PATHS,
     };
-    use crate::cpu::kernels::packed::WeightReads;
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::packed_q5k::FiveBits;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
     use crate::cpu::kernels::qkernel::SimdLevel;
+    #[cfg(target_arch = "x86_64")]
+    use crate::cpu::kernels::simd::amx::TILE_ROWS;
     use crate::cpu::kernels::test_util::Rng;
 
     /// Each row unpacked from the packed layout has exactly the values the
@@ -596,60 +592,21 @@ mod tests {
         check_levels::<FiveBits, BYTE>(&mut rng);
     }
 
-    /// At the AMX level, 16 rows of one buffer take the tile product, and
-    /// every row's outputs equal the AVX-512 ones of that row alone, bit
-    /// for bit; so do those of 16 rows in reverse order (a negative
-    /// stride) and of 16 rows that are not evenly spaced (which take the
-    /// AVX-512 products).
+    /// The AMX tile products of 16 rows split at `SHIFT` (see
+    /// `check_tile_products`).
+    #[cfg(target_arch = "x86_64")]
     fn check_tiles<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
-        let path = QuantPath::Int16Activations;
-        let Some(amx) = QuantKernel::with_level(path, SimdLevel::Amx) else {
-            eprintln!("no AMX tiles on this CPU: the tile products were not run");
-            return;
-        };
-        let avx512 = QuantKernel::with_level(path, SimdLevel::Avx512).expect("AMX implies AVX-512");
-        let (rows, supers, tokens) = (2 * GROUP_ROWS, 3, 16);
+        let (rows, supers, tokens) = (2 * GROUP_ROWS, 3, TILE_ROWS);
         let cols = supers * B::QT.block_len();
         let w = random_blocks(rng, B::QT, rows * supers);
         let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
         let act = Q16Act::<SHIFT>::quantize(&rng.vec(tokens * cols, 3.0));
-        let all: Vec<Q16Row<'_, SHIFT>> = (0..tokens).map(|t| act.row().sub_row(t, cols)).collect();
-        let groups = p.data.groups(0, 2);
-        let reads = WeightReads::FromMemory;
-        let mut alone = vec![[[0.0f32; GROUP_ROWS]; 2]; tokens];
-        for (x, out) in all.iter().zip(&mut alone) {
-            avx512.packed_dot::<KQuantFormat<B, SHIFT>>(
-                groups,
-                std::slice::from_ref(x),
-                out,
-                reads,
-            );
-        }
-        let mut swapped: Vec<usize> = (0..tokens).collect();
-        swapped.swap(3, 9);
-        let orders = [
-            ("in order", (0..tokens).collect::<Vec<_>>()),
-            ("reversed", (0..tokens).rev().collect()),
-            ("two swapped", swapped),
-        ];
-        for (name, order) in orders {
-            let xs: Vec<Q16Row<'_, SHIFT>> = order.iter().map(|&t| all[t]).collect();
-            let mut out = vec![[0.0f32; GROUP_ROWS]; 2 * tokens];
-            amx.packed_dot::<KQuantFormat<B, SHIFT>>(groups, &xs, &mut out, reads);
-            for (i, &t) in order.iter().enumerate() {
-                for (g, want) in alone[t].iter().enumerate() {
-                    let got = out[g * tokens + i];
-                    assert_eq!(
-                        got.map(f32::to_bits),
-                        want.map(f32::to_bits),
-                        "{} split at {SHIFT}, rows {name}, row {t}, group {g}",
-                        B::QT
-                    );
-                }
-            }
-        }
+        let xs: Vec<Q16Row<'_, SHIFT>> = (0..tokens).map(|t| act.row().sub_row(t, cols)).collect();
+        let what = format!("{} split at {SHIFT}", B::QT);
+        check_tile_products::<KQuantFormat<B, SHIFT>>(p.data.groups(0, 2), &xs, &what);
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn amx_tile_products_equal_avx512() {
         let mut rng = Rng::new(55);

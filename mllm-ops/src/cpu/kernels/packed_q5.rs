@@ -199,6 +199,26 @@ impl<const SHIFT: u32> PackedFormat for Q5Format<SHIFT> {
         avx_vnni_packed::q5,
         vnni_packed_q5
     );
+
+    const AMX: bool = true;
+
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn amx_pair(
+        a: &[u8],
+        b: &[u8],
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) -> bool {
+        // SAFETY: the caller guarantees the AVX-512 level's features and
+        // AMX with the permission to use it (trait contract).
+        unsafe {
+            super::simd::amx::with_tile_rows(xs, |tiles, rows| {
+                super::simd::amx_packed::q5::amx_pair_dot(tiles, a, b, rows, out)
+            })
+        }
+    }
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
@@ -346,6 +366,18 @@ mod tests {
             let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
             let what = format!("{qt} split at {SHIFT}");
             check_group_products::<Q5Format<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
+            #[cfg(target_arch = "x86_64")]
+            {
+                let tile = crate::cpu::kernels::simd::amx::TILE_ROWS;
+                let act = Q16Act::<SHIFT>::quantize(&rng.vec(tile * nb * BLOCK, 3.0));
+                let xs: Vec<Q16Row<'_, SHIFT>> = (0..tile)
+                    .map(|t| act.row().sub_row(t, nb * BLOCK))
+                    .collect();
+                let groups = p.data.groups(0, 2);
+                crate::cpu::kernels::packed::tests::check_tile_products::<Q5Format<SHIFT>>(
+                    groups, &xs, &what,
+                );
+            }
         }
     }
 

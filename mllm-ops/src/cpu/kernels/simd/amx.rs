@@ -119,16 +119,16 @@ impl TileConfig {
     }
 }
 
-/// The tile products of one sub-block into its sums, in the registers
-/// `$c` (sums), `$a` (activations) and `$b` (weights), `$b` loaded first
-/// when `$load_b`.
+/// The tile product `$op` (`tdpbsud`: signed activations times unsigned
+/// weights, `tdpbssd`: both signed) of one sub-block into its sums, in the
+/// registers `$c` (sums), `$a` (activations) and `$b` (weights).
 macro_rules! tile_product {
-    ($c:literal, $a:literal, $b:literal, $plane:expr, $stride:expr, $values:expr, $sums:expr) => {
+    ($op:literal, $c:literal, $a:literal, $b:literal, $plane:expr, $stride:expr, $values:expr, $sums:expr) => {
         asm!(
             concat!("tilezero tmm", $c),
             concat!("tileloadd tmm", $a, ", [{a} + {stride}*1]"),
             concat!("tileloadd tmm", $b, ", [{b} + {row}*1]"),
-            concat!("tdpbsud tmm", $c, ", tmm", $a, ", tmm", $b),
+            concat!($op, " tmm", $c, ", tmm", $a, ", tmm", $b),
             concat!("tilestored [{c} + {row}*1], tmm", $c),
             a = in(reg) $plane,
             stride = in(reg) $stride,
@@ -203,13 +203,15 @@ impl Tiles {
     /// The block sums of `rows` against the values of sub-blocks
     /// `0..count` (at activation blocks `first..first + count`): for
     /// sub-block `j`, `Σ_k hi[t][k]·w[r][k]` over its 32 columns, and the
-    /// same of the low planes unless `SHIFT` is [`BYTE`]. Panics unless
-    /// those values are set.
+    /// same of the low planes unless `SHIFT` is [`BYTE`]; the values are
+    /// unsigned bytes, or signed ones with `signed`. Panics unless those
+    /// values are set.
     pub(crate) fn products<const SHIFT: u32>(
         &mut self,
         rows: &TileRows<'_, SHIFT>,
         first: usize,
         count: usize,
+        signed: bool,
     ) {
         let all = (1u32 << count.min(SPAN)) - 1;
         assert!(
@@ -240,20 +242,39 @@ impl Tiles {
             unsafe {
                 let b = values.add(j).cast::<u8>();
                 let (c_hi, c_lo) = (c_hi.add(j), c_lo.add(j));
-                if SHIFT == BYTE {
-                    if j % 2 == 0 {
-                        tile_product!("0", "2", "4", hi, stride, b, c_hi);
-                    } else {
-                        tile_product!("1", "3", "5", hi, stride, b, c_hi);
+                match (SHIFT == BYTE, j % 2 == 0, signed) {
+                    (true, true, false) => {
+                        tile_product!("tdpbsud", "0", "2", "4", hi, stride, b, c_hi)
                     }
-                } else {
-                    let lo = rows.first.lo[at..at + BLOCK].as_ptr();
-                    if j % 2 == 0 {
-                        tile_product!("0", "2", "4", hi, stride, b, c_hi);
-                        tile_product!("1", "3", "4", lo, stride, b, c_lo);
-                    } else {
-                        tile_product!("6", "2", "5", hi, stride, b, c_hi);
-                        tile_product!("7", "3", "5", lo, stride, b, c_lo);
+                    (true, false, false) => {
+                        tile_product!("tdpbsud", "1", "3", "5", hi, stride, b, c_hi)
+                    }
+                    (true, true, true) => {
+                        tile_product!("tdpbssd", "0", "2", "4", hi, stride, b, c_hi)
+                    }
+                    (true, false, true) => {
+                        tile_product!("tdpbssd", "1", "3", "5", hi, stride, b, c_hi)
+                    }
+                    (false, even, signed) => {
+                        let lo = rows.first.lo[at..at + BLOCK].as_ptr();
+                        match (even, signed) {
+                            (true, false) => {
+                                tile_product!("tdpbsud", "0", "2", "4", hi, stride, b, c_hi);
+                                tile_product!("tdpbsud", "1", "3", "4", lo, stride, b, c_lo);
+                            }
+                            (false, false) => {
+                                tile_product!("tdpbsud", "6", "2", "5", hi, stride, b, c_hi);
+                                tile_product!("tdpbsud", "7", "3", "5", lo, stride, b, c_lo);
+                            }
+                            (true, true) => {
+                                tile_product!("tdpbssd", "0", "2", "4", hi, stride, b, c_hi);
+                                tile_product!("tdpbssd", "1", "3", "4", lo, stride, b, c_lo);
+                            }
+                            (false, true) => {
+                                tile_product!("tdpbssd", "6", "2", "5", hi, stride, b, c_hi);
+                                tile_product!("tdpbssd", "7", "3", "5", lo, stride, b, c_lo);
+                            }
+                        }
                     }
                 }
             }
@@ -365,4 +386,22 @@ impl<'a, const SHIFT: u32> TileRows<'a, SHIFT> {
             )
         }
     }
+}
+
+/// Runs `product` with configured tiles on `xs` as tile rows; `false`
+/// (without running it) unless `xs` are tile rows (see [`TileRows::new`]).
+///
+/// # Safety
+/// [`tiles_available`] returned true in this process.
+pub(crate) unsafe fn with_tile_rows<const SHIFT: u32>(
+    xs: &[Q16Row<'_, SHIFT>],
+    product: impl FnOnce(&mut Tiles, &TileRows<'_, SHIFT>),
+) -> bool {
+    let Some(rows) = TileRows::new(xs) else {
+        return false;
+    };
+    // SAFETY: the caller guarantees AMX and the permission to use it.
+    let mut tiles = unsafe { Tiles::new() };
+    product(&mut tiles, &rows);
+    true
 }

@@ -66,7 +66,7 @@ macro_rules! q4k_amx_pair_dot {
             let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
             for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
                 set_values(tiles, sa, sb);
-                tiles.products(rows, s * SUB_BLOCKS, SUB_BLOCKS);
+                tiles.products(rows, s * SUB_BLOCKS, SUB_BLOCKS, false);
                 add_super_block(&mut acc, tiles, rows, s, sa, sb);
             }
             store_pair(&acc, out);

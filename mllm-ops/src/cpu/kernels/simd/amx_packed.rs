@@ -1,0 +1,137 @@
+//! AMX products of two packed Q4 or Q5 row groups (see `packed` and
+//! `packed_q5`) with 16 activation rows: the steps of `vnni_packed`'s
+//! `scaled_block_pair_tile`, with the blocks' sums from tile products
+//! (`amx`), eight blocks at a time. The same integers and float steps in
+//! the same order, so the results equal the AVX-512 kernels' bit for bit.
+//!
+//! Every function here is a safe `#[target_feature]` function that takes
+//! configured tiles: callers must only reach it after detecting the
+//! AVX-512 level's features and AMX (see `QuantKernel`).
+
+/// Defines `amx_pair_dot::<SHIFT>`, the outputs of two consecutive packed
+/// groups `a` and `b` for the 16 activation rows of `rows` (`out[t]` for
+/// `a`, `out[16 + t]` for `b`), for a layout of `$block_bytes` per block
+/// that starts with the eight rows' f16 scales and offsets, whose bits
+/// two groups give as values through `$pair_values` (as
+/// `amx_packed_q4k::nibble_pair_values`).
+macro_rules! scaled_block_amx_pair_dot {
+    ($block_bytes:expr, $pair_values:path) => {
+        use std::arch::x86_64::*;
+
+        use $crate::cpu::kernels::packed::{GROUP_ROWS, NIBBLES_AT};
+        use $crate::cpu::kernels::simd::amx::{TileRows, Tiles, SPAN, TILE_ROWS};
+
+        /// The outputs of groups `a` and `b` for the 16 rows of `rows`, a
+        /// span of blocks at a time: their values into the tiles, their
+        /// tile products, then their float steps.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        pub(crate) fn amx_pair_dot<const SHIFT: u32>(
+            tiles: &mut Tiles,
+            a: &[u8],
+            b: &[u8],
+            rows: &TileRows<'_, SHIFT>,
+            out: &mut [[f32; GROUP_ROWS]],
+        ) {
+            use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block, store_pair};
+            let nb = rows.blocks();
+            let mut acc = [_mm512_setzero_ps(); TILE_ROWS];
+            let blocks_a = a[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
+            let blocks_b = b[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
+            let spans = blocks_a.chunks(SPAN).zip(blocks_b.chunks(SPAN));
+            for (span, (sa, sb)) in spans.enumerate() {
+                for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
+                    let [[l0, h0], [l1, h1], [l2, h2], [l3, h3]] =
+                        $pair_values(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..]);
+                    tiles.set_values(j, [l0, l1, l2, l3, h0, h1, h2, h3]);
+                }
+                tiles.products(rows, span * SPAN, sa.len(), false);
+                for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
+                    let i = span * SPAN + j;
+                    let d = f16x16(&ka[..16], &kb[..16]);
+                    let m = f16x16(&ka[16..32], &kb[16..32]);
+                    for (t, acc) in acc.iter_mut().enumerate() {
+                        let (hi, lo) = tiles.sums::<SHIFT>(j, t);
+                        let x = rows.block_scale(t, i);
+                        *acc = pair_add_block::<SHIFT>(*acc, (d, m), hi, lo, x);
+                    }
+                }
+            }
+            store_pair(&acc, out);
+        }
+    };
+}
+
+/// Q4_0 and Q4_1 blocks.
+pub(crate) mod q4 {
+    scaled_block_amx_pair_dot!(
+        crate::cpu::kernels::packed::PACKED_BLOCK_BYTES,
+        crate::cpu::kernels::simd::amx_packed_q4k::nibble_pair_values
+    );
+}
+
+/// Q5_0 and Q5_1 blocks.
+pub(crate) mod q5 {
+    scaled_block_amx_pair_dot!(
+        crate::cpu::kernels::packed_q5::Q5_PACKED_BLOCK_BYTES,
+        crate::cpu::kernels::simd::vnni_packed_q5::pair_values
+    );
+}
+
+/// Q8_0 blocks: signed weights, whose chunks of the two groups, joined,
+/// are already the B operand's rows.
+pub(crate) mod q8 {
+    use std::arch::x86_64::*;
+
+    use crate::cpu::kernels::packed::GROUP_ROWS;
+    use crate::cpu::kernels::packed_q8::Q8_PACKED_BLOCK_BYTES;
+    use crate::cpu::kernels::qact::{BYTE, NARROW};
+    use crate::cpu::kernels::simd::amx::{TileRows, Tiles, SPAN, TILE_ROWS};
+    use crate::cpu::kernels::simd::avx2_i8::load32;
+    use crate::cpu::kernels::simd::inline_array::from_fn;
+    use crate::cpu::kernels::simd::vnni_packed::{f16x16, join, store_pair};
+
+    /// The outputs of groups `a` and `b` for the 16 rows of `rows`, a span
+    /// of blocks at a time, with the float steps of `vnni_packed_q8`'s
+    /// `pair_tile`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn amx_pair_dot<const SHIFT: u32>(
+        tiles: &mut Tiles,
+        a: &[u8],
+        b: &[u8],
+        rows: &TileRows<'_, SHIFT>,
+        out: &mut [[f32; GROUP_ROWS]],
+    ) {
+        let nb = rows.blocks();
+        let mut acc = [_mm512_setzero_ps(); TILE_ROWS];
+        let blocks_a = a[..nb * Q8_PACKED_BLOCK_BYTES]
+            .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
+            .0;
+        let blocks_b = b[..nb * Q8_PACKED_BLOCK_BYTES]
+            .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
+            .0;
+        let spans = blocks_a.chunks(SPAN).zip(blocks_b.chunks(SPAN));
+        for (span, (sa, sb)) in spans.enumerate() {
+            for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
+                let chunk = |c: usize| join(load32(&ka[16 + 32 * c..]), load32(&kb[16 + 32 * c..]));
+                tiles.set_values(j, from_fn(chunk));
+            }
+            tiles.products(rows, span * SPAN, sa.len(), true);
+            for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
+                let i = span * SPAN + j;
+                let d = f16x16(&ka[..16], &kb[..16]);
+                for (t, acc) in acc.iter_mut().enumerate() {
+                    let (hi, lo) = tiles.sums::<SHIFT>(j, t);
+                    let p = if SHIFT == BYTE {
+                        hi
+                    } else {
+                        _mm512_add_epi32(_mm512_slli_epi32::<{ NARROW }>(hi), lo)
+                    };
+                    let (dx, _) = rows.block_scale(t, i);
+                    let scale = _mm512_mul_ps(d, _mm512_set1_ps(dx));
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, *acc);
+                }
+            }
+        }
+        store_pair(&acc, out);
+    }
+}
