@@ -302,22 +302,24 @@ pub(crate) trait PackedFormat {
         out: &mut [[f32; GROUP_ROWS]],
         reads: WeightReads,
     );
-    /// Whether the format has [`PackedFormat::amx_pair`], the tile product
-    /// of the AMX level: then that level takes its activation rows 16 at a
-    /// time.
+    /// Whether the format has [`PackedFormat::amx_pairs`], the tile
+    /// product of the AMX level: then that level takes its activation rows
+    /// 16 at a time.
     const AMX: bool = false;
     /// [`PackedFormat::vnni_pair`] of 16 activation rows on AMX tiles
-    /// (`simd::amx`), with the same results; `false` (and nothing written)
-    /// where the format has none or `xs` is not 16 rows that a tile reads
-    /// in place (`simd::amx::TileRows`).
+    /// (`simd::amx`), with the same results, for each pair of consecutive
+    /// groups in `groups` (an even number of groups of `group_bytes` each:
+    /// `out[g·16 + t]` for group `g`); `false` (and nothing written) where
+    /// the format has none or `xs` is not 16 rows that a tile reads in
+    /// place (`simd::amx::TileRows`).
     ///
     /// # Safety
     /// As [`PackedFormat::vnni`], and the CPU has AMX tiles that this
     /// process may use (`simd::amx::tiles_available`).
     #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pair(
-        _a: &[u8],
-        _b: &[u8],
+    unsafe fn amx_pairs(
+        _groups: &[u8],
+        _group_bytes: usize,
         _xs: &[Self::Input<'_>],
         _out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
@@ -433,17 +435,20 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pair(
-        a: &[u8],
-        b: &[u8],
+    unsafe fn amx_pairs(
+        groups: &[u8],
+        group_bytes: usize,
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
+        use super::simd::amx::pairs_on_tiles;
+        use super::simd::amx_packed::q4::amx_pair_dot;
         // SAFETY: the caller guarantees the AVX-512 level's features and
-        // AMX with the permission to use it (trait contract).
+        // AMX with the permission to use it (trait contract), which the
+        // kernel needs; the closure runs it on configured tiles.
         unsafe {
-            super::simd::amx::with_tile_rows(xs, |tiles, rows| {
-                super::simd::amx_packed::q4::amx_pair_dot(tiles, a, b, rows, out)
+            pairs_on_tiles(groups, group_bytes, xs, out, |tiles, a, b, rows, out| {
+                amx_pair_dot(tiles, a, b, rows, out)
             })
         }
     }
@@ -894,6 +899,37 @@ pub(crate) fn group_outputs<'g, A: Sync>(
     dst: &mut [f32],
     dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]], WeightReads) + Sync + Send,
 ) {
+    outputs_by_calls(groups, cols, xs, tile, false, split, dst, dot)
+}
+
+/// [`group_outputs`] with `dot` called once per span and tile of rows,
+/// with all the span's groups (outputs group after group): for kernels
+/// with a fixed cost per call (the AMX level's tile configuration).
+pub(crate) fn group_outputs_by_spans<'g, A: Sync>(
+    groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
+    cols: usize,
+    xs: &[A],
+    tile: usize,
+    split: &Split<'_>,
+    dst: &mut [f32],
+    dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]], WeightReads) + Sync + Send,
+) {
+    outputs_by_calls(groups, cols, xs, tile, true, split, dst, dot)
+}
+
+/// [`group_outputs`], calling `dot` with a span's groups two at a time,
+/// or all at once with `whole_spans`.
+#[allow(clippy::too_many_arguments)]
+fn outputs_by_calls<'g, A: Sync>(
+    groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
+    cols: usize,
+    xs: &[A],
+    tile: usize,
+    whole_spans: bool,
+    split: &Split<'_>,
+    dst: &mut [f32],
+    dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]], WeightReads) + Sync + Send,
+) {
     let Some(out_f) = dst.len().checked_div(xs.len()) else {
         return;
     };
@@ -910,17 +946,21 @@ pub(crate) fn group_outputs<'g, A: Sync>(
             let task_groups = rows_out[0].len() / GROUP_ROWS;
             let pair_bytes = 2 * groups(c * per_task, 1).len();
             let span = 2 * (SPAN_WEIGHT_BYTES / pair_bytes.max(1)).max(1);
+            let per_call = if whole_spans { span } else { 2 };
             for first in (0..task_groups).step_by(span) {
                 let last = task_groups.min(first + span);
                 for (ti, rows) in xs.chunks(tile).enumerate() {
                     let rows_out = &mut rows_out[ti * tile..];
                     let reads = WeightReads::FromMemory.of_pass(ti);
-                    for pair in (first..last).step_by(2) {
-                        let n = 2.min(last - pair);
+                    for call in (first..last).step_by(per_call) {
+                        let n = per_call.min(last - call);
+                        if tile_out.len() < n * rows.len() {
+                            tile_out.resize(n * rows.len(), [0.0; GROUP_ROWS]);
+                        }
                         let out = &mut tile_out[..n * rows.len()];
-                        dot(groups(c * per_task + pair, n), rows, out, reads);
+                        dot(groups(c * per_task + call, n), rows, out, reads);
                         for (gi, group_out) in out.chunks(rows.len()).enumerate() {
-                            let at = (pair + gi) * GROUP_ROWS;
+                            let at = (call + gi) * GROUP_ROWS;
                             for (row_out, o) in rows_out.iter_mut().zip(group_out) {
                                 row_out[at..at + GROUP_ROWS].copy_from_slice(o);
                             }
@@ -943,15 +983,19 @@ pub(crate) fn packed_group_outputs<'g, F: PackedFormat>(
     split: &Split<'_>,
     dst: &mut [f32],
 ) {
+    let dot = |g: &[u8], xs: &[F::Input<'_>], out: &mut [[f32; GROUP_ROWS]], reads| {
+        k.packed_dot::<F>(g, xs, out, reads)
+    };
     let tile = match k.level() {
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Amx if F::AMX => super::simd::amx::TILE_ROWS,
+        SimdLevel::Amx if F::AMX => {
+            let tile = super::simd::amx::TILE_ROWS;
+            return group_outputs_by_spans(groups, cols, xs, tile, split, dst, dot);
+        }
         SimdLevel::Avx512 | SimdLevel::Amx => F::PAIR_TILE_TOKENS,
         _ => TILE_TOKENS,
     };
-    group_outputs(groups, cols, xs, tile, split, dst, |g, xs, out, reads| {
-        k.packed_dot::<F>(g, xs, out, reads)
-    });
+    group_outputs(groups, cols, xs, tile, split, dst, dot);
 }
 
 /// [`PackedFormat::vnni_pair`] of any number of activation rows,
@@ -1632,7 +1676,7 @@ pub(crate) mod tests {
             super::super::simd::amx::TILE_ROWS,
             "{what}: a tile of rows"
         );
-        let (a, b) = as_pair(groups, groups.len() / 2).expect("two groups");
+        let group_bytes = groups.len() / 2;
         let reads = WeightReads::FromMemory;
         let alone: Vec<[[f32; GROUP_ROWS]; 2]> = xs
             .iter()
@@ -1654,7 +1698,7 @@ pub(crate) mod tests {
             let mut direct = vec![[f32::NAN; GROUP_ROWS]; 2 * n];
             // SAFETY: the AMX level is available (`with_level` above): the
             // AVX-512 level's features and AMX tiles this process may use.
-            let took_tiles = unsafe { F::amx_pair(a, b, &rows, &mut direct) };
+            let took_tiles = unsafe { F::amx_pairs(groups, group_bytes, &rows, &mut direct) };
             assert_eq!(took_tiles, tiles, "{what}, rows {name}: tile product taken");
             let mut out = vec![[f32::NAN; GROUP_ROWS]; 2 * n];
             amx.packed_dot::<F>(groups, &rows, &mut out, reads);

@@ -37,7 +37,7 @@ use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx::{with_tile_rows, TileRows, Tiles};
+use super::simd::amx::{pairs_on_tiles, TileRows, Tiles};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_k, QuantType};
 
@@ -116,7 +116,8 @@ pub(crate) trait SubBlockBits: Send + Sync + 'static {
         out: &mut [[f32; GROUP_ROWS]],
         reads: WeightReads,
     );
-    /// The two-group AMX product of 16 rows (as `PackedFormat::amx_pair`).
+    /// The two-group AMX product of 16 rows (as each pair of
+    /// `PackedFormat::amx_pairs`).
     ///
     /// # Safety
     /// As [`SubBlockBits::vnni`], and the tiles are AMX's (`Tiles` was made).
@@ -365,15 +366,20 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pair(
-        a: &[u8],
-        b: &[u8],
+    unsafe fn amx_pairs(
+        groups: &[u8],
+        group_bytes: usize,
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
         // SAFETY: the caller guarantees the AVX-512 level's features and
-        // AMX with the permission to use it (trait contract).
-        unsafe { with_tile_rows(xs, |tiles, rows| B::amx_pair(tiles, a, b, rows, out)) }
+        // AMX with the permission to use it (trait contract); the closure
+        // runs `B::amx_pair` on configured tiles.
+        unsafe {
+            pairs_on_tiles(groups, group_bytes, xs, out, |tiles, a, b, rows, out| {
+                B::amx_pair(tiles, a, b, rows, out)
+            })
+        }
     }
 }
 

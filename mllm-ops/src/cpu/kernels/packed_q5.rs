@@ -205,17 +205,20 @@ impl<const SHIFT: u32> PackedFormat for Q5Format<SHIFT> {
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pair(
-        a: &[u8],
-        b: &[u8],
+    unsafe fn amx_pairs(
+        groups: &[u8],
+        group_bytes: usize,
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
+        use super::simd::amx::pairs_on_tiles;
+        use super::simd::amx_packed::q5::amx_pair_dot;
         // SAFETY: the caller guarantees the AVX-512 level's features and
-        // AMX with the permission to use it (trait contract).
+        // AMX with the permission to use it (trait contract), which the
+        // kernel needs; the closure runs it on configured tiles.
         unsafe {
-            super::simd::amx::with_tile_rows(xs, |tiles, rows| {
-                super::simd::amx_packed::q5::amx_pair_dot(tiles, a, b, rows, out)
+            pairs_on_tiles(groups, group_bytes, xs, out, |tiles, a, b, rows, out| {
+                amx_pair_dot(tiles, a, b, rows, out)
             })
         }
     }

@@ -234,33 +234,29 @@ impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
         vnni_packed_q8
     );
 
-    /// 16-bit rows only: with 8-bit rows the AVX-512 kernel (eight rows
-    /// per pass, weights multiplied as they are stored) was faster, 157
-    /// against 148 GMAC/s on one thread (`stack_positions --kernel q8_0
-    /// --rows 8`), while with 16-bit rows the tiles ran 1.10x faster.
-    const AMX: bool = SHIFT != BYTE;
+    const AMX: bool = true;
 
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pair(
-        a: &[u8],
-        b: &[u8],
+    unsafe fn amx_pairs(
+        groups: &[u8],
+        group_bytes: usize,
         xs: &[Q8Input<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
+        use super::simd::amx::pairs_on_tiles;
+        use super::simd::amx_packed::q8::amx_pair_dot;
         let Ok(xs) = <&[Q8Input<'_, SHIFT>; TILE_ROWS]>::try_from(xs) else {
             return false;
         };
-        if !Self::AMX {
-            return false;
-        }
         let rows: [Q16Row<'_, SHIFT>; TILE_ROWS] = std::array::from_fn(|t| xs[t].x);
         // SAFETY: the caller guarantees the AVX-512 level's features and
-        // AMX with the permission to use it (trait contract).
+        // AMX with the permission to use it (trait contract), which the
+        // kernel needs; the closure runs it on configured tiles.
         unsafe {
-            super::simd::amx::with_tile_rows(&rows, |tiles, rows| {
-                super::simd::amx_packed::q8::amx_pair_dot(tiles, a, b, rows, out)
+            pairs_on_tiles(groups, group_bytes, &rows, out, |tiles, a, b, rows, out| {
+                amx_pair_dot(tiles, a, b, rows, out)
             })
         }
     }

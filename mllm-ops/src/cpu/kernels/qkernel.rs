@@ -387,13 +387,32 @@ impl QuantKernel {
     ) {
         let group_bytes = xs.first().map_or(0, |x| F::blocks(x) * F::BLOCK_BYTES);
         #[cfg(target_arch = "x86_64")]
+        if self.level == SimdLevel::Amx && group_bytes > 0 && groups.len() > 2 * group_bytes {
+            // A span of groups at once (`packed::group_outputs_by_spans`):
+            // its pairs on tiles configured once, a last odd group alone.
+            let paired = groups.len() / (2 * group_bytes) * 2;
+            let (pairs, last) = groups.split_at(paired * group_bytes);
+            let (pairs_out, last_out) = out.split_at_mut(paired * xs.len());
+            // SAFETY: the AMX level is the AVX-512 level's features (AVX2,
+            // FMA, F16C, AVX-512F/VL/BW and VNNI) with AMX tiles this
+            // process may use (struct invariant).
+            if !(F::AMX && unsafe { F::amx_pairs(pairs, group_bytes, xs, pairs_out) }) {
+                let each = pairs.chunks_exact(2 * group_bytes);
+                for (pair, out) in each.zip(pairs_out.chunks_exact_mut(2 * xs.len())) {
+                    self.packed_dot::<F>(pair, xs, out, reads);
+                }
+            }
+            if !last.is_empty() {
+                self.packed_dot::<F>(last, xs, last_out, reads);
+            }
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
         if let Some((a, b)) = packed::as_pair(groups, group_bytes) {
             match self.level {
                 SimdLevel::Amx => {
-                    // SAFETY: the AMX level is the AVX-512 level's features
-                    // (AVX2, FMA, F16C, AVX-512F/VL/BW and VNNI) with AMX
-                    // tiles this process may use (struct invariant).
-                    if F::AMX && unsafe { F::amx_pair(a, b, xs, out) } {
+                    // SAFETY: as above.
+                    if F::AMX && unsafe { F::amx_pairs(groups, group_bytes, xs, out) } {
                         return;
                     }
                     // SAFETY: as above.

@@ -21,6 +21,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
+use crate::cpu::kernels::packed::GROUP_ROWS;
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE};
 
 /// Activation rows per tile product: the most rows an AMX tile holds.
@@ -388,20 +389,31 @@ impl<'a, const SHIFT: u32> TileRows<'a, SHIFT> {
     }
 }
 
-/// Runs `product` with configured tiles on `xs` as tile rows; `false`
-/// (without running it) unless `xs` are tile rows (see [`TileRows::new`]).
+/// Runs `pair_dot(tiles, a, b, rows, out)` for each pair of consecutive
+/// groups `a`, `b` in `groups` (an even number of groups of `group_bytes`
+/// each) with `xs` as tile rows, on tiles configured once for all of them,
+/// each pair's 32 outputs (16 rows of `a`, then of `b`) after the last
+/// pair's in `out`; `false` (without running it) unless `xs` are tile
+/// rows (see [`TileRows::new`]).
 ///
 /// # Safety
 /// [`tiles_available`] returned true in this process.
-pub(crate) unsafe fn with_tile_rows<const SHIFT: u32>(
+pub(crate) unsafe fn pairs_on_tiles<const SHIFT: u32>(
+    groups: &[u8],
+    group_bytes: usize,
     xs: &[Q16Row<'_, SHIFT>],
-    product: impl FnOnce(&mut Tiles, &TileRows<'_, SHIFT>),
+    out: &mut [[f32; GROUP_ROWS]],
+    pair_dot: impl Fn(&mut Tiles, &[u8], &[u8], &TileRows<'_, SHIFT>, &mut [[f32; GROUP_ROWS]]),
 ) -> bool {
     let Some(rows) = TileRows::new(xs) else {
         return false;
     };
     // SAFETY: the caller guarantees AMX and the permission to use it.
     let mut tiles = unsafe { Tiles::new() };
-    product(&mut tiles, &rows);
+    let pairs = groups.chunks_exact(2 * group_bytes);
+    for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * TILE_ROWS)) {
+        let (a, b) = pair.split_at(group_bytes);
+        pair_dot(&mut tiles, a, b, &rows, out);
+    }
     true
 }
