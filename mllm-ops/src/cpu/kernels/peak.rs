@@ -5,8 +5,8 @@
 //! Two kinds, each at a [`SimdLevel`]: f32 fused multiply-adds (what the
 //! f16/bf16 and f32 kernels run) and byte multiply-adds (unsigned × signed
 //! bytes summed into 32-bit lanes: `vpdpbusd` with AVX-512 VNNI, the
-//! `maddubs` + `madd` + `add` sequence with AVX2; what the integer kernels
-//! run). Every run adds `1 × 1` per multiply-add into [`CHAINS`] independent
+//! `maddubs` + `madd` + `add` sequence with AVX2, full-size `tdpbssd` tile
+//! products at the AMX level; what the integer kernels run). Every run adds `1 × 1` per multiply-add into [`CHAINS`] independent
 //! accumulators (enough to hide the latency of two pipes), so the sum of
 //! all lanes equals the count of multiply-adds exactly, which the tests
 //! check at every level.
@@ -42,7 +42,8 @@ pub enum PeakKind {
 /// Runs `iters` (at most [`MAX_ITERS`]) rounds of [`CHAINS`] vector
 /// multiply-adds of `kind` at `level`, or `None` when this CPU lacks the
 /// level (the byte kind at [`SimdLevel::Avx512`] needs AVX-512 VNNI; the
-/// f32 kind has no [`SimdLevel::AvxVnni`] level, an integer-only one) or
+/// f32 kind has no [`SimdLevel::AvxVnni`] or [`SimdLevel::Amx`] level,
+/// integer-only ones) or
 /// the level is not measured: NEON, and the portable level, whose loops
 /// the compiler folds or vectorises as it likes.
 pub fn run(kind: PeakKind, level: SimdLevel, iters: usize) -> Option<PeakRun> {
@@ -54,11 +55,27 @@ pub fn run(kind: PeakKind, level: SimdLevel, iters: usize) -> Option<PeakRun> {
     if !level.is_available(path) {
         return None;
     }
-    let (lanes, checksum) = lanes_and_checksum(kind, level, iters)?;
+    let (per_round, checksum) = per_round_and_checksum(kind, level, iters)?;
     Some(PeakRun {
-        multiply_adds: (lanes * CHAINS * iters) as u64,
+        multiply_adds: (per_round * iters) as u64,
         checksum,
     })
+}
+
+/// The multiply-adds of one round of `kind` at `level` ([`CHAINS`] vector
+/// multiply-adds; at the AMX level, `simd::amx::PEAK_CHAINS` tile
+/// products), and the sum of `iters` rounds of them; `level` must be
+/// available.
+#[cfg(target_arch = "x86_64")]
+fn per_round_and_checksum(kind: PeakKind, level: SimdLevel, iters: usize) -> Option<(usize, f64)> {
+    if let (PeakKind::ByteDot, SimdLevel::Amx) = (kind, level) {
+        use simd::amx::{byte_dot_peak, PEAK_CHAINS, PEAK_PRODUCTS};
+        // SAFETY: the caller checked that the AMX level is available: AMX
+        // tiles this process may use.
+        return Some((PEAK_PRODUCTS * PEAK_CHAINS, unsafe { byte_dot_peak(iters) }));
+    }
+    let (lanes, checksum) = lanes_and_checksum(kind, level, iters)?;
+    Some((lanes * CHAINS, checksum))
 }
 
 /// The lanes of one vector multiply-add of `kind` at `level`, and the sum
@@ -94,7 +111,7 @@ fn lanes_and_checksum(kind: PeakKind, level: SimdLevel, iters: usize) -> Option<
 
 /// No level is measured off x86-64.
 #[cfg(not(target_arch = "x86_64"))]
-fn lanes_and_checksum(_: PeakKind, _: SimdLevel, _: usize) -> Option<(usize, f64)> {
+fn per_round_and_checksum(_: PeakKind, _: SimdLevel, _: usize) -> Option<(usize, f64)> {
     None
 }
 
@@ -112,13 +129,14 @@ mod tests {
                     let Some(r) = run(kind, level, iters) else {
                         continue;
                     };
-                    let lanes = match (kind, level) {
-                        (PeakKind::F32Fma, SimdLevel::Avx2) => 8,
-                        (PeakKind::ByteDot, SimdLevel::Avx2 | SimdLevel::AvxVnni) => 32,
-                        (PeakKind::F32Fma, _) => 16,
-                        (PeakKind::ByteDot, _) => 64,
+                    let per_round = match (kind, level) {
+                        (PeakKind::F32Fma, SimdLevel::Avx2) => 8 * CHAINS,
+                        (PeakKind::ByteDot, SimdLevel::Avx2 | SimdLevel::AvxVnni) => 32 * CHAINS,
+                        (PeakKind::ByteDot, SimdLevel::Amx) => 4 * 16 * 16 * 64,
+                        (PeakKind::F32Fma, _) => 16 * CHAINS,
+                        (PeakKind::ByteDot, _) => 64 * CHAINS,
                     };
-                    let want = (lanes * CHAINS * iters) as u64;
+                    let want = (per_round * iters) as u64;
                     assert_eq!(r.multiply_adds, want, "{kind:?} {level:?} {iters}");
                     assert_eq!(r.checksum, want as f64, "{kind:?} {level:?} {iters}");
                 }

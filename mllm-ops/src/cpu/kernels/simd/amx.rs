@@ -80,6 +80,85 @@ struct TileConfig {
     rows: [u8; 16],
 }
 
+impl TileConfig {
+    /// Four sums of 16 × 16 `i32` (registers 0-3) and two full operands
+    /// of 16 rows × 64 bytes (4 and 5): the peak loop's registers.
+    fn peak() -> TileConfig {
+        let mut colsb = [0u16; 16];
+        let mut rows = [0u8; 16];
+        for tile in 0..6 {
+            colsb[tile] = 64;
+            rows[tile] = TILE_ROWS as u8;
+        }
+        TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb,
+            rows,
+        }
+    }
+}
+
+/// Byte products of one full-size `tdpbssd`: 16 × 16 sums over 64 bytes.
+pub(crate) const PEAK_PRODUCTS: usize = TILE_ROWS * TILE_ROWS * 64;
+
+/// Independent sums of the peak loop.
+pub(crate) const PEAK_CHAINS: usize = 4;
+
+/// `iters` rounds of [`PEAK_CHAINS`] full-size `tdpbssd` of bytes of one
+/// (no memory traffic inside the loop), and the sum of all their sums:
+/// `PEAK_PRODUCTS · PEAK_CHAINS · iters` (exact while `64·iters` fits an
+/// `i32`, which `iters ≤ 2^20` keeps).
+///
+/// # Safety
+/// [`tiles_available`] returned true in this process.
+pub(crate) unsafe fn byte_dot_peak(iters: usize) -> f64 {
+    let config = TileConfig::peak();
+    let ones = [1u8; TILE_ROWS * 64];
+    let mut sums = [[[0i32; TILE_ROWS]; TILE_ROWS]; PEAK_CHAINS];
+    // SAFETY: the caller guarantees AMX and the permission to use it; the
+    // configuration gives registers 0-5 16 rows of 64 bytes, the loads
+    // read the 1 KiB of `ones` and the stores write 1 KiB of `sums` each.
+    unsafe {
+        asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly));
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            "tileloadd tmm4, [{ones} + {row}*1]",
+            "tileloadd tmm5, [{ones} + {row}*1]",
+            ones = in(reg) ones.as_ptr(),
+            row = in(reg) 64usize,
+            options(nostack, readonly),
+        );
+        for _ in 0..iters {
+            asm!(
+                "tdpbssd tmm0, tmm4, tmm5",
+                "tdpbssd tmm1, tmm4, tmm5",
+                "tdpbssd tmm2, tmm4, tmm5",
+                "tdpbssd tmm3, tmm4, tmm5",
+                options(nostack, nomem),
+            );
+        }
+        asm!(
+            "tilestored [{s0} + {row}*1], tmm0",
+            "tilestored [{s1} + {row}*1], tmm1",
+            "tilestored [{s2} + {row}*1], tmm2",
+            "tilestored [{s3} + {row}*1], tmm3",
+            "tilerelease",
+            s0 = in(reg) sums[0].as_mut_ptr(),
+            s1 = in(reg) sums[1].as_mut_ptr(),
+            s2 = in(reg) sums[2].as_mut_ptr(),
+            s3 = in(reg) sums[3].as_mut_ptr(),
+            row = in(reg) 64usize,
+            options(nostack),
+        );
+    }
+    sums.iter().flatten().flatten().map(|&v| v as f64).sum()
+}
+
 /// Sub-blocks whose tile products one [`Tiles::products`] call makes one
 /// after the other, before the float steps read any of them (a Q4_K
 /// super-block): the products of one sub-block then overlap the stores
