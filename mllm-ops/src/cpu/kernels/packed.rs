@@ -392,6 +392,39 @@ macro_rules! simd_group_products {
 
 pub(crate) use simd_group_products;
 
+/// Implements [`PackedFormat::AMX`] and [`PackedFormat::amx_pairs`] (or
+/// the same of `packed_q4k::SubBlockBits`'s format) for activation rows of
+/// type `$input` (a `Q16Row`) whose AMX product of one group pair is
+/// `$pair_dot` (as `simd::amx_packed::q4::amx_pair_dot`), all pairs on
+/// tiles configured once (`simd::amx::pairs_on_tiles`).
+macro_rules! amx_pairs_of_rows {
+    ($input:ty, $pair_dot:path) => {
+        const AMX: bool = true;
+
+        /// # Safety
+        /// The trait method's: the CPU has the features it names.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn amx_pairs(
+            groups: &[u8],
+            group_bytes: usize,
+            xs: &[$input],
+            out: &mut [[f32; GROUP_ROWS]],
+        ) -> bool {
+            use $crate::cpu::kernels::simd::amx::pairs_on_tiles;
+            // SAFETY: the caller guarantees the AVX-512 level's features and
+            // AMX with the permission to use it (trait contract), which the
+            // kernel needs; the closure runs it on configured tiles.
+            unsafe {
+                pairs_on_tiles(groups, group_bytes, xs, out, |tiles, a, b, rows, out| {
+                    $pair_dot(tiles, a, b, rows, out)
+                })
+            }
+        }
+    };
+}
+
+pub(crate) use amx_pairs_of_rows;
+
 /// The packed Q4_0 / Q4_1 layout (see the module documentation) for
 /// activation rows split at `SHIFT` ([`WIDE`] or `BYTE`).
 pub(crate) struct Q4Format<const SHIFT: u32>;
@@ -430,28 +463,7 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
         vnni_packed
     );
 
-    const AMX: bool = true;
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pairs(
-        groups: &[u8],
-        group_bytes: usize,
-        xs: &[Q16Row<'_, SHIFT>],
-        out: &mut [[f32; GROUP_ROWS]],
-    ) -> bool {
-        use super::simd::amx::pairs_on_tiles;
-        use super::simd::amx_packed::q4::amx_pair_dot;
-        // SAFETY: the caller guarantees the AVX-512 level's features and
-        // AMX with the permission to use it (trait contract), which the
-        // kernel needs; the closure runs it on configured tiles.
-        unsafe {
-            pairs_on_tiles(groups, group_bytes, xs, out, |tiles, a, b, rows, out| {
-                amx_pair_dot(tiles, a, b, rows, out)
-            })
-        }
-    }
+    amx_pairs_of_rows!(Q16Row<'_, SHIFT>, super::simd::amx_packed::q4::amx_pair_dot);
 }
 
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows

@@ -37,7 +37,7 @@ use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx::{pairs_on_tiles, TileRows, Tiles};
+use super::simd::amx::{TileRows, Tiles};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_k, QuantType};
 
@@ -361,26 +361,7 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
         unsafe { B::vnni_pair(a, b, xs, out, reads) }
     }
 
-    const AMX: bool = true;
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pairs(
-        groups: &[u8],
-        group_bytes: usize,
-        xs: &[Q16Row<'_, SHIFT>],
-        out: &mut [[f32; GROUP_ROWS]],
-    ) -> bool {
-        // SAFETY: the caller guarantees the AVX-512 level's features and
-        // AMX with the permission to use it (trait contract); the closure
-        // runs `B::amx_pair` on configured tiles.
-        unsafe {
-            pairs_on_tiles(groups, group_bytes, xs, out, |tiles, a, b, rows, out| {
-                B::amx_pair(tiles, a, b, rows, out)
-            })
-        }
-    }
+    super::packed::amx_pairs_of_rows!(Q16Row<'_, SHIFT>, B::amx_pair);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`

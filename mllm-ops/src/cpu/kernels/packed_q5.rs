@@ -200,28 +200,7 @@ impl<const SHIFT: u32> PackedFormat for Q5Format<SHIFT> {
         vnni_packed_q5
     );
 
-    const AMX: bool = true;
-
-    /// # Safety
-    /// The trait method's: the CPU has the features it names.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pairs(
-        groups: &[u8],
-        group_bytes: usize,
-        xs: &[Q16Row<'_, SHIFT>],
-        out: &mut [[f32; GROUP_ROWS]],
-    ) -> bool {
-        use super::simd::amx::pairs_on_tiles;
-        use super::simd::amx_packed::q5::amx_pair_dot;
-        // SAFETY: the caller guarantees the AVX-512 level's features and
-        // AMX with the permission to use it (trait contract), which the
-        // kernel needs; the closure runs it on configured tiles.
-        unsafe {
-            pairs_on_tiles(groups, group_bytes, xs, out, |tiles, a, b, rows, out| {
-                amx_pair_dot(tiles, a, b, rows, out)
-            })
-        }
-    }
+    super::packed::amx_pairs_of_rows!(Q16Row<'_, SHIFT>, super::simd::amx_packed::q5::amx_pair_dot);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`

@@ -84,11 +84,17 @@ impl TileConfig {
     /// Four sums of 16 × 16 `i32` (registers 0-3) and two full operands
     /// of 16 rows × 64 bytes (4 and 5): the peak loop's registers.
     fn peak() -> TileConfig {
+        TileConfig::of(&[(64, TILE_ROWS); 6])
+    }
+
+    /// Palette 1 with tile register `r` of `shapes[r].1` rows of
+    /// `shapes[r].0` bytes, the others unused.
+    fn of(shapes: &[(usize, usize)]) -> TileConfig {
         let mut colsb = [0u16; 16];
         let mut rows = [0u8; 16];
-        for tile in 0..6 {
-            colsb[tile] = 64;
-            rows[tile] = TILE_ROWS as u8;
+        for (tile, &(bytes, height)) in shapes.iter().enumerate() {
+            colsb[tile] = bytes as u16;
+            rows[tile] = height as u8;
         }
         TileConfig {
             palette: 1,
@@ -183,19 +189,7 @@ const SHAPES: [(usize, usize); 8] = [
 impl TileConfig {
     /// The registers of [`SHAPES`].
     fn block_products() -> TileConfig {
-        let mut colsb = [0u16; 16];
-        let mut rows = [0u8; 16];
-        for (tile, (bytes, height)) in SHAPES.into_iter().enumerate() {
-            colsb[tile] = bytes as u16;
-            rows[tile] = height as u8;
-        }
-        TileConfig {
-            palette: 1,
-            start_row: 0,
-            reserved: [0; 14],
-            colsb,
-            rows,
-        }
+        TileConfig::of(&SHAPES)
     }
 }
 

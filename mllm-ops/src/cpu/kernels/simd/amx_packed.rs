@@ -8,6 +8,40 @@
 //! configured tiles: callers must only reach it after detecting the
 //! AVX-512 level's features and AMX (see `QuantKernel`).
 
+use std::arch::x86_64::*;
+
+use super::amx::{TileRows, Tiles, TILE_ROWS};
+use super::vnni_packed::pair_add_block;
+
+/// Sets sub-block `j`'s values in `tiles` from a group pair's values per
+/// chunk of the packed nibble layout (`[low, high]` for each of the four
+/// chunks, as `amx_packed_q4k::nibble_pair_values` gives them): the four
+/// chunks' low values are its first 16 columns, their high values the last.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn set_chunk_values(tiles: &mut Tiles, j: usize, chunks: [[__m512i; 2]; 4]) {
+    let [[l0, h0], [l1, h1], [l2, h2], [l3, h3]] = chunks;
+    tiles.set_values(j, [l0, l1, l2, l3, h0, h1, h2, h3]);
+}
+
+/// Adds activation block `i` to every row's outputs `acc` from the tiles'
+/// sums of sub-block `j`: the float step `pair_add_block` of the AVX-512
+/// kernels with the scales and offsets `scales` of the 16 weight rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn add_sums<const SHIFT: u32>(
+    acc: &mut [__m512; TILE_ROWS],
+    tiles: &Tiles,
+    rows: &TileRows<'_, SHIFT>,
+    (j, i): (usize, usize),
+    scales: (__m512, __m512),
+) {
+    for (t, acc) in acc.iter_mut().enumerate() {
+        let (hi, lo) = tiles.sums::<SHIFT>(j, t);
+        *acc = pair_add_block::<SHIFT>(*acc, scales, hi, lo, rows.block_scale(t, i));
+    }
+}
+
 /// Defines `amx_pair_dot::<SHIFT>`, the outputs of two consecutive packed
 /// groups `a` and `b` for the 16 activation rows of `rows` (`out[t]` for
 /// `a`, `out[16 + t]` for `b`), for a layout of `$block_bytes` per block
@@ -32,7 +66,8 @@ macro_rules! scaled_block_amx_pair_dot {
             rows: &TileRows<'_, SHIFT>,
             out: &mut [[f32; GROUP_ROWS]],
         ) {
-            use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block, store_pair};
+            use $crate::cpu::kernels::simd::amx_packed::{add_sums, set_chunk_values};
+            use $crate::cpu::kernels::simd::vnni_packed::{f16x16, store_pair};
             let nb = rows.blocks();
             let mut acc = [_mm512_setzero_ps(); TILE_ROWS];
             let blocks_a = a[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
@@ -40,20 +75,15 @@ macro_rules! scaled_block_amx_pair_dot {
             let spans = blocks_a.chunks(SPAN).zip(blocks_b.chunks(SPAN));
             for (span, (sa, sb)) in spans.enumerate() {
                 for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
-                    let [[l0, h0], [l1, h1], [l2, h2], [l3, h3]] =
-                        $pair_values(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..]);
-                    tiles.set_values(j, [l0, l1, l2, l3, h0, h1, h2, h3]);
+                    let values = $pair_values(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..]);
+                    set_chunk_values(tiles, j, values);
                 }
                 tiles.products(rows, span * SPAN, sa.len(), false);
                 for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
                     let i = span * SPAN + j;
                     let d = f16x16(&ka[..16], &kb[..16]);
                     let m = f16x16(&ka[16..32], &kb[16..32]);
-                    for (t, acc) in acc.iter_mut().enumerate() {
-                        let (hi, lo) = tiles.sums::<SHIFT>(j, t);
-                        let x = rows.block_scale(t, i);
-                        *acc = pair_add_block::<SHIFT>(*acc, (d, m), hi, lo, x);
-                    }
+                    add_sums(&mut acc, tiles, rows, (j, i), (d, m));
                 }
             }
             store_pair(&acc, out);
@@ -80,12 +110,11 @@ pub(crate) mod q5 {
 /// Q8_0 blocks: signed weights, whose chunks of the two groups, joined,
 /// are already the B operand's rows.
 pub(crate) mod q8 {
-    use std::arch::x86_64::*;
-
+    use super::*;
     use crate::cpu::kernels::packed::GROUP_ROWS;
     use crate::cpu::kernels::packed_q8::Q8_PACKED_BLOCK_BYTES;
     use crate::cpu::kernels::qact::{BYTE, NARROW};
-    use crate::cpu::kernels::simd::amx::{TileRows, Tiles, SPAN, TILE_ROWS};
+    use crate::cpu::kernels::simd::amx::SPAN;
     use crate::cpu::kernels::simd::avx2_i8::load32;
     use crate::cpu::kernels::simd::inline_array::from_fn;
     use crate::cpu::kernels::simd::vnni_packed::{f16x16, join, store_pair};

@@ -81,8 +81,8 @@ macro_rules! q4k_amx_pair_dot {
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             for j in 0..SUB_BLOCKS {
                 let at = BITS_AT + BLOCK_BITS * j;
-                let [[l0, h0], [l1, h1], [l2, h2], [l3, h3]] = $pair_values(&sa[at..], &sb[at..]);
-                tiles.set_values(j, [l0, l1, l2, l3, h0, h1, h2, h3]);
+                let values = $pair_values(&sa[at..], &sb[at..]);
+                $crate::cpu::kernels::simd::amx_packed::set_chunk_values(tiles, j, values);
             }
         }
 
@@ -100,7 +100,7 @@ macro_rules! q4k_amx_pair_dot {
             sb: &[u8],
         ) {
             use $crate::cpu::kernels::packed_q4k::{MINS_AT, SCALES_AT, SUB_BLOCKS};
-            use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
+            use $crate::cpu::kernels::simd::vnni_packed::f16x16;
             use $crate::cpu::kernels::simd::vnni_packed_q4k::u8x16;
             let d = f16x16(&sa[..16], &sb[..16]);
             let neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(
@@ -113,11 +113,7 @@ macro_rules! q4k_amx_pair_dot {
                 let sc = u8x16(&sa[sc_at..], &sb[sc_at..]);
                 let m = u8x16(&sa[m_at..], &sb[m_at..]);
                 let scales = (_mm512_mul_ps(d, sc), _mm512_mul_ps(neg_dmin, m));
-                for (t, acc) in acc.iter_mut().enumerate() {
-                    let (hi, lo) = tiles.sums::<SHIFT>(j, t);
-                    let x = rows.block_scale(t, i);
-                    *acc = pair_add_block::<SHIFT>(*acc, scales, hi, lo, x);
-                }
+                $crate::cpu::kernels::simd::amx_packed::add_sums(acc, tiles, rows, (j, i), scales);
             }
         }
     };
