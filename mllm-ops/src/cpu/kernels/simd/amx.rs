@@ -392,51 +392,43 @@ impl Drop for Tiles {
 }
 
 /// 16 activation rows that a tile product reads in place: rows of one
-/// buffer, each plane's rows the same number of bytes apart, and their
-/// block scales and sums the same number of blocks apart.
+/// length whose planes lie one stride apart, as rows of one buffer do.
 pub(crate) struct TileRows<'a, const SHIFT: u32> {
     first: Q16Row<'a, SHIFT>,
-    /// Bytes from one row's planes to the next row's.
+    /// Bytes from one row's planes to the next row's (as a two's
+    /// complement `usize`: rows in reverse order have a negative stride,
+    /// which the tile loads' 64-bit address arithmetic takes as it is).
     stride: usize,
-    /// Blocks from one row's scales and sums to the next row's.
-    scale_stride: usize,
+    /// Each row's block scales and sums, `first.d.len()` of each.
+    scales: [(&'a [f32], &'a [f32]); TILE_ROWS],
 }
 
 impl<'a, const SHIFT: u32> TileRows<'a, SHIFT> {
-    /// `xs` as tile rows, or `None` unless it holds exactly 16 rows of one
-    /// length whose high planes (and low ones, unless `SHIFT` is [`BYTE`],
-    /// whose products skip them) lie one stride apart, and whose scales
-    /// and sums lie another apart.
+    /// `xs` as tile rows, or `None` unless it holds exactly 16 rows with
+    /// one number of blocks whose high planes (and low ones, unless `SHIFT`
+    /// is [`BYTE`], whose products skip them) lie one stride apart.
     pub(crate) fn new(xs: &[Q16Row<'a, SHIFT>]) -> Option<TileRows<'a, SHIFT>> {
         let rows: &[Q16Row<'a, SHIFT>; TILE_ROWS] = xs.try_into().ok()?;
         let first = rows[0];
         let (values, blocks) = (first.hi.len(), first.d.len());
-        let address = |p: *const u8| p as usize;
-        let stride =
-            address(rows[1].hi.as_ptr().cast()).wrapping_sub(address(first.hi.as_ptr().cast()));
-        let scale_bytes =
-            address(rows[1].d.as_ptr().cast()).wrapping_sub(address(first.d.as_ptr().cast()));
-        let spaced = |p: *const u8, p0: *const u8, t: usize, bytes: usize| {
-            address(p) == address(p0).wrapping_add(t.wrapping_mul(bytes))
+        let address = |p: &[i8]| p.as_ptr() as usize;
+        let stride = address(rows[1].hi).wrapping_sub(address(first.hi));
+        let spaced = |p: &[i8], p0: &[i8], t: usize| {
+            address(p) == address(p0).wrapping_add(t.wrapping_mul(stride))
         };
         let evenly_spaced = rows.iter().enumerate().all(|(t, x)| {
-            let lo_spaced = SHIFT == BYTE
-                || (x.lo.len() == values
-                    && spaced(x.lo.as_ptr().cast(), first.lo.as_ptr().cast(), t, stride));
+            let lo_spaced = SHIFT == BYTE || (x.lo.len() == values && spaced(x.lo, first.lo, t));
             x.hi.len() == values
                 && x.d.len() == blocks
                 && x.s.len() == blocks
                 && values == blocks * BLOCK
-                && spaced(x.hi.as_ptr().cast(), first.hi.as_ptr().cast(), t, stride)
-                && spaced(x.d.as_ptr().cast(), first.d.as_ptr().cast(), t, scale_bytes)
-                && spaced(x.s.as_ptr().cast(), first.s.as_ptr().cast(), t, scale_bytes)
+                && spaced(x.hi, first.hi, t)
                 && lo_spaced
         });
-        let scale_stride = scale_bytes / size_of::<f32>();
-        (evenly_spaced && scale_bytes % size_of::<f32>() == 0).then_some(TileRows {
+        evenly_spaced.then(|| TileRows {
             first,
             stride,
-            scale_stride,
+            scales: std::array::from_fn(|t| (rows[t].d, rows[t].s)),
         })
     }
 
@@ -448,17 +440,11 @@ impl<'a, const SHIFT: u32> TileRows<'a, SHIFT> {
     /// Row `t`'s scale `d` and sum `s` of block `i`.
     #[inline(always)]
     pub(crate) fn block_scale(&self, t: usize, i: usize) -> (f32, f32) {
-        assert!(t < TILE_ROWS && i < self.blocks(), "block outside the rows");
-        let at = t * self.scale_stride + i;
-        // SAFETY: row `t`'s scales and sums start `t·scale_stride` values
-        // after the first row's and hold `blocks()` values each (both
-        // checked in `new`), and `i < blocks()`, checked above.
-        unsafe {
-            (
-                *self.first.d.as_ptr().add(at),
-                *self.first.s.as_ptr().add(at),
-            )
-        }
+        assert!(i < self.blocks(), "block outside the rows");
+        let (d, s) = self.scales[t];
+        // SAFETY: every row's scales and sums hold `blocks()` values
+        // (checked in `new`), and `i < blocks()`, checked above.
+        unsafe { (*d.get_unchecked(i), *s.get_unchecked(i)) }
     }
 }
 
