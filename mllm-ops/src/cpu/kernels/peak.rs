@@ -6,10 +6,11 @@
 //! f16/bf16 and f32 kernels run) and byte multiply-adds (unsigned × signed
 //! bytes summed into 32-bit lanes: `vpdpbusd` with AVX-512 VNNI, the
 //! `maddubs` + `madd` + `add` sequence with AVX2, full-size `tdpbssd` tile
-//! products at the AMX level; what the integer kernels run). Every run adds `1 × 1` per multiply-add into [`CHAINS`] independent
-//! accumulators (enough to hide the latency of two pipes), so the sum of
-//! all lanes equals the count of multiply-adds exactly, which the tests
-//! check at every level.
+//! products at the AMX level; what the integer kernels run). Every run adds
+//! `1 × 1` per multiply-add into [`CHAINS`] independent accumulators
+//! (enough to hide the latency of two pipes; four tiles of sums at the AMX
+//! level), so the sum of all lanes equals the count of multiply-adds
+//! exactly, which the tests check at every level.
 
 use super::qkernel::{QuantPath, SimdLevel};
 #[cfg(target_arch = "x86_64")]
@@ -40,7 +41,8 @@ pub enum PeakKind {
 }
 
 /// Runs `iters` (at most [`MAX_ITERS`]) rounds of [`CHAINS`] vector
-/// multiply-adds of `kind` at `level`, or `None` when this CPU lacks the
+/// multiply-adds of `kind` at `level` (of four tile products at the AMX
+/// level), or `None` when this CPU lacks the
 /// level (the byte kind at [`SimdLevel::Avx512`] needs AVX-512 VNNI; the
 /// f32 kind has no [`SimdLevel::AvxVnni`] or [`SimdLevel::Amx`] level,
 /// integer-only ones) or

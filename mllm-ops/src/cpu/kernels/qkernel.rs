@@ -62,9 +62,10 @@ pub enum SimdLevel {
     /// AVX-512 VNNI (x86-64).
     Avx512,
     /// [`SimdLevel::Avx512`] with AMX tiles (8-bit products), which this
-    /// process may use: the packed K-quant kernels multiply 16 activation
-    /// rows at a time on tiles, with the same results; every other kernel
-    /// is AVX-512's. Integer paths only (x86-64, Linux).
+    /// process may use: the packed Q4_0/Q4_1, Q5_0/Q5_1, Q8_0, Q4_K and
+    /// Q5_K kernels multiply 16 activation rows at a time on tiles, with
+    /// the same results; every other kernel is AVX-512's. Integer paths
+    /// only (x86-64, Linux).
     Amx,
     /// NEON (aarch64); [`QuantPath::Int8Activations`] also uses the
     /// dot-product extension (`sdot`) where the CPU has it.

@@ -316,40 +316,29 @@ impl Tiles {
             unsafe {
                 let b = values.add(j).cast::<u8>();
                 let (c_hi, c_lo) = (c_hi.add(j), c_lo.add(j));
-                match (SHIFT == BYTE, j % 2 == 0, signed) {
-                    (true, true, false) => {
-                        tile_product!("tdpbsud", "0", "2", "4", hi, stride, b, c_hi)
-                    }
-                    (true, false, false) => {
-                        tile_product!("tdpbsud", "1", "3", "5", hi, stride, b, c_hi)
-                    }
-                    (true, true, true) => {
-                        tile_product!("tdpbssd", "0", "2", "4", hi, stride, b, c_hi)
-                    }
-                    (true, false, true) => {
-                        tile_product!("tdpbssd", "1", "3", "5", hi, stride, b, c_hi)
-                    }
-                    (false, even, signed) => {
-                        let lo = rows.first.lo[at..at + BLOCK].as_ptr();
-                        match (even, signed) {
-                            (true, false) => {
-                                tile_product!("tdpbsud", "0", "2", "4", hi, stride, b, c_hi);
-                                tile_product!("tdpbsud", "1", "3", "4", lo, stride, b, c_lo);
-                            }
-                            (false, false) => {
-                                tile_product!("tdpbsud", "6", "2", "5", hi, stride, b, c_hi);
-                                tile_product!("tdpbsud", "7", "3", "5", lo, stride, b, c_lo);
-                            }
-                            (true, true) => {
-                                tile_product!("tdpbssd", "0", "2", "4", hi, stride, b, c_hi);
-                                tile_product!("tdpbssd", "1", "3", "4", lo, stride, b, c_lo);
-                            }
-                            (false, true) => {
-                                tile_product!("tdpbssd", "6", "2", "5", hi, stride, b, c_hi);
-                                tile_product!("tdpbssd", "7", "3", "5", lo, stride, b, c_lo);
+                // Even and odd sub-blocks use different registers.
+                macro_rules! planes {
+                    ($op:literal) => {
+                        match (SHIFT == BYTE, j % 2 == 0) {
+                            (true, true) => tile_product!($op, "0", "2", "4", hi, stride, b, c_hi),
+                            (true, false) => tile_product!($op, "1", "3", "5", hi, stride, b, c_hi),
+                            (false, even) => {
+                                let lo = rows.first.lo[at..at + BLOCK].as_ptr();
+                                if even {
+                                    tile_product!($op, "0", "2", "4", hi, stride, b, c_hi);
+                                    tile_product!($op, "1", "3", "4", lo, stride, b, c_lo);
+                                } else {
+                                    tile_product!($op, "6", "2", "5", hi, stride, b, c_hi);
+                                    tile_product!($op, "7", "3", "5", lo, stride, b, c_lo);
+                                }
                             }
                         }
-                    }
+                    };
+                }
+                if signed {
+                    planes!("tdpbssd")
+                } else {
+                    planes!("tdpbsud")
                 }
             }
         }

@@ -1,8 +1,11 @@
-//! AMX products of two packed Q4 or Q5 row groups (see `packed` and
-//! `packed_q5`) with 16 activation rows: the steps of `vnni_packed`'s
-//! `scaled_block_pair_tile`, with the blocks' sums from tile products
-//! (`amx`), eight blocks at a time. The same integers and float steps in
-//! the same order, so the results equal the AVX-512 kernels' bit for bit.
+//! AMX products of two packed Q4, Q5 or Q8_0 row groups (see `packed`,
+//! `packed_q5` and `packed_q8`) with 16 activation rows: the steps of
+//! `vnni_packed`'s `scaled_block_pair_tile` and of `vnni_packed_q8`'s
+//! `pair_tile`, with the blocks' sums from tile products (`amx`), eight
+//! blocks at a time, and the pieces the K-quant kernels
+//! (`amx_packed_q4k`) share with them. The same integers and float steps
+//! in the same order, so the results equal the AVX-512 kernels' bit for
+//! bit.
 //!
 //! Every function here is a safe `#[target_feature]` function that takes
 //! configured tiles: callers must only reach it after detecting the
@@ -11,11 +14,28 @@
 use std::arch::x86_64::*;
 
 use super::amx::{TileRows, Tiles, TILE_ROWS};
-use super::vnni_packed::pair_add_block;
+use super::avx2_i8::load32;
+use super::vnni_packed::{join, pair_add_block};
+
+/// The values of two groups' packed Q4 blocks or Q4_K sub-blocks (`a`'s in the low halves,
+/// `b`'s in the high ones) per chunk of the packed nibble layout: the low
+/// nibbles, then the high ones.
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+#[inline]
+pub(crate) fn nibble_pair_values(a: &[u8], b: &[u8]) -> [[__m512i; 2]; 4] {
+    let low4 = _mm512_set1_epi8(0x0F);
+    std::array::from_fn(|c| {
+        let v = join(load32(&a[32 * c..]), load32(&b[32 * c..]));
+        [
+            _mm512_and_si512(v, low4),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4),
+        ]
+    })
+}
 
 /// Sets sub-block `j`'s values in `tiles` from a group pair's values per
 /// chunk of the packed nibble layout (`[low, high]` for each of the four
-/// chunks, as `amx_packed_q4k::nibble_pair_values` gives them): the four
+/// chunks, as [`nibble_pair_values`] gives them): the four
 /// chunks' low values are its first 16 columns, their high values the last.
 #[target_feature(enable = "avx512f")]
 #[inline]
@@ -47,7 +67,7 @@ pub(crate) fn add_sums<const SHIFT: u32>(
 /// `a`, `out[16 + t]` for `b`), for a layout of `$block_bytes` per block
 /// that starts with the eight rows' f16 scales and offsets, whose bits
 /// two groups give as values through `$pair_values` (as
-/// `amx_packed_q4k::nibble_pair_values`).
+/// [`nibble_pair_values`]).
 macro_rules! scaled_block_amx_pair_dot {
     ($block_bytes:expr, $pair_values:path) => {
         use std::arch::x86_64::*;
@@ -95,7 +115,7 @@ macro_rules! scaled_block_amx_pair_dot {
 pub(crate) mod q4 {
     scaled_block_amx_pair_dot!(
         crate::cpu::kernels::packed::PACKED_BLOCK_BYTES,
-        crate::cpu::kernels::simd::amx_packed_q4k::nibble_pair_values
+        crate::cpu::kernels::simd::amx_packed::nibble_pair_values
     );
 }
 

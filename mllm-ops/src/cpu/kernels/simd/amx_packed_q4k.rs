@@ -9,32 +9,11 @@
 //! configured tiles: callers must only reach it after detecting the
 //! AVX-512 level's features and AMX (see `QuantKernel`).
 
-use std::arch::x86_64::*;
-
-use super::avx2_i8::load32;
-use super::vnni_packed::join;
-
-/// The values of two groups' Q4_K sub-blocks (`a`'s in the low halves,
-/// `b`'s in the high ones) per chunk of the packed nibble layout: the low
-/// nibbles, then the high ones.
-#[target_feature(enable = "avx2,avx512f,avx512bw")]
-#[inline]
-pub(crate) fn nibble_pair_values(a: &[u8], b: &[u8]) -> [[__m512i; 2]; 4] {
-    let low4 = _mm512_set1_epi8(0x0F);
-    std::array::from_fn(|c| {
-        let v = join(load32(&a[32 * c..]), load32(&b[32 * c..]));
-        [
-            _mm512_and_si512(v, low4),
-            _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4),
-        ]
-    })
-}
-
 /// Defines `amx_pair_dot::<SHIFT>`, the outputs of two consecutive packed
 /// groups `a` and `b` for the 16 activation rows of `rows` (`out[t]` for
 /// `a`, `out[16 + t]` for `b`), for a layout with packed Q4_K's header
 /// whose sub-block bits `$bits` two groups give as values through
-/// `$pair_values` (as [`nibble_pair_values`]).
+/// `$pair_values` (as `amx_packed::nibble_pair_values`).
 macro_rules! q4k_amx_pair_dot {
     ($bits:ty, $pair_values:path) => {
         use std::arch::x86_64::*;
@@ -123,7 +102,7 @@ macro_rules! q4k_amx_pair_dot {
 pub(crate) mod q4k {
     q4k_amx_pair_dot!(
         crate::cpu::kernels::packed_q4k::Nibbles,
-        crate::cpu::kernels::simd::amx_packed_q4k::nibble_pair_values
+        crate::cpu::kernels::simd::amx_packed::nibble_pair_values
     );
 }
 
