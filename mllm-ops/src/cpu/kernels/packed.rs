@@ -772,10 +772,8 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |row| {
-            let xs: Vec<Q16Row<'_, SHIFT>> =
-                (0..xb.len() / in_f).map(|t| row.sub_row(t, in_f)).collect();
-            packed_group_outputs::<F>(k, &groups, in_f, &xs, split, yt);
+        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |xs| {
+            packed_group_outputs::<F>(k, &groups, in_f, xs, split, yt);
         });
     });
 }
@@ -831,37 +829,43 @@ fn row_tasks<'p>(split: &Split<'p>, rows: usize, in_f: usize) -> Option<(&'p Thr
 }
 
 /// Quantizes the rows of `x` (each `in_f` long) to 16 bits with the plane
-/// split `SHIFT` into the buffers of `scratch`, split over the pool by
-/// rows when the call is parallel and has many values, calls `use_rows`
-/// with them and puts the buffers back.
+/// split `SHIFT` into the buffers of `scratch` (rows one
+/// `qact::row_stride` apart), split over the pool by rows when the call
+/// is parallel and has many values, calls `use_rows` with them and puts
+/// the buffers back.
 pub(crate) fn quantize_rows<const SHIFT: u32>(
     k: QuantKernel,
     x: &[f32],
     in_f: usize,
     split: &Split<'_>,
     scratch: &ActivationScratch,
-    use_rows: impl FnOnce(Q16Row<'_, SHIFT>),
+    use_rows: impl FnOnce(&[Q16Row<'_, SHIFT>]),
 ) {
-    let mut act = Q16Act::in_buffers(x.len(), scratch.take());
+    let rows = x.len() / in_f;
+    let mut act = Q16Act::rows_in_buffers(rows, in_f, scratch.take());
+    let (stride, nb) = (act.stride(), in_f / BLOCK);
     let (hi, lo, d, s) = act.parts_mut();
-    match row_tasks(split, x.len() / in_f, in_f) {
-        None => k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s),
+    let quantize = |hi: &mut [i8], lo: &mut [i8], d: &mut [f32], s: &mut [f32], x: &[f32]| {
+        let planes = hi.chunks_mut(stride).zip(lo.chunks_mut(stride));
+        let scales = d.chunks_mut(nb).zip(s.chunks_mut(nb));
+        for (((hi, lo), (d, s)), x) in planes.zip(scales).zip(x.chunks(in_f)) {
+            k.quantize_act16_into::<SHIFT>(x, &mut hi[..in_f], &mut lo[..in_f], d, s);
+        }
+    };
+    match row_tasks(split, rows, in_f) {
+        None => quantize(hi, lo, d, s, x),
         Some((pool, per_task)) => {
-            let (vals, blocks) = (per_task * in_f, per_task * (in_f / BLOCK));
+            let (bytes, blocks) = (per_task * stride, per_task * nb);
             let parts = hi
-                .par_chunks_mut(vals)
-                .zip(lo.par_chunks_mut(vals))
+                .par_chunks_mut(bytes)
+                .zip(lo.par_chunks_mut(bytes))
                 .zip(d.par_chunks_mut(blocks))
                 .zip(s.par_chunks_mut(blocks))
-                .zip(x.par_chunks(vals));
-            pool.install(|| {
-                parts.for_each(|((((hi, lo), d), s), x)| {
-                    k.quantize_act16_into::<SHIFT>(x, hi, lo, d, s)
-                })
-            });
+                .zip(x.par_chunks(per_task * in_f));
+            pool.install(|| parts.for_each(|((((hi, lo), d), s), x)| quantize(hi, lo, d, s, x)));
         }
     }
-    use_rows(act.row());
+    use_rows(&act.rows());
     scratch.put(act.into_buffers());
 }
 
@@ -1142,6 +1146,36 @@ pub(crate) mod tests {
     use crate::cpu::kernels::test_util::{
         assert_within, bits, linear_reference, pool1, pool2, Rng,
     };
+
+    /// `quantize_rows` gives every row the planes, scales and sums of the
+    /// row quantized alone, one `qact::row_stride` after the other, on one
+    /// thread and split over two.
+    #[test]
+    fn quantize_rows_gives_each_row_as_alone() {
+        let mut rng = Rng::new(41);
+        let k = kernel_or_skip(QuantPath::Int8Packed, SimdLevel::Scalar).unwrap();
+        let scratch = ActivationScratch::default();
+        for (rows, in_f) in [(20, 2048), (3, 576), (40, 1536)] {
+            let x = rng.vec(rows * in_f, 2.0);
+            for pool in [pool1(), pool2()] {
+                let split = Split::new(&pool, usize::MAX);
+                let mut seen = 0;
+                quantize_rows::<WIDE>(k, &x, in_f, &split, &scratch, |xs| {
+                    seen = xs.len();
+                    let stride = crate::cpu::kernels::qact::row_stride(in_f);
+                    for (t, got) in xs.iter().enumerate() {
+                        let alone = Q16Act::<WIDE>::quantize(&x[t * in_f..][..in_f]);
+                        let want = alone.row();
+                        assert_eq!((got.hi, got.lo), (want.hi, want.lo), "row {t} of {rows}");
+                        assert_eq!((bits(got.d), bits(got.s)), (bits(want.d), bits(want.s)));
+                        let from_first = got.hi.as_ptr() as usize - xs[0].hi.as_ptr() as usize;
+                        assert_eq!(from_first, t * stride);
+                    }
+                });
+                assert_eq!(seen, rows);
+            }
+        }
+    }
 
     /// Checks the row ranges a packer reported through its progress
     /// callback for a matrix of `rows` rows of `row_bytes` source bytes:

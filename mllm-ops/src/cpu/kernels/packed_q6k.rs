@@ -218,17 +218,19 @@ fn half_offsets_into<const SHIFT: u32>(hi: &[i8], lo: &[i8], out: &mut [i32]) {
     }
 }
 
-/// [`half_offsets_into`] of every row of `x` (`in_f` values each), in the
-/// pool when the call is parallel.
+/// [`half_offsets_into`] of every row of `xs` (`in_f` values each), row
+/// after row, in the pool when the call is parallel.
 fn half_offsets<const SHIFT: u32>(
-    x: Q16Row<'_, SHIFT>,
+    xs: &[Q16Row<'_, SHIFT>],
     in_f: usize,
     split: &Split<'_>,
 ) -> Vec<i32> {
-    let mut offsets = vec![0; x.hi.len() / 16];
-    fill_by_rows(split, in_f, in_f / 16, &mut offsets, |first, out| {
-        let (hi, lo) = (&x.hi[16 * first..], &x.lo[16 * first..]);
-        half_offsets_into::<SHIFT>(hi, lo, out)
+    let per_row = in_f / 16;
+    let mut offsets = vec![0; xs.len() * per_row];
+    fill_by_rows(split, in_f, per_row, &mut offsets, |first, out| {
+        for (x, out) in xs[first / per_row..].iter().zip(out.chunks_mut(per_row)) {
+            half_offsets_into::<SHIFT>(x.hi, x.lo, out)
+        }
     });
     offsets
 }
@@ -328,13 +330,12 @@ fn q6k_linear<const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |row| {
-            let offsets = half_offsets(row, in_f, split);
-            let xs: Vec<Q6KInput<'_, SHIFT>> = (0..xb.len() / in_f)
-                .map(|t| Q6KInput {
-                    x: row.sub_row(t, in_f),
-                    half_offsets: &offsets[t * in_f / 16..(t + 1) * in_f / 16],
-                })
+        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |rows| {
+            let offsets = half_offsets(rows, in_f, split);
+            let xs: Vec<Q6KInput<'_, SHIFT>> = rows
+                .iter()
+                .zip(offsets.chunks_exact(in_f / 16))
+                .map(|(&x, half_offsets)| Q6KInput { x, half_offsets })
                 .collect();
             packed_group_outputs::<Q6KFormat<SHIFT>>(k, &groups, in_f, &xs, split, yt);
         });

@@ -159,10 +159,10 @@ struct Q8Extras {
 }
 
 impl Q8Extras {
-    /// The extras of `k`'s level for the rows of `act` (`in_f` values each).
+    /// The extras of `k`'s level for the rows `xs` (`in_f` values each).
     fn for_kernel<const SHIFT: u32>(
         k: QuantKernel,
-        act: &Q16Row<'_, SHIFT>,
+        xs: &[Q16Row<'_, SHIFT>],
         in_f: usize,
         split: &Split<'_>,
     ) -> Self {
@@ -170,20 +170,23 @@ impl Q8Extras {
             hi_offsets: Vec::new(),
             values: Vec::new(),
         };
-        let len = act.hi.len();
+        let len = xs.len() * in_f;
         match k.level() {
             SimdLevel::Amx | SimdLevel::Avx512 | SimdLevel::AvxVnni => {
                 extras.hi_offsets = vec![0; len / BLOCK];
-                let offsets = &mut extras.hi_offsets;
-                fill_by_rows(split, in_f, in_f / BLOCK, offsets, |first, out| {
-                    block_offsets_into(&act.hi[first * BLOCK..][..out.len() * BLOCK], out)
+                let (offsets, per_row) = (&mut extras.hi_offsets, in_f / BLOCK);
+                fill_by_rows(split, in_f, per_row, offsets, |first, out| {
+                    for (x, out) in xs[first / per_row..].iter().zip(out.chunks_mut(per_row)) {
+                        block_offsets_into(x.hi, out)
+                    }
                 });
             }
             SimdLevel::Avx2 => {
                 extras.values = vec![0; len];
                 fill_by_rows(split, in_f, in_f, &mut extras.values, |first, out| {
-                    let (hi, lo) = (&act.hi[first..], &act.lo[first..]);
-                    values16_into::<SHIFT>(hi, lo, out)
+                    for (x, out) in xs[first / in_f..].iter().zip(out.chunks_mut(in_f)) {
+                        values16_into::<SHIFT>(x.hi, x.lo, out)
+                    }
                 });
             }
             SimdLevel::Scalar | SimdLevel::Neon => {}
@@ -348,10 +351,12 @@ fn split_q8_linear<const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |row| {
-            let extras = Q8Extras::for_kernel(k, &row, in_f, split);
-            let xs: Vec<Q8Input<'_, SHIFT>> = (0..xb.len() / in_f)
-                .map(|t| extras.input(row.sub_row(t, in_f), t, in_f))
+        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |rows| {
+            let extras = Q8Extras::for_kernel(k, rows, in_f, split);
+            let xs: Vec<Q8Input<'_, SHIFT>> = rows
+                .iter()
+                .enumerate()
+                .map(|(t, &x)| extras.input(x, t, in_f))
                 .collect();
             packed_group_outputs::<Q8Format<SHIFT>>(k, &groups, in_f, &xs, split, yt);
         });
