@@ -869,24 +869,29 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
     scratch.put(act.into_buffers());
 }
 
-/// Fills `out`, `per_row` items for each activation row of `in_f` values,
-/// by `fill(first, part)`, where `first` is the index of `part`'s first
-/// item: split by rows over the pool as [`quantize_rows`] is.
-pub(crate) fn fill_by_rows<T: Send>(
+/// Fills `out`, `per_row` items for each of the activation `rows` (of
+/// `in_f` values each), by `fill(row, its items)`: split by rows over the
+/// pool as [`quantize_rows`] is.
+pub(crate) fn fill_by_rows<R: Sync, T: Send>(
     split: &Split<'_>,
     in_f: usize,
+    rows: &[R],
     per_row: usize,
     out: &mut [T],
-    fill: impl Fn(usize, &mut [T]) + Sync,
+    fill: impl Fn(&R, &mut [T]) + Sync,
 ) {
-    let Some((pool, per_task)) = row_tasks(split, out.len() / per_row.max(1), in_f) else {
-        return fill(0, out);
+    let fill_rows = |rows: &[R], out: &mut [T]| {
+        for (row, items) in rows.iter().zip(out.chunks_mut(per_row)) {
+            fill(row, items)
+        }
     };
-    let items = per_task * per_row;
+    let Some((pool, per_task)) = row_tasks(split, rows.len(), in_f) else {
+        return fill_rows(rows, out);
+    };
     pool.install(|| {
-        out.par_chunks_mut(items)
-            .enumerate()
-            .for_each(|(i, part)| fill(i * items, part))
+        out.par_chunks_mut(per_task * per_row)
+            .zip(rows.par_chunks(per_task))
+            .for_each(|(out, rows)| fill_rows(rows, out))
     });
 }
 

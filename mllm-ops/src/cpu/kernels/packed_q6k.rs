@@ -227,10 +227,8 @@ fn half_offsets<const SHIFT: u32>(
 ) -> Vec<i32> {
     let per_row = in_f / 16;
     let mut offsets = vec![0; xs.len() * per_row];
-    fill_by_rows(split, in_f, per_row, &mut offsets, |first, out| {
-        for (x, out) in xs[first / per_row..].iter().zip(out.chunks_mut(per_row)) {
-            half_offsets_into::<SHIFT>(x.hi, x.lo, out)
-        }
+    fill_by_rows(split, in_f, xs, per_row, &mut offsets, |x, out| {
+        half_offsets_into::<SHIFT>(x.hi, x.lo, out)
     });
     offsets
 }

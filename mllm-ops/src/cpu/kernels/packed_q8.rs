@@ -174,19 +174,15 @@ impl Q8Extras {
         match k.level() {
             SimdLevel::Amx | SimdLevel::Avx512 | SimdLevel::AvxVnni => {
                 extras.hi_offsets = vec![0; len / BLOCK];
-                let (offsets, per_row) = (&mut extras.hi_offsets, in_f / BLOCK);
-                fill_by_rows(split, in_f, per_row, offsets, |first, out| {
-                    for (x, out) in xs[first / per_row..].iter().zip(out.chunks_mut(per_row)) {
-                        block_offsets_into(x.hi, out)
-                    }
+                let offsets = &mut extras.hi_offsets;
+                fill_by_rows(split, in_f, xs, in_f / BLOCK, offsets, |x, out| {
+                    block_offsets_into(x.hi, out)
                 });
             }
             SimdLevel::Avx2 => {
                 extras.values = vec![0; len];
-                fill_by_rows(split, in_f, in_f, &mut extras.values, |first, out| {
-                    for (x, out) in xs[first / in_f..].iter().zip(out.chunks_mut(in_f)) {
-                        values16_into::<SHIFT>(x.hi, x.lo, out)
-                    }
+                fill_by_rows(split, in_f, xs, in_f, &mut extras.values, |x, out| {
+                    values16_into::<SHIFT>(x.hi, x.lo, out)
                 });
             }
             SimdLevel::Scalar | SimdLevel::Neon => {}

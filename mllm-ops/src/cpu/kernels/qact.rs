@@ -2,9 +2,9 @@
 //! block of 32 (like ggml's Q8_1, with an f32 scale), and the scalar integer
 //! dot products of Q8_0, Q4_0 and Q4_1 weight rows with them.
 
-use super::CACHE_LINE as LINE;
 use std::sync::Mutex;
 
+use super::CACHE_LINE as LINE;
 use crate::quant::{q4_0, q4_1, q8_0, QuantType};
 
 /// Values per activation block (the block length of the weight formats).
@@ -180,11 +180,11 @@ pub(crate) const BYTE: u32 = 0;
 /// Both planes live in one buffer, the low one [`LO_PLANE_SKEW`] bytes
 /// after the end of the high one (see there).
 pub(crate) struct Q16Act<const SHIFT: u32 = NARROW> {
-    /// The high plane (`len` bytes), [`LO_PLANE_SKEW`] bytes of gap, the
-    /// low plane (`len` bytes).
+    /// The high plane (`rows · stride` bytes), [`LO_PLANE_SKEW`] bytes of
+    /// gap, the low plane (as long as the high one).
     planes: Vec<i8>,
-    /// Bytes per plane: `rows` rows, `stride` bytes apart.
-    len: usize,
+    /// Rows.
+    rows: usize,
     /// Values per row.
     width: usize,
     /// Bytes from one row's values to the next row's in each plane.
@@ -308,14 +308,14 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
     /// multiple of 32), one [`row_stride`] apart when there are several.
     pub(crate) fn rows_in_buffers(rows: usize, width: usize, mut buffers: Q16Buffers) -> Self {
         let stride = if rows > 1 { row_stride(width) } else { width };
-        let (len, blocks) = (rows * stride, rows * width / BLOCK);
-        at_least(&mut buffers.planes, 2 * len + LO_PLANE_SKEW);
+        let blocks = rows * width / BLOCK;
+        at_least(&mut buffers.planes, 2 * rows * stride + LO_PLANE_SKEW);
         at_least(&mut buffers.d, blocks);
         at_least(&mut buffers.s, blocks);
         let Q16Buffers { planes, d, s } = buffers;
         Q16Act {
             planes,
-            len,
+            rows,
             width,
             stride,
             d,
@@ -332,8 +332,7 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
     /// The parts (`hi`, `lo`, `d`, `s`), to be filled by a SIMD quantizer.
     #[allow(clippy::type_complexity)]
     pub(crate) fn parts_mut(&mut self) -> (&mut [i8], &mut [i8], &mut [f32], &mut [f32]) {
-        let len = self.len;
-        let nb = len / self.stride * self.width / BLOCK;
+        let (len, nb) = (self.plane_len(), self.rows * self.width / BLOCK);
         let (hi, rest) = self.planes.split_at_mut(len);
         let lo = &mut rest[LO_PLANE_SKEW..LO_PLANE_SKEW + len];
         (hi, lo, &mut self.d[..nb], &mut self.s[..nb])
@@ -354,25 +353,29 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
         self.stride
     }
 
+    /// Bytes of each plane.
+    fn plane_len(&self) -> usize {
+        self.rows * self.stride
+    }
+
     /// The quantized row (of a single-row activation).
     pub(crate) fn row(&self) -> Q16Row<'_, SHIFT> {
-        debug_assert_eq!(self.len, self.width, "one row");
+        debug_assert_eq!(self.rows, 1, "one row");
         self.row_at(0)
     }
 
     /// The quantized rows.
     pub(crate) fn rows(&self) -> Vec<Q16Row<'_, SHIFT>> {
-        (0..self.len / self.stride)
-            .map(|r| self.row_at(r))
-            .collect()
+        (0..self.rows).map(|r| self.row_at(r)).collect()
     }
 
     /// Row `r`.
     fn row_at(&self, r: usize) -> Q16Row<'_, SHIFT> {
         let (at, nb) = (r * self.stride, self.width / BLOCK);
+        let lo_at = self.plane_len() + LO_PLANE_SKEW + at;
         Q16Row {
             hi: &self.planes[at..][..self.width],
-            lo: &self.planes[self.len + LO_PLANE_SKEW + at..][..self.width],
+            lo: &self.planes[lo_at..][..self.width],
             d: &self.d[r * nb..][..nb],
             s: &self.s[r * nb..][..nb],
         }
