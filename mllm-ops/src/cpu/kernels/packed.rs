@@ -21,7 +21,7 @@ use mllm_core::{DType, Error, Result};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
-use super::qact::{ActivationScratch, Q16Act, Q16Row, BLOCK, BYTE, WIDE};
+use super::qact::{ActivationScratch, BlockScales, Q16Act, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use super::qmatmul::{add_bias_rows, QuantMatrix, Split};
 use super::weight_memory::{WeightArena, WeightMemory};
@@ -190,6 +190,10 @@ pub(crate) trait PackedFormat {
     /// the columns once per block for each row, so a wider tile spreads
     /// the weights' loads and a call's fixed costs over more rows.
     const PAIR_TILE_TOKENS: usize = TILE_TOKENS;
+    /// Values per scale of the activation rows the format takes (see
+    /// `qact::quantize_q16_into`): a block of 32, or a K-quant's
+    /// super-block.
+    const PER_SCALE: usize = BLOCK;
     /// Blocks of 32 values in `x`.
     fn blocks(x: &Self::Input<'_>) -> usize;
     /// The eight outputs of one group for each of one to
@@ -304,13 +308,27 @@ pub(crate) trait PackedFormat {
     );
     /// Whether the format has [`PackedFormat::amx_pairs`], the tile
     /// product of the AMX level: then that level takes its activation rows
-    /// 16 at a time.
+    /// [`PackedFormat::amx_rows`] at a time.
     const AMX: bool = false;
-    /// [`PackedFormat::vnni_pair`] of 16 activation rows on AMX tiles
-    /// (`simd::amx`), with the same results, for each pair of consecutive
-    /// groups in `groups` (an even number of groups of `group_bytes` each:
-    /// `out[g·16 + t]` for group `g`); `false` (and nothing written) where
-    /// the format has none or `xs` is not 16 rows that a tile reads in
+    /// Activation rows per call of [`PackedFormat::amx_pairs`] for rows of
+    /// `cols` values: one tile of 16.
+    #[cfg(target_arch = "x86_64")]
+    fn amx_rows(_cols: usize) -> usize {
+        super::simd::amx::TILE_ROWS
+    }
+    /// Bytes of weights per call of [`PackedFormat::amx_pairs`] for rows
+    /// of `cols` values: [`SPAN_WEIGHT_BYTES`], a span whose weights stay
+    /// in cache while each tile of rows goes over it.
+    #[cfg(target_arch = "x86_64")]
+    fn amx_span_bytes(_cols: usize) -> usize {
+        SPAN_WEIGHT_BYTES
+    }
+    /// [`PackedFormat::vnni_pair`] of the activation rows `xs` (as many as
+    /// [`PackedFormat::amx_rows`] says) on AMX tiles (`simd::amx`), with
+    /// the same results, for each pair of consecutive groups in `groups`
+    /// (an even number of groups of `group_bytes` each: `out[g·n + t]` for
+    /// group `g` and row `t` of `n`); `false` (and nothing written) where
+    /// the format has none or the rows are not ones that tiles read in
     /// place (`simd::amx::TileRows`).
     ///
     /// # Safety
@@ -772,7 +790,7 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |xs| {
+        quantize_rows::<SHIFT>(k, (xb, in_f, F::PER_SCALE), split, scratch, |xs| {
             packed_group_outputs::<F>(k, &groups, in_f, xs, split, yt);
         });
     });
@@ -829,14 +847,14 @@ fn row_tasks<'p>(split: &Split<'p>, rows: usize, in_f: usize) -> Option<(&'p Thr
 }
 
 /// Quantizes the rows of `x` (each `in_f` long) to 16 bits with the plane
-/// split `SHIFT` into the buffers of `scratch` (rows one
+/// split `SHIFT`, one scale per `per_scale` values (see
+/// `qact::quantize_q16_into`), into the buffers of `scratch` (rows one
 /// `qact::row_stride` apart), split over the pool by rows when the call
 /// is parallel and has many values, calls `use_rows` with them and puts
 /// the buffers back.
 pub(crate) fn quantize_rows<const SHIFT: u32>(
     k: QuantKernel,
-    x: &[f32],
-    in_f: usize,
+    (x, in_f, per_scale): (&[f32], usize, usize),
     split: &Split<'_>,
     scratch: &ActivationScratch,
     use_rows: impl FnOnce(&[Q16Row<'_, SHIFT>]),
@@ -844,25 +862,42 @@ pub(crate) fn quantize_rows<const SHIFT: u32>(
     let rows = x.len() / in_f;
     let mut act = Q16Act::rows_in_buffers(rows, in_f, scratch.take());
     let (stride, nb) = (act.stride(), in_f / BLOCK);
-    let (hi, lo, d, s) = act.parts_mut();
-    let quantize = |hi: &mut [i8], lo: &mut [i8], d: &mut [f32], s: &mut [f32], x: &[f32]| {
+    let (hi, lo, scales) = act.parts_mut();
+    let quantize = |hi: &mut [i8], lo: &mut [i8], scales: BlockScales<'_>, x: &[f32]| {
         let planes = hi.chunks_mut(stride).zip(lo.chunks_mut(stride));
-        let scales = d.chunks_mut(nb).zip(s.chunks_mut(nb));
-        for (((hi, lo), (d, s)), x) in planes.zip(scales).zip(x.chunks(in_f)) {
-            k.quantize_act16_into::<SHIFT>(x, &mut hi[..in_f], &mut lo[..in_f], d, s);
+        let per_row = scales
+            .d
+            .chunks_mut(nb)
+            .zip(scales.s.chunks_mut(nb))
+            .zip(scales.sums.chunks_mut(nb));
+        for (((hi, lo), ((d, s), sums)), x) in planes.zip(per_row).zip(x.chunks(in_f)) {
+            let row_scales = BlockScales { d, s, sums };
+            k.quantize_act16_into::<SHIFT>(
+                x,
+                &mut hi[..in_f],
+                &mut lo[..in_f],
+                row_scales,
+                per_scale,
+            );
         }
     };
     match row_tasks(split, rows, in_f) {
-        None => quantize(hi, lo, d, s, x),
+        None => quantize(hi, lo, scales, x),
         Some((pool, per_task)) => {
             let (bytes, blocks) = (per_task * stride, per_task * nb);
+            let BlockScales { d, s, sums } = scales;
             let parts = hi
                 .par_chunks_mut(bytes)
                 .zip(lo.par_chunks_mut(bytes))
                 .zip(d.par_chunks_mut(blocks))
                 .zip(s.par_chunks_mut(blocks))
+                .zip(sums.par_chunks_mut(blocks))
                 .zip(x.par_chunks(per_task * in_f));
-            pool.install(|| parts.for_each(|((((hi, lo), d), s), x)| quantize(hi, lo, d, s, x)));
+            pool.install(|| {
+                parts.for_each(|(((((hi, lo), d), s), sums), x)| {
+                    quantize(hi, lo, BlockScales { d, s, sums }, x)
+                })
+            });
         }
     }
     use_rows(&act.rows());
@@ -920,33 +955,34 @@ pub(crate) fn group_outputs<'g, A: Sync>(
     dst: &mut [f32],
     dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]], WeightReads) + Sync + Send,
 ) {
-    outputs_by_calls(groups, cols, xs, tile, false, split, dst, dot)
+    outputs_by_calls(groups, cols, xs, tile, None, split, dst, dot)
 }
 
-/// [`group_outputs`] with `dot` called once per span and tile of rows,
-/// with all the span's groups (outputs group after group): for kernels
-/// with a fixed cost per call (the AMX level's tile configuration).
+/// [`group_outputs`] with `dot` called once per span (of about
+/// `span_bytes` of weights) and tile of rows, with all the span's groups
+/// (outputs group after group): for kernels with a fixed cost per call
+/// (the AMX level's tile configuration).
 pub(crate) fn group_outputs_by_spans<'g, A: Sync>(
     groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
     cols: usize,
     xs: &[A],
-    tile: usize,
+    (tile, span_bytes): (usize, usize),
     split: &Split<'_>,
     dst: &mut [f32],
     dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]], WeightReads) + Sync + Send,
 ) {
-    outputs_by_calls(groups, cols, xs, tile, true, split, dst, dot)
+    outputs_by_calls(groups, cols, xs, tile, Some(span_bytes), split, dst, dot)
 }
 
 /// [`group_outputs`], calling `dot` with a span's groups two at a time,
-/// or all at once with `whole_spans`.
+/// or all at once with `whole_spans` (the bytes of weights per span).
 #[allow(clippy::too_many_arguments)]
 fn outputs_by_calls<'g, A: Sync>(
     groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
     cols: usize,
     xs: &[A],
     tile: usize,
-    whole_spans: bool,
+    whole_spans: Option<usize>,
     split: &Split<'_>,
     dst: &mut [f32],
     dot: impl Fn(&[u8], &[A], &mut [[f32; GROUP_ROWS]], WeightReads) + Sync + Send,
@@ -966,8 +1002,9 @@ fn outputs_by_calls<'g, A: Sync>(
         |tile_out, c, rows_out| {
             let task_groups = rows_out[0].len() / GROUP_ROWS;
             let pair_bytes = 2 * groups(c * per_task, 1).len();
-            let span = 2 * (SPAN_WEIGHT_BYTES / pair_bytes.max(1)).max(1);
-            let per_call = if whole_spans { span } else { 2 };
+            let span_bytes = whole_spans.unwrap_or(SPAN_WEIGHT_BYTES);
+            let span = 2 * (span_bytes / pair_bytes.max(1)).max(1);
+            let per_call = if whole_spans.is_some() { span } else { 2 };
             for first in (0..task_groups).step_by(span) {
                 let last = task_groups.min(first + span);
                 for (ti, rows) in xs.chunks(tile).enumerate() {
@@ -1010,7 +1047,7 @@ pub(crate) fn packed_group_outputs<'g, F: PackedFormat>(
     let tile = match k.level() {
         #[cfg(target_arch = "x86_64")]
         SimdLevel::Amx if F::AMX => {
-            let tile = super::simd::amx::TILE_ROWS;
+            let tile = (F::amx_rows(cols), F::amx_span_bytes(cols));
             return group_outputs_by_spans(groups, cols, xs, tile, split, dst, dot);
         }
         SimdLevel::Avx512 | SimdLevel::Amx => F::PAIR_TILE_TOKENS,
@@ -1145,7 +1182,6 @@ pub(crate) fn each_group(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cpu::kernels::qact::Q8Act;
     use crate::cpu::kernels::qkernel::tests::{kernel_or_skip, random_blocks};
     use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
     use crate::cpu::kernels::test_util::{
@@ -1165,7 +1201,7 @@ pub(crate) mod tests {
             for pool in [pool1(), pool2()] {
                 let split = Split::new(&pool, usize::MAX);
                 let mut seen = 0;
-                quantize_rows::<WIDE>(k, &x, in_f, &split, &scratch, |xs| {
+                quantize_rows::<WIDE>(k, (&x, in_f, BLOCK), &split, &scratch, |xs| {
                     seen = xs.len();
                     let stride = crate::cpu::kernels::qact::row_stride(in_f);
                     for (t, got) in xs.iter().enumerate() {
@@ -1390,13 +1426,27 @@ pub(crate) mod tests {
     /// Checks `linear` on `path` at every level and thread count against
     /// the f64 product of the dequantized weights (`qt` blocks made by
     /// `blocks`) with the activations as the path sees them (the f32
-    /// values, or their 8-bit round trip on [`QuantPath::Int8Packed`]),
+    /// values, or their 8-bit round trip on [`QuantPath::Int8Packed`] with
+    /// one scale per block of 32),
     /// within `1e-4 · (Σ|x·w| + |b|)`, for each `(rows, blocks per row,
     /// out_f)` case, with a bias on odd row counts.
     pub(crate) fn check_packed_linear(
         path: QuantPath,
         rng: &mut Rng,
         qt: QuantType,
+        blocks: &dyn Fn(&mut Rng, usize) -> Vec<u8>,
+        cases: &[(usize, usize, usize)],
+        linear: &PackedLinear,
+    ) {
+        check_packed_linear_per(path, rng, (qt, BLOCK), blocks, cases, linear)
+    }
+
+    /// [`check_packed_linear`] for a layer whose 8-bit activation rows
+    /// have one scale per `per_scale` values.
+    pub(crate) fn check_packed_linear_per(
+        path: QuantPath,
+        rng: &mut Rng,
+        (qt, per_scale): (QuantType, usize),
         blocks: &dyn Fn(&mut Rng, usize) -> Vec<u8>,
         cases: &[(usize, usize, usize)],
         linear: &PackedLinear,
@@ -1418,7 +1468,7 @@ pub(crate) mod tests {
                     let mut y = vec![f32::NAN; rows * out_f];
                     linear(k, &m, &x, rows, bias, &mut y, &pool);
                     let seen = match path {
-                        QuantPath::Int8Packed => eight_bit_round_trip(&x),
+                        QuantPath::Int8Packed => eight_bit_round_trip(&x, per_scale),
                         _ => x,
                     };
                     let (want, mag) = linear_reference(&seen, rows, in_f, &wf, out_f, bias);
@@ -1429,11 +1479,12 @@ pub(crate) mod tests {
         }
     }
 
-    /// `x` quantized to 8 bits per block of 32 and back.
-    fn eight_bit_round_trip(x: &[f32]) -> Vec<f32> {
-        let q = Q8Act::quantize(x);
+    /// `x` quantized to 8 bits with one scale per `per_scale` values and
+    /// back.
+    fn eight_bit_round_trip(x: &[f32], per_scale: usize) -> Vec<f32> {
+        let q = Q16Act::<BYTE>::quantize_per(x, per_scale);
         let r = q.row();
-        r.q.iter()
+        r.hi.iter()
             .enumerate()
             .map(|(i, &q)| q as f32 * r.d[i / BLOCK])
             .collect()

@@ -16,10 +16,22 @@
 //! [m: 8 sub-blocks × 8 rows × u8][bits: 8 sub-blocks × BLOCK_BITS bytes]
 //! ```
 //!
-//! Sub-block `j` of row `r` then contributes `(d·sc)·d_x·Σ q·q_x +
-//! (−dmin·m)·s_x`: the packed block step with the f32 scale `d·sc` and
-//! offset `−dmin·m`, both exact products of an f16 and a 6-bit integer,
-//! the very numbers the K-quant's dequantizer multiplies with. A layout
+//! The activation rows these kernels take have one scale `d_x` per
+//! super-block (`qact::SUPER_BLOCK`), as ggml's Q8_K has, so that a
+//! super-block's sub-blocks add up as integers: with the 16-bit values
+//! `q_x = 2^SHIFT·hi + lo` of a row split at `SHIFT` and its exact block
+//! sums `Σ q_x`, row `r` gets per super-block
+//!
+//! ```text
+//! H = Σ_j sc_j·Σ q·hi    L = Σ_j sc_j·Σ q·lo    M = Σ_j m_j·Σ q_x
+//! acc = fma(2^SHIFT·H + L, d·d_x, acc)    acc = fma(M, −dmin·d_x, acc)
+//! ```
+//!
+//! (`2^SHIFT·H + L` is one `fma` in f32; `BYTE` rows have `L = 0`).
+//! Each integer is exact in 32 bits (`|H|, |L| < 2^26`, `|M| < 2^30`), so
+//! every level that forms them, by sub-block sums times scales or by tile
+//! products of the weights with their scales folded in (`amx_kquant`),
+//! and then takes the same float steps, gives the same bits. A layout
 //! differs only in its sub-blocks' bits (`SubBlockBits`).
 
 use std::marker::PhantomData;
@@ -29,15 +41,19 @@ use half::f16;
 use mllm_core::Result;
 use rayon::ThreadPool;
 
+#[cfg(target_arch = "x86_64")]
+use super::packed::vnni_pair_in_chunks;
 use super::packed::{
     nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat, SourceRows,
     WeightReads, GROUP_ROWS,
 };
-use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
+use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, SUPER_BLOCK, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::QuantMatrix;
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx::{TileRows, Tiles};
+use super::simd::amx::{FullTiles, TILE_ROWS};
+#[cfg(target_arch = "x86_64")]
+use super::simd::amx_kquant::{RowTiles, MAX_TILES};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_k, QuantType};
 
@@ -116,18 +132,20 @@ pub(crate) trait SubBlockBits: Send + Sync + 'static {
         out: &mut [[f32; GROUP_ROWS]],
         reads: WeightReads,
     );
-    /// The two-group AMX product of 16 rows (as each pair of
-    /// `PackedFormat::amx_pairs`).
+    /// The AMX products of each group pair in `groups` with the row tiles
+    /// `rows`, into `out` with `n` rows per group (as `amx_kquant`'s
+    /// `pairs`).
     ///
     /// # Safety
-    /// As [`SubBlockBits::vnni`], and the tiles are AMX's (`Tiles` was made).
+    /// As [`SubBlockBits::vnni`] (the tiles are configured while `tiles`
+    /// lives).
     #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pair<const SHIFT: u32>(
-        tiles: &mut Tiles,
-        a: &[u8],
-        b: &[u8],
-        rows: &TileRows<'_, SHIFT>,
-        out: &mut [[f32; GROUP_ROWS]],
+    unsafe fn amx_pairs<const SHIFT: u32>(
+        tiles: &FullTiles,
+        groups: &[u8],
+        group_bytes: usize,
+        rows: &RowTiles<'_, '_, SHIFT>,
+        out: (&mut [[f32; GROUP_ROWS]], usize),
     );
 }
 
@@ -230,11 +248,17 @@ fn pack_header(b: &[u8], r: usize, out: &mut [u8]) {
     }
 }
 
+/// Row `r`'s `d` and `dmin` in a packed group super-block.
+fn super_scales(sb: &[u8], r: usize) -> (f32, f32) {
+    let f = |at: usize| f16::from_le_bytes([sb[at], sb[at + 1]]).to_f32();
+    (f(2 * r), f(16 + 2 * r))
+}
+
 /// Row `r`'s scale `d·sc` and offset `−dmin·m` in sub-block `j` of a packed
 /// group super-block.
+#[cfg(test)]
 fn sub_block_scales(sb: &[u8], r: usize, j: usize) -> (f32, f32) {
-    let f = |at: usize| f16::from_le_bytes([sb[at], sb[at + 1]]).to_f32();
-    let (d, dmin) = (f(2 * r), f(16 + 2 * r));
+    let (d, dmin) = super_scales(sb, r);
     let sc = sb[SCALES_AT + GROUP_ROWS * j + r] as f32;
     let m = sb[MINS_AT + GROUP_ROWS * j + r] as f32;
     (d * sc, -dmin * m)
@@ -280,17 +304,31 @@ impl SubBlockBits for Nibbles {
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pair<const SHIFT: u32>(
-        tiles: &mut Tiles,
-        a: &[u8],
-        b: &[u8],
-        rows: &TileRows<'_, SHIFT>,
-        out: &mut [[f32; GROUP_ROWS]],
+    unsafe fn amx_pairs<const SHIFT: u32>(
+        tiles: &FullTiles,
+        groups: &[u8],
+        group_bytes: usize,
+        rows: &RowTiles<'_, '_, SHIFT>,
+        out: (&mut [[f32; GROUP_ROWS]], usize),
     ) {
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { super::simd::amx_packed_q4k::q4k::amx_pair_dot(tiles, a, b, rows, out) }
+        unsafe { super::simd::amx_kquant::q4k::pairs(tiles, groups, group_bytes, rows, out) }
     }
 }
+
+/// Bytes of activation planes per call of the AMX kernel: all 128 rows
+/// of a row block up to 4096 columns of 16-bit rows (8192 of 8-bit ones);
+/// half as many for the 16-bit rows of a 1B model's down projection
+/// (8192 wide).
+#[cfg(target_arch = "x86_64")]
+const AMX_ROW_BYTES: usize = 2 << 20;
+
+/// Group pairs per call of the AMX kernel: it reads each super-block's
+/// activation blocks once for all of them. With two pairs per call, one
+/// thread's Q4_K products of a 1B model's down projection (16-bit rows,
+/// 8192 wide) took 1.35 times as long as with sixteen.
+#[cfg(target_arch = "x86_64")]
+const AMX_SPAN_PAIRS: usize = 16;
 
 /// The packed layout of sub-block bits `B` as a [`PackedFormat`] for
 /// activation rows split at `SHIFT` ([`WIDE`] or [`BYTE`]).
@@ -299,6 +337,7 @@ pub(crate) struct KQuantFormat<B, const SHIFT: u32>(PhantomData<B>);
 impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> {
     type Input<'a> = Q16Row<'a, SHIFT>;
     const BLOCK_BYTES: usize = B::SUPER_BYTES / SUB_BLOCKS;
+    const PER_SCALE: usize = SUPER_BLOCK;
 
     fn blocks(x: &Q16Row<'_, SHIFT>) -> usize {
         x.d.len()
@@ -361,32 +400,102 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
         unsafe { B::vnni_pair(a, b, xs, out, reads) }
     }
 
-    super::packed::amx_pairs_of_rows!(Q16Row<'_, SHIFT>, B::amx_pair);
+    const AMX: bool = true;
+
+    /// As many tiles as keep the planes of a call's rows within
+    /// [`AMX_ROW_BYTES`] (at most `amx_kquant::MAX_TILES`): the kernel
+    /// folds the scales into each super-block of weights once for all of
+    /// a call's rows, and reads all their planes once per pair of groups.
+    #[cfg(target_arch = "x86_64")]
+    fn amx_rows(cols: usize) -> usize {
+        let planes = if SHIFT == BYTE { 1 } else { 2 };
+        let tiles = AMX_ROW_BYTES / (TILE_ROWS * cols * planes).max(1);
+        tiles.clamp(1, MAX_TILES) * TILE_ROWS
+    }
+
+    /// The weights of [`AMX_SPAN_PAIRS`] group pairs.
+    #[cfg(target_arch = "x86_64")]
+    fn amx_span_bytes(cols: usize) -> usize {
+        AMX_SPAN_PAIRS * 2 * cols / SUPER_BLOCK * B::SUPER_BYTES
+    }
+
+    /// The whole tiles of `xs` on AMX tiles, and the rows after them (fewer
+    /// than a tile) through the AVX-512 kernel; `false` (nothing written)
+    /// when there is no whole tile or the rows are not tile rows.
+    ///
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn amx_pairs(
+        groups: &[u8],
+        group_bytes: usize,
+        xs: &[Q16Row<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) -> bool {
+        let n = xs.len();
+        let (tiled, rest) = xs.split_at(n / TILE_ROWS * TILE_ROWS);
+        let Some(rows) = RowTiles::new(tiled) else {
+            return false;
+        };
+        {
+            // SAFETY: the caller guarantees AMX and the permission to use
+            // it (trait contract).
+            let tiles = unsafe { FullTiles::new() };
+            // SAFETY: the caller guarantees the features (trait contract).
+            unsafe { B::amx_pairs::<SHIFT>(&tiles, groups, group_bytes, &rows, (out, n)) };
+        }
+        if !rest.is_empty() {
+            let mut part = [[0.0f32; GROUP_ROWS]; 2 * TILE_ROWS];
+            let part = &mut part[..2 * rest.len()];
+            let pairs = groups.chunks_exact(2 * group_bytes);
+            for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
+                let (a, b) = pair.split_at(group_bytes);
+                // SAFETY: the caller guarantees the features (trait
+                // contract).
+                unsafe { vnni_pair_in_chunks::<Self>(a, b, rest, part, WeightReads::FromCache) };
+                out[tiled.len()..n].copy_from_slice(&part[..rest.len()]);
+                out[n + tiled.len()..].copy_from_slice(&part[rest.len()..]);
+            }
+        }
+        true
+    }
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
-/// (one to `TILE_TOKENS` rows), in portable code: per sub-block and row
-/// `(d·sc)·d_x·Σ q_w q_x + (−dmin·m)·s_x`, accumulated in f32.
+/// (one to `TILE_TOKENS` rows, one scale `d_x` per super-block), in
+/// portable code: per super-block and row the integers `Σ_j sc_j·Σ q·hi`,
+/// `Σ_j sc_j·Σ q·lo` and `Σ_j m_j·Σ q_x`, then the float step of the SIMD
+/// kernels (see the module documentation).
 fn group_dot<B: SubBlockBits, const SHIFT: u32>(
     group: &[u8],
     xs: &[Q16Row<'_, SHIFT>],
     out: &mut [[f32; GROUP_ROWS]],
 ) {
+    const ZEROS: [i8; BLOCK] = [0; BLOCK];
     for (x, out) in xs.iter().zip(out.iter_mut()) {
         *out = [0.0; GROUP_ROWS];
-        let mut xb =
-            x.hi.chunks_exact(BLOCK)
-                .zip(x.lo.chunks_exact(BLOCK))
-                .zip(x.d.iter().zip(x.s));
-        for sb in group.chunks_exact(B::SUPER_BYTES) {
-            for j in 0..SUB_BLOCKS {
-                let ((hi, lo), (&dx, &sx)) = xb.next().expect("one activation block per sub-block");
-                let bits = &sb[BITS_AT + B::BLOCK_BITS * j..][..B::BLOCK_BITS];
-                for (r, acc) in out.iter_mut().enumerate() {
-                    let (d, m) = sub_block_scales(sb, r, j);
-                    let sum = B::block_sum::<SHIFT>(bits, r, hi, lo);
-                    *acc += d * dx * sum as f32 + m * sx;
+        for (s, sb) in group.chunks_exact(B::SUPER_BYTES).enumerate() {
+            let first = s * SUB_BLOCKS;
+            for (r, acc) in out.iter_mut().enumerate() {
+                let (mut hi_sum, mut lo_sum, mut mins) = (0i32, 0i32, 0i32);
+                for j in 0..SUB_BLOCKS {
+                    let i = first + j;
+                    let bits = &sb[BITS_AT + B::BLOCK_BITS * j..][..B::BLOCK_BITS];
+                    let (hi, lo) = (&x.hi[i * BLOCK..][..BLOCK], &x.lo[i * BLOCK..][..BLOCK]);
+                    let sc = sb[SCALES_AT + GROUP_ROWS * j + r] as i32;
+                    hi_sum += sc * B::block_sum::<BYTE>(bits, r, hi, &ZEROS);
+                    lo_sum += sc * B::block_sum::<BYTE>(bits, r, lo, &ZEROS);
+                    mins += sb[MINS_AT + GROUP_ROWS * j + r] as i32 * x.sums[i];
                 }
+                let (d, dmin) = super_scales(sb, r);
+                let dx = x.d[first];
+                let sum = if SHIFT == BYTE {
+                    hi_sum as f32
+                } else {
+                    (hi_sum as f32).mul_add((1u32 << SHIFT) as f32, lo_sum as f32)
+                };
+                *acc = sum.mul_add(d * dx, *acc);
+                *acc = (mins as f32).mul_add(-dmin * dx, *acc);
             }
         }
     }
@@ -445,7 +554,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     use crate::cpu::kernels::packed::tests::check_tile_products;
     use crate::cpu::kernels::packed::tests::{
-        check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
+        check_group_products, check_packed_linear_per, check_rows_alone, check_unpacked_rows,
         BoundLinear, PATHS,
     };
     use crate::cpu::kernels::packed::TILE_TOKENS;
@@ -453,6 +562,8 @@ mod tests {
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
     use crate::cpu::kernels::qkernel::SimdLevel;
+    #[cfg(target_arch = "x86_64")]
+    use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
     #[cfg(target_arch = "x86_64")]
     use crate::cpu::kernels::simd::amx::TILE_ROWS;
     use crate::cpu::kernels::test_util::Rng;
@@ -495,10 +606,10 @@ mod tests {
         ];
         let blocks = |rng: &mut Rng, n: usize| random_blocks(rng, B::QT, n / SUB_BLOCKS);
         for path in PATHS {
-            check_packed_linear(
+            check_packed_linear_per(
                 path,
                 rng,
-                B::QT,
+                (B::QT, SUPER_BLOCK),
                 &blocks,
                 &cases,
                 &|k, m, x, rows, b, y, pool| {
@@ -518,7 +629,7 @@ mod tests {
 
     /// Batch invariance on both paths (see `check_rows_alone`).
     fn check_alone<B: SubBlockBits>(rng: &mut Rng) {
-        let cases = [(3, 1, 64), (6, 2, 40), (131, 1, 24)];
+        let cases = [(3, 1, 64), (6, 2, 40), (45, 2, 32), (131, 1, 24)];
         for (path, &(rows, supers, out_f)) in PATHS
             .iter()
             .flat_map(|p| cases.iter().map(move |c| (*p, c)))
@@ -561,7 +672,7 @@ mod tests {
         let w = random_blocks(rng, B::QT, rows * supers);
         let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
         let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
-            .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
+            .map(|_| Q16Act::quantize_per(&rng.vec(cols, 3.0), SUPER_BLOCK))
             .collect();
         let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
         let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
@@ -587,7 +698,7 @@ mod tests {
         let cols = supers * B::QT.block_len();
         let w = random_blocks(rng, B::QT, rows * supers);
         let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
-        let act = Q16Act::<SHIFT>::quantize(&rng.vec(tokens * cols, 3.0));
+        let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(tokens * cols, 3.0), SUPER_BLOCK);
         let xs: Vec<Q16Row<'_, SHIFT>> = (0..tokens).map(|t| act.row().sub_row(t, cols)).collect();
         let what = format!("{} split at {SHIFT}", B::QT);
         check_tile_products::<KQuantFormat<B, SHIFT>>(p.data.groups(0, 2), &xs, &what);
@@ -601,6 +712,65 @@ mod tests {
         check_tiles::<FiveBits, WIDE>(&mut rng);
         check_tiles::<Nibbles, BYTE>(&mut rng);
         check_tiles::<FiveBits, BYTE>(&mut rng);
+    }
+
+    /// The AMX kernel takes many tiles of rows at once, and the rows
+    /// after the last whole tile through the AVX-512 kernel: for one, two
+    /// and eight tiles, with and without rows after them, it takes the
+    /// rows, and each row's outputs of four groups equal the AVX-512
+    /// products of the row alone, bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    fn check_many_tiles<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
+        let path = QuantPath::Int16Activations;
+        if QuantKernel::with_level(path, SimdLevel::Amx).is_none() {
+            eprintln!("no AMX tiles on this CPU, the tile products were not run");
+            return;
+        }
+        let avx512 = QuantKernel::with_level(path, SimdLevel::Avx512).expect("AMX has AVX-512");
+        let (groups_n, supers) = (4, 2);
+        let (rows, cols) = (groups_n * GROUP_ROWS, supers * B::QT.block_len());
+        let w = random_blocks(rng, B::QT, rows * supers);
+        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
+        let groups = p.data.groups(0, groups_n);
+        let group_bytes = groups.len() / groups_n;
+        for n in [16, 21, 48, 8 * TILE_ROWS] {
+            let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(n * cols, 3.0), SUPER_BLOCK);
+            let xs: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
+            let mut got = vec![[f32::NAN; GROUP_ROWS]; groups_n * n];
+            // SAFETY: the AMX level is available (checked above): the
+            // AVX-512 level's features and AMX tiles this process may use.
+            let took =
+                unsafe { KQuantFormat::<B, SHIFT>::amx_pairs(groups, group_bytes, &xs, &mut got) };
+            assert!(took, "{} split at {SHIFT}, {n} rows: tiles taken", B::QT);
+            for (t, x) in xs.iter().enumerate() {
+                let mut alone = vec![[f32::NAN; GROUP_ROWS]; groups_n];
+                let one = std::slice::from_ref(x);
+                avx512.packed_dot::<KQuantFormat<B, SHIFT>>(
+                    groups,
+                    one,
+                    &mut alone,
+                    WeightReads::FromCache,
+                );
+                for (g, want) in alone.iter().enumerate() {
+                    assert_eq!(
+                        got[g * n + t],
+                        *want,
+                        "{} split at {SHIFT}: row {t} of {n}, group {g}",
+                        B::QT
+                    );
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn amx_kernel_takes_many_tiles_and_the_rows_after_them() {
+        let mut rng = Rng::new(56);
+        check_many_tiles::<Nibbles, WIDE>(&mut rng);
+        check_many_tiles::<FiveBits, WIDE>(&mut rng);
+        check_many_tiles::<Nibbles, BYTE>(&mut rng);
+        check_many_tiles::<FiveBits, BYTE>(&mut rng);
     }
 
     #[test]

@@ -2,8 +2,7 @@
 //! `packed_q4k`) over sub-blocks whose bits are a packed Q5 block's (see
 //! `packed_q5`: the nibbles in the packed Q4 chunk layout, then a word of
 //! fifth bits), 1440 bytes per group and super-block against 8 × 176 for
-//! Q5_K. Sub-block `j` of row `r` contributes `(d·sc)·d_x·Σ q·q_x +
-//! (−dmin·m)·s_x` with `q` in `0..=31`, the values Q5_K dequantizes to.
+//! Q5_K, and the same products (see `packed_q4k`) with `q` in `0..=31`.
 
 #[cfg(target_arch = "x86_64")]
 use super::packed::GROUP_ROWS;
@@ -12,7 +11,9 @@ use super::packed_q5::{five_bit_block_sum, place_values, BLOCK_BITS};
 #[cfg(target_arch = "x86_64")]
 use super::qact::Q16Row;
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx::{TileRows, Tiles};
+use super::simd::amx::FullTiles;
+#[cfg(target_arch = "x86_64")]
+use super::simd::amx_kquant::RowTiles;
 use crate::quant::{q5_k, QuantType};
 
 /// Q5_K's sub-block bits: a packed Q5 block's nibbles and fifth bits.
@@ -54,14 +55,14 @@ impl SubBlockBits for FiveBits {
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
-    unsafe fn amx_pair<const SHIFT: u32>(
-        tiles: &mut Tiles,
-        a: &[u8],
-        b: &[u8],
-        rows: &TileRows<'_, SHIFT>,
-        out: &mut [[f32; GROUP_ROWS]],
+    unsafe fn amx_pairs<const SHIFT: u32>(
+        tiles: &FullTiles,
+        groups: &[u8],
+        group_bytes: usize,
+        rows: &RowTiles<'_, '_, SHIFT>,
+        out: (&mut [[f32; GROUP_ROWS]], usize),
     ) {
         // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { super::simd::amx_packed_q4k::q5k::amx_pair_dot(tiles, a, b, rows, out) }
+        unsafe { super::simd::amx_kquant::q5k::pairs(tiles, groups, group_bytes, rows, out) }
     }
 }

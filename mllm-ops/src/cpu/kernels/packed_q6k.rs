@@ -328,7 +328,7 @@ fn q6k_linear<const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |rows| {
+        quantize_rows::<SHIFT>(k, (xb, in_f, BLOCK), split, scratch, |rows| {
             let offsets = half_offsets(rows, in_f, split);
             let xs: Vec<Q6KInput<'_, SHIFT>> = rows
                 .iter()

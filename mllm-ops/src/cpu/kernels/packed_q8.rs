@@ -347,7 +347,7 @@ fn split_q8_linear<const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, xb, in_f, split, scratch, |rows| {
+        quantize_rows::<SHIFT>(k, (xb, in_f, BLOCK), split, scratch, |rows| {
             let extras = Q8Extras::for_kernel(k, rows, in_f, split);
             let xs: Vec<Q8Input<'_, SHIFT>> = rows
                 .iter()

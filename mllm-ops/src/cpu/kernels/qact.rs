@@ -10,6 +10,11 @@ use crate::quant::{q4_0, q4_1, q8_0, QuantType};
 /// Values per activation block (the block length of the weight formats).
 pub(crate) const BLOCK: usize = 32;
 
+/// Values per scale of the activation rows that K-quant weights take: one
+/// scale per super-block of 256, so that a super-block's sub-block sums
+/// add up as integers before one float step (see `packed_q4k`).
+pub(crate) const SUPER_BLOCK: usize = 256;
+
 /// The weight formats with an integer dot product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Int8Type {
@@ -167,10 +172,12 @@ pub(crate) const WIDE: u32 = 8;
 /// `QuantPath::Int8Packed`). 1/256 of [`WIDE`]'s resolution.
 pub(crate) const BYTE: u32 = 0;
 
-/// An activation row quantized to 16 bits per block of 32 and stored as two
-/// 8-bit planes for the byte dot-product instructions: `d = amax / max`,
-/// `q = round(x / d)` (half to even) in `−max..=max`, split as
-/// `q = 2^SHIFT·hi + lo`, and `s = d · Σq`. With [`NARROW`], `max` is
+/// An activation row quantized to 16 bits and stored as two 8-bit planes
+/// for the byte dot-product instructions: per run of values that share a
+/// scale (a block of 32, or [`SUPER_BLOCK`] for K-quant weights)
+/// `d = amax / max`, `q = round(x / d)` (half to even) in `−max..=max`,
+/// split as `q = 2^SHIFT·hi + lo`, and per block of 32 the scale `d`, the
+/// exact sum `Σq` and `s = d · Σq`. With [`NARROW`], `max` is
 /// [`Q16_MAX`], `hi = q >> 7` in `−127..=127` and `lo = q & 127`; with
 /// [`WIDE`], `max` is [`Q16_WIDE_MAX`], `hi = (q + 128) >> 8` and
 /// `lo = q − 256·hi` in `−128..=127`; with [`BYTE`], `max` is 127,
@@ -191,6 +198,7 @@ pub(crate) struct Q16Act<const SHIFT: u32 = NARROW> {
     stride: usize,
     d: Vec<f32>,
     s: Vec<f32>,
+    sums: Vec<i32>,
 }
 
 /// A borrowed [`Q16Act`].
@@ -204,6 +212,8 @@ pub(crate) struct Q16Row<'a, const SHIFT: u32 = NARROW> {
     pub d: &'a [f32],
     /// `d · Σq` per block.
     pub s: &'a [f32],
+    /// `Σq` per block, exactly.
+    pub sums: &'a [i32],
 }
 
 /// Largest `|q|` for a plane split.
@@ -253,6 +263,7 @@ pub(crate) struct Q16Buffers {
     planes: Vec<i8>,
     d: Vec<f32>,
     s: Vec<f32>,
+    sums: Vec<i32>,
 }
 
 /// Buffers for the quantized activations of linear calls, kept from one
@@ -312,7 +323,8 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
         at_least(&mut buffers.planes, 2 * rows * stride + LO_PLANE_SKEW);
         at_least(&mut buffers.d, blocks);
         at_least(&mut buffers.s, blocks);
-        let Q16Buffers { planes, d, s } = buffers;
+        at_least(&mut buffers.sums, blocks);
+        let Q16Buffers { planes, d, s, sums } = buffers;
         Q16Act {
             planes,
             rows,
@@ -320,30 +332,45 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
             stride,
             d,
             s,
+            sums,
         }
     }
 
     /// The buffers, for another row.
     pub(crate) fn into_buffers(self) -> Q16Buffers {
-        let Q16Act { planes, d, s, .. } = self;
-        Q16Buffers { planes, d, s }
+        let Q16Act {
+            planes, d, s, sums, ..
+        } = self;
+        Q16Buffers { planes, d, s, sums }
     }
 
-    /// The parts (`hi`, `lo`, `d`, `s`), to be filled by a SIMD quantizer.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn parts_mut(&mut self) -> (&mut [i8], &mut [i8], &mut [f32], &mut [f32]) {
+    /// The parts (the planes and the block scales), to be filled by a
+    /// quantizer.
+    pub(crate) fn parts_mut(&mut self) -> (&mut [i8], &mut [i8], BlockScales<'_>) {
         let (len, nb) = (self.plane_len(), self.rows * self.width / BLOCK);
         let (hi, rest) = self.planes.split_at_mut(len);
         let lo = &mut rest[LO_PLANE_SKEW..LO_PLANE_SKEW + len];
-        (hi, lo, &mut self.d[..nb], &mut self.s[..nb])
+        let scales = BlockScales {
+            d: &mut self.d[..nb],
+            s: &mut self.s[..nb],
+            sums: &mut self.sums[..nb],
+        };
+        (hi, lo, scales)
     }
 
-    /// Quantizes `x` (its length a multiple of 32).
+    /// Quantizes `x` (its length a multiple of 32), one scale per block.
     #[cfg(test)]
     pub(crate) fn quantize(x: &[f32]) -> Self {
+        Self::quantize_per(x, BLOCK)
+    }
+
+    /// Quantizes `x` with one scale per `per_scale` values (a multiple of
+    /// 32 that divides the length).
+    #[cfg(test)]
+    pub(crate) fn quantize_per(x: &[f32], per_scale: usize) -> Self {
         let mut out = Self::zeros(x.len());
-        let (hi, lo, d, s) = out.parts_mut();
-        quantize_q16_into::<SHIFT>(x, hi, lo, d, s);
+        let (hi, lo, scales) = out.parts_mut();
+        quantize_q16_into::<SHIFT>(x, hi, lo, scales, per_scale);
         out
     }
 
@@ -378,33 +405,58 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
             lo: &self.planes[lo_at..][..self.width],
             d: &self.d[r * nb..][..nb],
             s: &self.s[r * nb..][..nb],
+            sums: &self.sums[r * nb..][..nb],
         }
     }
 }
 
-/// Quantizes `x` (its length a multiple of 32) into the parts of a
-/// [`Q16Act`] (see there), sized for it.
+/// The per-block parts of a [`Q16Act`] that a quantizer fills: for each
+/// block of 32 values its scale, `d · Σq` and `Σq`.
+pub(crate) struct BlockScales<'a> {
+    /// The scale of each block.
+    pub d: &'a mut [f32],
+    /// `d · Σq` of each block.
+    pub s: &'a mut [f32],
+    /// `Σq` of each block.
+    pub sums: &'a mut [i32],
+}
+
+impl BlockScales<'_> {
+    /// Sets block `b`'s scale `d` and sum `Σq`.
+    #[inline(always)]
+    pub(crate) fn set(&mut self, b: usize, d: f32, sum: i32) {
+        self.d[b] = d;
+        self.s[b] = d * sum as f32;
+        self.sums[b] = sum;
+    }
+}
+
+/// Quantizes `x` into the parts of a [`Q16Act`] (see there), sized for
+/// it, with one scale per `per_scale` values (a multiple of 32 that
+/// divides the length of `x`).
 pub(crate) fn quantize_q16_into<const SHIFT: u32>(
     x: &[f32],
     hi: &mut [i8],
     lo: &mut [i8],
-    d: &mut [f32],
-    s: &mut [f32],
+    mut scales: BlockScales<'_>,
+    per_scale: usize,
 ) {
-    debug_assert!(x.len().is_multiple_of(BLOCK));
+    debug_assert!(per_scale.is_multiple_of(BLOCK) && x.len().is_multiple_of(per_scale));
     let max = q16_max(SHIFT);
-    for (b, xb) in x.chunks_exact(BLOCK).enumerate() {
-        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let db = amax / max;
-        let id = if db == 0.0 { 0.0 } else { 1.0 / db };
-        let mut sum = 0i32;
-        for (j, &v) in xb.iter().enumerate() {
-            let q = (v * id).round_ties_even().clamp(-max, max) as i32;
-            (hi[b * BLOCK + j], lo[b * BLOCK + j]) = split::<SHIFT>(q);
-            sum += q;
+    for (c, xc) in x.chunks_exact(per_scale).enumerate() {
+        let amax = xc.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let dc = amax / max;
+        let id = if dc == 0.0 { 0.0 } else { 1.0 / dc };
+        for (i, xb) in xc.chunks_exact(BLOCK).enumerate() {
+            let b = c * per_scale / BLOCK + i;
+            let mut sum = 0i32;
+            for (j, &v) in xb.iter().enumerate() {
+                let q = (v * id).round_ties_even().clamp(-max, max) as i32;
+                (hi[b * BLOCK + j], lo[b * BLOCK + j]) = split::<SHIFT>(q);
+                sum += q;
+            }
+            scales.set(b, dc, sum);
         }
-        d[b] = db;
-        s[b] = db * sum as f32;
     }
 }
 
@@ -425,6 +477,7 @@ impl<'a, const SHIFT: u32> Q16Row<'a, SHIFT> {
             lo: &self.lo[r * len..(r + 1) * len],
             d: &self.d[r * nb..(r + 1) * nb],
             s: &self.s[r * nb..(r + 1) * nb],
+            sums: &self.sums[r * nb..(r + 1) * nb],
         }
     }
 }
@@ -527,12 +580,16 @@ mod tests {
         assert_ne!(gap % 4096, 0);
         let mut hi = vec![0; rows * width];
         let mut lo = vec![0; rows * width];
-        let (mut d, mut s) = (
-            vec![0.0; rows * width / BLOCK],
-            vec![0.0; rows * width / BLOCK],
-        );
-        quantize_q16_into::<WIDE>(&x, &mut hi, &mut lo, &mut d, &mut s);
+        let nb = rows * width / BLOCK;
+        let (mut d, mut s, mut sums) = (vec![0.0; nb], vec![0.0; nb], vec![0; nb]);
+        let scales = BlockScales {
+            d: &mut d,
+            s: &mut s,
+            sums: &mut sums,
+        };
+        quantize_q16_into::<WIDE>(&x, &mut hi, &mut lo, scales, BLOCK);
         assert_eq!((r.hi, r.lo, r.d, r.s), (&hi[..], &lo[..], &d[..], &s[..]));
+        assert_eq!(r.sums, &sums[..]);
     }
 
     #[test]
@@ -618,6 +675,35 @@ mod tests {
             assert_eq!(r.s[b], r.d[b] * sum as f32);
         }
         assert!(r.lo.iter().any(|&l| l < 0), "the low plane is signed");
+    }
+
+    /// One scale per super-block: every block of a super-block has the
+    /// scale of its largest magnitude over all 256 values, each value
+    /// lies within half a step of `x`, and each block has its exact sum
+    /// `Σq` (and `s = d·Σq`).
+    #[test]
+    fn one_scale_per_super_block() {
+        let mut rng = Rng::new(10);
+        let mut x = rng.vec(2 * SUPER_BLOCK, 2.0);
+        x[300] = 9.0;
+        let act = Q16Act::<WIDE>::quantize_per(&x, SUPER_BLOCK);
+        let r = act.row();
+        for (s, xs) in x.chunks_exact(SUPER_BLOCK).enumerate() {
+            let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let blocks = s * SUPER_BLOCK / BLOCK..(s + 1) * SUPER_BLOCK / BLOCK;
+            assert!(r.d[blocks.clone()]
+                .iter()
+                .all(|&d| d == amax / Q16_WIDE_MAX));
+            for b in blocks {
+                let sum: i32 = (b * BLOCK..(b + 1) * BLOCK).map(|i| r.value(i)).sum();
+                assert_eq!((r.sums[b], r.s[b]), (sum, r.d[b] * sum as f32));
+            }
+        }
+        assert_eq!(r.value(300), 32639);
+        for (i, &v) in x.iter().enumerate() {
+            let d = r.d[i / BLOCK];
+            assert!((r.value(i) as f32 * d - v).abs() <= 0.5 * d * 1.0001, "{i}");
+        }
     }
 
     /// The single-plane split is the 8-bit row of [`Q8Act`]: the same

@@ -2,7 +2,7 @@
 //! set, checked against the CPU at run time and then dispatched per row.
 
 use super::packed::{PackedFormat, WeightReads};
-use super::qact::{self, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row};
+use super::qact::{self, BlockScales, Int8Type, Q16Act, Q16Row, Q8Act, Q8Row};
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::simd;
 use super::{packed, qdot};
@@ -487,32 +487,33 @@ impl QuantKernel {
     }
 
     /// Quantizes an activation row (its length a multiple of 32) to 16 bits,
-    /// bit-exactly as `Q16Act::quantize`.
+    /// one scale per block, bit-exactly as `Q16Act::quantize`.
     pub(crate) fn quantize_act16<const SHIFT: u32>(self, x: &[f32]) -> Q16Act<SHIFT> {
         let mut a = Q16Act::zeros(x.len());
-        let (hi, lo, d, s) = a.parts_mut();
-        self.quantize_act16_into::<SHIFT>(x, hi, lo, d, s);
+        let (hi, lo, scales) = a.parts_mut();
+        self.quantize_act16_into::<SHIFT>(x, hi, lo, scales, qact::BLOCK);
         a
     }
 
     /// [`QuantKernel::quantize_act16`] into the parts of a `Q16Act` sized
-    /// for `x`.
+    /// for `x`, one scale per `per_scale` values (see
+    /// `qact::quantize_q16_into`).
     pub(crate) fn quantize_act16_into<const SHIFT: u32>(
         self,
         x: &[f32],
         hi: &mut [i8],
         lo: &mut [i8],
-        d: &mut [f32],
-        s: &mut [f32],
+        scales: BlockScales<'_>,
+        per_scale: usize,
     ) {
         #[cfg(target_arch = "x86_64")]
         if self.level.includes_avx2() {
             // SAFETY: every x86 level includes AVX2 and FMA, detected when
             // the kernel was made.
-            unsafe { simd::avx2_i8::quantize_row_q16::<SHIFT>(x, hi, lo, d, s) };
+            unsafe { simd::avx2_i8::quantize_row_q16::<SHIFT>(x, hi, lo, scales, per_scale) };
             return;
         }
-        qact::quantize_q16_into::<SHIFT>(x, hi, lo, d, s);
+        qact::quantize_q16_into::<SHIFT>(x, hi, lo, scales, per_scale);
     }
 
     /// Quantizes an activation row (its length a multiple of 32) to 8 bits,
@@ -832,24 +833,27 @@ pub(crate) mod tests {
     }
 
     /// Every SIMD quantizer gives the scalar one's planes, scales and sums
-    /// bit for bit, for each plane split, on rows with zero blocks, blocks
-    /// of one value, values at rounding ties and magnitudes from 1e-30 to
-    /// 1e30.
+    /// bit for bit, for each plane split and one scale per block or per
+    /// K-quant super-block, on rows with zero blocks, blocks of one
+    /// value, values at rounding ties and magnitudes from 1e-30 to 1e30.
     #[test]
     fn simd_quantizers_equal_scalar_bit_for_bit() {
-        fn check<const SHIFT: u32>(k: QuantKernel, x: &[f32]) {
-            let (want, got) = (Q16Act::<SHIFT>::quantize(x), k.quantize_act16::<SHIFT>(x));
+        fn check<const SHIFT: u32>(k: QuantKernel, x: &[f32], per_scale: usize) {
+            let want = Q16Act::<SHIFT>::quantize_per(x, per_scale);
+            let mut got = Q16Act::<SHIFT>::zeros(x.len());
+            let (hi, lo, scales) = got.parts_mut();
+            k.quantize_act16_into::<SHIFT>(x, hi, lo, scales, per_scale);
             let (w, g) = (want.row(), got.row());
             assert_eq!(
-                (w.hi, w.lo, w.d, w.s),
-                (g.hi, g.lo, g.d, g.s),
-                "{k:?} SHIFT={SHIFT} len {}",
+                (w.hi, w.lo, w.d, w.s, w.sums),
+                (g.hi, g.lo, g.d, g.s, g.sums),
+                "{k:?} SHIFT={SHIFT} len {} per {per_scale}",
                 x.len()
             );
         }
         let mut rng = Rng::new(41);
         for k in simd_kernels(QuantPath::Int16Activations) {
-            for blocks in [1, 9, 50] {
+            for blocks in [1, 8, 9, 48, 50] {
                 let mut x = rng.vec(32 * blocks, 3.0);
                 if blocks > 1 {
                     x[32..64].fill(0.0);
@@ -863,9 +867,15 @@ pub(crate) mod tests {
                         _ => {}
                     }
                 }
-                check::<NARROW>(k, &x);
-                check::<WIDE>(k, &x);
-                check::<BYTE>(k, &x);
+                let supers = blocks % 8 == 0;
+                for per_scale in [qact::BLOCK, qact::SUPER_BLOCK] {
+                    if per_scale == qact::SUPER_BLOCK && !supers {
+                        continue;
+                    }
+                    check::<NARROW>(k, &x, per_scale);
+                    check::<WIDE>(k, &x, per_scale);
+                    check::<BYTE>(k, &x, per_scale);
+                }
             }
         }
     }

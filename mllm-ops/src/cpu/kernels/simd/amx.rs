@@ -165,10 +165,10 @@ pub(crate) unsafe fn byte_dot_peak(iters: usize) -> f64 {
     sums.iter().flatten().flatten().map(|&v| v as f64).sum()
 }
 
-/// Sub-blocks whose tile products one [`Tiles::products`] call makes one
-/// after the other, before the float steps read any of them (a Q4_K
-/// super-block): the products of one sub-block then overlap the stores
-/// and loads of the others instead of waiting for them.
+/// Blocks whose tile products one [`Tiles::products`] call makes one
+/// after the other, before the float steps read any of them: the products
+/// of one block then overlap the stores and loads of the others instead
+/// of waiting for them.
 pub(crate) const SPAN: usize = 8;
 
 /// The shape of each tile register the kernels use: `(bytes per row,
@@ -369,6 +369,32 @@ impl Tiles {
             };
             (hi, lo)
         }
+    }
+}
+
+/// The tiles configured with all eight registers 16 rows of 64 bytes,
+/// while it lives: the registers of the K-quant kernels (`amx_kquant`).
+pub(crate) struct FullTiles(());
+
+impl FullTiles {
+    /// Configures the tiles.
+    ///
+    /// # Safety
+    /// [`tiles_available`] returned true in this process.
+    pub(crate) unsafe fn new() -> FullTiles {
+        let config = TileConfig::of(&[(64, TILE_ROWS); 8]);
+        // SAFETY: the caller guarantees AMX and the permission to use it;
+        // `ldtilecfg` reads the 64 bytes of `config`.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
+        FullTiles(())
+    }
+}
+
+impl Drop for FullTiles {
+    fn drop(&mut self) {
+        // SAFETY: the tiles were configured in `new`; `tilerelease`
+        // returns them to their initial state.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
     }
 }
 

@@ -2,10 +2,8 @@
 //! `packed_q5` and `packed_q8`) with 16 activation rows: the steps of
 //! `vnni_packed`'s `scaled_block_pair_tile` and of `vnni_packed_q8`'s
 //! `pair_tile`, with the blocks' sums from tile products (`amx`), eight
-//! blocks at a time, and the pieces the K-quant kernels
-//! (`amx_packed_q4k`) share with them. The same integers and float steps
-//! in the same order, so the results equal the AVX-512 kernels' bit for
-//! bit.
+//! blocks at a time. The same integers and float steps in the same order,
+//! so the results equal the AVX-512 kernels' bit for bit.
 //!
 //! Every function here is a safe `#[target_feature]` function that takes
 //! configured tiles: callers must only reach it after detecting the
@@ -17,9 +15,9 @@ use super::amx::{TileRows, Tiles, TILE_ROWS};
 use super::avx2_i8::load32;
 use super::vnni_packed::{join, pair_add_block};
 
-/// The values of two groups' packed Q4 blocks or Q4_K sub-blocks (`a`'s in the low halves,
-/// `b`'s in the high ones) per chunk of the packed nibble layout: the low
-/// nibbles, then the high ones.
+/// The values of two groups' packed Q4 blocks or Q4_K sub-blocks (`a`'s
+/// in the low halves, `b`'s in the high ones) per chunk of the packed
+/// nibble layout: the low nibbles, then the high ones.
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
 #[inline]
 pub(crate) fn nibble_pair_values(a: &[u8], b: &[u8]) -> [[__m512i; 2]; 4] {

@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::hsum;
-use crate::cpu::kernels::qact::{q16_max, Int8Type, Q16Row, Q8Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::{q16_max, BlockScales, Int8Type, Q16Row, Q8Row, BLOCK, WIDE};
 use crate::quant::{q4_0, q4_1, q8_0};
 
 /// The first 32 bytes of `b`.
@@ -323,18 +323,18 @@ pub(crate) fn dot_i16_rows(it: Int8Type, w: [&[u8]; ROWS], x: Q16Row<'_>) -> [f3
     })
 }
 
-/// Quantizes `x` (a multiple of 32 long) into 16-bit blocks stored as two
-/// planes split at `SHIFT` bits, exactly as the scalar `Q16Act::quantize`
+/// Quantizes `x` into 16-bit values stored as two planes split at `SHIFT`
+/// bits, one scale per `per_scale` values (a multiple of 32 that divides
+/// the length of `x`), exactly as the scalar `qact::quantize_q16_into`
 /// does.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn quantize_row_q16<const SHIFT: u32>(
     x: &[f32],
     hi: &mut [i8],
     lo: &mut [i8],
-    d: &mut [f32],
-    s: &mut [f32],
+    mut scales: BlockScales<'_>,
+    per_scale: usize,
 ) {
-    let sign = _mm256_set1_ps(-0.0);
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     let pack = |v: [__m256i; 4]| {
         let p = _mm256_packs_epi16(
@@ -349,42 +349,56 @@ pub(crate) fn quantize_row_q16<const SHIFT: u32>(
         // alignment requirement.
         unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) };
     };
-    // `hi = (q + round) >> SHIFT`, `lo = q − (hi << SHIFT)`.
-    let shift = _mm_cvtsi32_si128(SHIFT as i32);
-    let round = _mm256_set1_epi32(if SHIFT == WIDE { 128 } else { 0 });
-    for (b, xb) in x.chunks_exact(BLOCK).enumerate() {
-        let v: [__m256; 4] = std::array::from_fn(|j| {
+    let load = |xb: &[f32]| -> [__m256; 4] {
+        std::array::from_fn(|j| {
             let p = &xb[j * 8..j * 8 + 8];
             // SAFETY: `p` holds 8 floats and `loadu` has no alignment
             // requirement.
             unsafe { _mm256_loadu_ps(p.as_ptr()) }
-        });
-        let m = v.map(|v| _mm256_andnot_ps(sign, v));
-        let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
-        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        })
+    };
+    // `hi = (q + round) >> SHIFT`, `lo = q − (hi << SHIFT)`.
+    let shift = _mm_cvtsi32_si128(SHIFT as i32);
+    let round = _mm256_set1_epi32(if SHIFT == WIDE { 128 } else { 0 });
+    for (c, xc) in x.chunks_exact(per_scale).enumerate() {
+        let amax = xc
+            .chunks_exact(BLOCK)
+            .fold(0.0f32, |m, xb| m.max(block_amax(load(xb))));
         let dv = amax / q16_max(SHIFT);
         let id = _mm256_set1_ps(if dv == 0.0 { 0.0 } else { 1.0 / dv });
-        let q = v.map(|v| {
-            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm256_mul_ps(v, id),
+        for (i, xb) in xc.chunks_exact(BLOCK).enumerate() {
+            let b = c * per_scale / BLOCK + i;
+            let q = load(xb).map(|v| {
+                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                    _mm256_mul_ps(v, id),
+                );
+                _mm256_cvtps_epi32(r)
+            });
+            let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let sum = _mm_add_epi32(
+                _mm256_castsi256_si128(sum),
+                _mm256_extracti128_si256(sum, 1),
             );
-            _mm256_cvtps_epi32(r)
-        });
-        let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-        let sum = _mm_add_epi32(
-            _mm256_castsi256_si128(sum),
-            _mm256_extracti128_si256(sum, 1),
-        );
-        let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
-        let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
-        let h = q.map(|q| _mm256_sra_epi32(_mm256_add_epi32(q, round), shift));
-        let l: [__m256i; 4] =
-            std::array::from_fn(|j| _mm256_sub_epi32(q[j], _mm256_sll_epi32(h[j], shift)));
-        store(&mut hi[b * BLOCK..], pack(h));
-        store(&mut lo[b * BLOCK..], pack(l));
-        d[b] = dv;
-        s[b] = dv * _mm_cvtsi128_si32(sum) as f32;
+            let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
+            let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
+            let h = q.map(|q| _mm256_sra_epi32(_mm256_add_epi32(q, round), shift));
+            let l: [__m256i; 4] =
+                std::array::from_fn(|j| _mm256_sub_epi32(q[j], _mm256_sll_epi32(h[j], shift)));
+            store(&mut hi[b * BLOCK..], pack(h));
+            store(&mut lo[b * BLOCK..], pack(l));
+            scales.set(b, dv, _mm_cvtsi128_si32(sum));
+        }
     }
+}
+
+/// The largest magnitude of the 32 values `v`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn block_amax(v: [__m256; 4]) -> f32 {
+    let sign = _mm256_set1_ps(-0.0);
+    let m = v.map(|v| _mm256_andnot_ps(sign, v));
+    let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
 }

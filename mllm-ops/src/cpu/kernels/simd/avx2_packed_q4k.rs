@@ -1,8 +1,9 @@
 //! AVX2 product of a packed Q4_K row group (see `packed_q4k`) with one to
-//! four 16-bit activation rows: per sub-block the packed Q4 block sums of
-//! `avx2_packed`, then its float step with the sub-block's scales `d·sc`
-//! and offsets `−dmin·m`, made from the super-block header (exact f32
-//! products, so the same numbers the portable kernel uses).
+//! four 16-bit activation rows that have one scale per super-block: per
+//! sub-block the packed Q4 block sums of `avx2_packed`, times the
+//! sub-block's 6-bit scale and added up over the super-block as integers,
+//! then one float step per super-block with `d`, `dmin` and the minimums'
+//! integer sum (see `packed_q4k` for the formula every level shares).
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
@@ -11,7 +12,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::qact::Q16Row;
+use crate::cpu::kernels::qact::{Q16Row, BYTE};
 
 /// Defines `tile::<T>`, the eight outputs of one packed group for `T`
 /// activation rows in a K-quant layout with packed Q4_K's super-block
@@ -30,13 +31,9 @@ macro_rules! q4k_tile {
             xs: &[Q16Row<'_, SHIFT>],
             reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m256; T] {
-            use $crate::cpu::kernels::packed_q4k::{
-                SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
-            };
-            use $crate::cpu::kernels::simd::avx2_packed::{
-                add_block, f16x8, ByteConsts, RowPlanes,
-            };
-            use $crate::cpu::kernels::simd::avx2_packed_q4k::u8x8;
+            use $crate::cpu::kernels::packed_q4k::{SubBlockBits, BITS_AT, SCALES_AT, SUB_BLOCKS};
+            use $crate::cpu::kernels::simd::avx2_packed::{f16x8, ByteConsts, RowPlanes};
+            use $crate::cpu::kernels::simd::avx2_packed_q4k::{add_super, super_mins, u8x8};
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
             let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
@@ -46,13 +43,10 @@ macro_rules! q4k_tile {
             let supers = group[..nb / SUB_BLOCKS * SUPER_BYTES]
                 .as_chunks::<SUPER_BYTES>()
                 .0;
-            let d_supers = xs.map(|x| x.d.as_chunks::<SUB_BLOCKS>().0);
-            let s_supers = xs.map(|x| x.s.as_chunks::<SUB_BLOCKS>().0);
             let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, reads);
             for (s, sb) in supers.iter().enumerate() {
-                let (dxs, sxs) = (d_supers.map(|d| &d[s]), s_supers.map(|v| &v[s]));
-                let d = f16x8(&sb[..16]);
-                let neg_dmin = _mm256_xor_ps(f16x8(&sb[16..32]), _mm256_set1_ps(-0.0));
+                let mut sums_hi = [_mm256_setzero_si256(); T];
+                let mut sums_lo = [_mm256_setzero_si256(); T];
                 for j in 0..SUB_BLOCKS {
                     let i = s * SUB_BLOCKS + j;
                     let block_bytes = SUPER_BYTES / SUB_BLOCKS;
@@ -63,12 +57,22 @@ macro_rules! q4k_tile {
                     }
                     let (sum_hi, sum_lo) = $sums(bits, planes.block(i));
                     let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);
-                    let m = u8x8(&sb[MINS_AT + GROUP_ROWS * j..]);
-                    let scales = (_mm256_mul_ps(d, sc), _mm256_mul_ps(neg_dmin, m));
                     for t in 0..T {
-                        let x = (dxs[t][j], sxs[t][j]);
-                        acc[t] = add_block::<SHIFT>(acc[t], scales, sum_hi[t], sum_lo[t], x);
+                        let scaled = _mm256_mullo_epi32(sum_hi[t], sc);
+                        sums_hi[t] = _mm256_add_epi32(sums_hi[t], scaled);
+                        if SHIFT != $crate::cpu::kernels::qact::BYTE {
+                            let scaled = _mm256_mullo_epi32(sum_lo[t], sc);
+                            sums_lo[t] = _mm256_add_epi32(sums_lo[t], scaled);
+                        }
                     }
+                }
+                let d = f16x8(&sb[..16]);
+                let neg_dmin = _mm256_xor_ps(f16x8(&sb[16..32]), _mm256_set1_ps(-0.0));
+                let first = s * SUB_BLOCKS;
+                for t in 0..T {
+                    let mins = super_mins(sb, &xs[t].sums[first..first + SUB_BLOCKS]);
+                    let sums = (sums_hi[t], sums_lo[t], mins);
+                    acc[t] = add_super::<SHIFT>(acc[t], (d, neg_dmin), sums, xs[t].d[first]);
                 }
             }
             acc
@@ -86,13 +90,51 @@ q4k_tile!(
     crate::cpu::kernels::packed_q4k::Nibbles
 );
 
-/// The eight bytes at the start of `b` as f32.
+/// The eight bytes at the start of `b` as 32-bit integers.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn u8x8(b: &[u8]) -> __m256 {
+pub(crate) fn u8x8(b: &[u8]) -> __m256i {
     let bytes: [u8; 8] = b[..8].try_into().expect("eight bytes");
-    let v = _mm_cvtsi64_si128(i64::from_le_bytes(bytes));
-    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
+    _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(bytes)))
+}
+
+/// The eight rows' `Σ_j m_j·Σq_x` over a packed super-block `sb` (the
+/// minimums in its header) and one activation row's exact block sums
+/// `sums` (one per sub-block).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn super_mins(sb: &[u8], sums: &[i32]) -> __m256i {
+    use crate::cpu::kernels::packed_q4k::MINS_AT;
+    sums.iter()
+        .enumerate()
+        .fold(_mm256_setzero_si256(), |acc, (j, &sum)| {
+            let m = u8x8(&sb[MINS_AT + GROUP_ROWS * j..]);
+            _mm256_add_epi32(acc, _mm256_mullo_epi32(m, _mm256_set1_epi32(sum)))
+        })
+}
+
+/// Adds one super-block to the eight rows' outputs `acc`: with the rows'
+/// `d` and `−dmin`, the integer sums `Σ sc·q·hi`, `Σ sc·q·lo` (of rows
+/// split at `SHIFT`) and `Σ m·q_x`, and the activation scale `dx`,
+/// `fma(2^SHIFT·hi + lo, d·dx, acc)` then `fma(mins, −dmin·dx, ·)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn add_super<const SHIFT: u32>(
+    acc: __m256,
+    (d, neg_dmin): (__m256, __m256),
+    (hi, lo, mins): (__m256i, __m256i, __m256i),
+    dx: f32,
+) -> __m256 {
+    let hi = _mm256_cvtepi32_ps(hi);
+    let sum = if SHIFT == BYTE {
+        hi
+    } else {
+        let step = _mm256_set1_ps((1u32 << SHIFT) as f32);
+        _mm256_fmadd_ps(hi, step, _mm256_cvtepi32_ps(lo))
+    };
+    let dx = _mm256_set1_ps(dx);
+    let acc = _mm256_fmadd_ps(sum, _mm256_mul_ps(d, dx), acc);
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(neg_dmin, dx), acc)
 }
 
 super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q16Row<'_, SHIFT>);

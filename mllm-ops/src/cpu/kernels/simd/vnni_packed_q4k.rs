@@ -3,8 +3,9 @@
 //! of two consecutive groups at once on 512-bit vectors (`pair_dot`).
 //!
 //! The block sums are those of `vnni_packed` (`dpbusd`), the same integers
-//! as AVX2's, and the float steps after them are `avx2_packed_q4k`'s in the
-//! same order, so the results equal the AVX2 kernel's bit for bit.
+//! as AVX2's, and the integer and float steps after them are
+//! `avx2_packed_q4k`'s in the same order, so the results equal the AVX2
+//! kernel's bit for bit.
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2, FMA, F16C, AVX-512F, AVX-512VL,
@@ -15,7 +16,7 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::vnni_packed::store_pair;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
-use crate::cpu::kernels::qact::Q16Row;
+use crate::cpu::kernels::qact::{Q16Row, BYTE};
 
 super::vnni_packed::nibble_block_sums!();
 
@@ -32,13 +33,60 @@ super::avx2_packed::packed_group_dot!(
 );
 
 /// The eight bytes at the start of `a` and those at the start of `b` as
-/// sixteen f32.
+/// sixteen 32-bit integers.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(crate) fn u8x16(a: &[u8], b: &[u8]) -> __m512 {
+pub(crate) fn u8x16(a: &[u8], b: &[u8]) -> __m512i {
     let word = |s: &[u8]| i64::from_le_bytes(s[..8].try_into().expect("eight bytes"));
-    let v = _mm_set_epi64x(word(b), word(a));
-    _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v))
+    _mm512_cvtepu8_epi32(_mm_set_epi64x(word(b), word(a)))
+}
+
+/// `avx2_packed_q4k::super_mins` of two groups' super-blocks `sa` and
+/// `sb` (lanes 0..8 `sa`'s rows, 8..16 `sb`'s).
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn pair_super_mins(sa: &[u8], sb: &[u8], sums: &[i32]) -> __m512i {
+    use crate::cpu::kernels::packed_q4k::MINS_AT;
+    sums.iter()
+        .enumerate()
+        .fold(_mm512_setzero_si512(), |acc, (j, &sum)| {
+            let at = MINS_AT + GROUP_ROWS * j;
+            let m = u8x16(&sa[at..], &sb[at..]);
+            _mm512_add_epi32(acc, _mm512_mullo_epi32(m, _mm512_set1_epi32(sum)))
+        })
+}
+
+/// `avx2_packed_q4k::add_super` for sixteen rows (two groups) at once.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn pair_add_super<const SHIFT: u32>(
+    acc: __m512,
+    (d, neg_dmin): (__m512, __m512),
+    (hi, lo, mins): (__m512i, __m512i, __m512i),
+    dx: f32,
+) -> __m512 {
+    let hi = _mm512_cvtepi32_ps(hi);
+    let sum = if SHIFT == BYTE {
+        hi
+    } else {
+        let step = _mm512_set1_ps((1u32 << SHIFT) as f32);
+        _mm512_fmadd_ps(hi, step, _mm512_cvtepi32_ps(lo))
+    };
+    let dx = _mm512_set1_ps(dx);
+    let acc = _mm512_fmadd_ps(sum, _mm512_mul_ps(d, dx), acc);
+    _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(neg_dmin, dx), acc)
+}
+
+/// `−dmin` of two groups' super-blocks `sa` and `sb` (from their headers'
+/// f16 values), as sixteen f32.
+#[target_feature(enable = "avx512f,avx512vl")]
+#[inline]
+pub(crate) fn pair_neg_dmin(sa: &[u8], sb: &[u8]) -> __m512 {
+    use super::vnni_packed::f16x16;
+    _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(f16x16(&sa[16..32], &sb[16..32])),
+        _mm512_set1_epi32(i32::MIN),
+    ))
 }
 
 /// Defines `pair_tile::<T>`, the outputs of two consecutive packed groups
@@ -60,12 +108,12 @@ macro_rules! q4k_pair_tile {
             xs: &[Q16Row<'_, SHIFT>],
             reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m512; T] {
-            use $crate::cpu::kernels::packed_q4k::{
-                SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
-            };
+            use $crate::cpu::kernels::packed_q4k::{SubBlockBits, BITS_AT, SCALES_AT, SUB_BLOCKS};
             use $crate::cpu::kernels::simd::avx2_packed::{ByteConsts, RowPlanes};
-            use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
-            use $crate::cpu::kernels::simd::vnni_packed_q4k::u8x16;
+            use $crate::cpu::kernels::simd::vnni_packed::f16x16;
+            use $crate::cpu::kernels::simd::vnni_packed_q4k::{
+                pair_add_super, pair_neg_dmin, pair_super_mins, u8x16,
+            };
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
             let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
@@ -75,16 +123,10 @@ macro_rules! q4k_pair_tile {
             let len = nb / SUB_BLOCKS * SUPER_BYTES;
             let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
             let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
-            let d_supers = xs.map(|x| x.d.as_chunks::<SUB_BLOCKS>().0);
-            let s_supers = xs.map(|x| x.s.as_chunks::<SUB_BLOCKS>().0);
             let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, reads);
             for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
-                let (dxs, sxs) = (d_supers.map(|d| &d[s]), s_supers.map(|v| &v[s]));
-                let d = f16x16(&sa[..16], &sb[..16]);
-                let neg_dmin = _mm512_castsi512_ps(_mm512_xor_si512(
-                    _mm512_castps_si512(f16x16(&sa[16..32], &sb[16..32])),
-                    _mm512_set1_epi32(i32::MIN),
-                ));
+                let mut sums_hi = [_mm512_setzero_si512(); T];
+                let mut sums_lo = [_mm512_setzero_si512(); T];
                 for j in 0..SUB_BLOCKS {
                     let i = s * SUB_BLOCKS + j;
                     let block_bytes = SUPER_BYTES / SUB_BLOCKS;
@@ -96,14 +138,24 @@ macro_rules! q4k_pair_tile {
                         block_into_l1(&sb[at..], BLOCK_BITS);
                     }
                     let (sum_hi, sum_lo) = $pair_sums(&sa[at..], &sb[at..], planes.block(i));
-                    let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);
+                    let sc_at = SCALES_AT + GROUP_ROWS * j;
                     let sc = u8x16(&sa[sc_at..], &sb[sc_at..]);
-                    let m = u8x16(&sa[m_at..], &sb[m_at..]);
-                    let scales = (_mm512_mul_ps(d, sc), _mm512_mul_ps(neg_dmin, m));
                     for t in 0..T {
-                        let x = (dxs[t][j], sxs[t][j]);
-                        acc[t] = pair_add_block::<SHIFT>(acc[t], scales, sum_hi[t], sum_lo[t], x);
+                        let scaled = _mm512_mullo_epi32(sum_hi[t], sc);
+                        sums_hi[t] = _mm512_add_epi32(sums_hi[t], scaled);
+                        if SHIFT != $crate::cpu::kernels::qact::BYTE {
+                            let scaled = _mm512_mullo_epi32(sum_lo[t], sc);
+                            sums_lo[t] = _mm512_add_epi32(sums_lo[t], scaled);
+                        }
                     }
+                }
+                let d = f16x16(&sa[..16], &sb[..16]);
+                let neg_dmin = pair_neg_dmin(sa, sb);
+                let first = s * SUB_BLOCKS;
+                for t in 0..T {
+                    let mins = pair_super_mins(sa, sb, &xs[t].sums[first..first + SUB_BLOCKS]);
+                    let sums = (sums_hi[t], sums_lo[t], mins);
+                    acc[t] = pair_add_super::<SHIFT>(acc[t], (d, neg_dmin), sums, xs[t].d[first]);
                 }
             }
             acc

@@ -1,0 +1,408 @@
+//! AMX products of packed Q4_K and Q5_K row-group pairs (see `packed_q4k`)
+//! with up to [`MAX_TILES`] tiles of 16 activation rows.
+//!
+//! A tile product sums over 64 columns, two sub-blocks with scales of
+//! their own; so the scales go into the weights before it. Per
+//! super-block and group pair, each 6- or 5-bit value `q` becomes
+//! `sc·q` (below 2^11) split into its low and high bytes, two unsigned B
+//! operands per 64 columns, and a third operand holds each column's
+//! minimum `m`. Against one activation plane (the A operand, read in
+//! place) the three products give `Σ x·low`, `Σ x·high` and `Σ x·m` over
+//! the whole super-block in three tile registers; `256·high + low` is
+//! then `Σ_j sc_j·Σ q·x`, and with the plane sums joined the same way
+//! `Σ_j m_j·Σ q_x`: the integers of `packed_q4k`'s formula, exact, which
+//! the float step `vnni_packed_q4k::pair_add_super` turns into the bits of
+//! the AVX-512 kernels.
+//!
+//! The folding is paid once per super-block of a pair and shared by all
+//! of a call's row tiles, which is why this kernel takes many tiles at
+//! once (`PackedFormat::amx_rows`).
+//!
+//! Every function here is a safe `#[target_feature]` function or takes
+//! configured tiles ([`FullTiles`]): callers must only reach it after
+//! detecting the AVX-512 level's features and AMX (see `QuantKernel`).
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+
+use super::amx::{FullTiles, TILE_ROWS};
+use crate::cpu::kernels::packed::GROUP_ROWS;
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE, SUPER_BLOCK};
+
+/// Columns per tile product: a full tile row of bytes.
+const CHUNK: usize = 64;
+/// Tile products per super-block and operand.
+const CHUNKS: usize = SUPER_BLOCK / CHUNK;
+/// Bytes of one B operand: 16 rows of four columns of 16 weight rows.
+const OPERAND: usize = TILE_ROWS * CHUNK;
+/// Operands per chunk: the low bytes of `sc·q`, its high bytes, `m`.
+const PLANES: usize = 3;
+/// Most tiles of activation rows per call.
+pub(crate) const MAX_TILES: usize = 8;
+
+/// One super-block of a group pair as B operands, chunk after chunk.
+#[repr(C, align(64))]
+pub(crate) struct Folded([[[u8; OPERAND]; PLANES]; CHUNKS]);
+
+impl Folded {
+    /// Operands of zeros, for [`fold_sub_block`] to fill.
+    pub(crate) fn new() -> Folded {
+        Folded([[[0; OPERAND]; PLANES]; CHUNKS])
+    }
+}
+
+/// One tile's sums of a super-block: per activation plane (high, low)
+/// and operand, 16 activation rows of 16 weight rows' sums.
+#[repr(C, align(64))]
+pub(crate) struct TileSums([[[[i32; TILE_ROWS]; TILE_ROWS]; PLANES]; 2]);
+
+impl TileSums {
+    /// Zero sums, for [`tile_products`] to fill.
+    pub(crate) fn new() -> TileSums {
+        TileSums([[[[0; TILE_ROWS]; TILE_ROWS]; PLANES]; 2])
+    }
+}
+
+/// Activation rows that tiles read in place: 16 to `16·MAX_TILES` rows
+/// of one length (whole super-blocks) whose planes lie one stride apart,
+/// as rows of one buffer do.
+pub(crate) struct RowTiles<'r, 'a, const SHIFT: u32> {
+    rows: &'r [Q16Row<'a, SHIFT>],
+    /// Bytes from one row's planes to the next row's (two's complement
+    /// for rows in reverse order, as `amx::TileRows` has it).
+    stride: usize,
+}
+
+impl<'r, 'a, const SHIFT: u32> RowTiles<'r, 'a, SHIFT> {
+    /// `xs` as row tiles, or `None` unless they are a whole number of
+    /// tiles (at most [`MAX_TILES`]) of rows as described above.
+    pub(crate) fn new(xs: &'r [Q16Row<'a, SHIFT>]) -> Option<Self> {
+        let n = xs.len();
+        if n == 0 || !n.is_multiple_of(TILE_ROWS) || n > MAX_TILES * TILE_ROWS {
+            return None;
+        }
+        let first = xs[0];
+        let (values, blocks) = (first.hi.len(), first.d.len());
+        let address = |p: &[i8]| p.as_ptr() as usize;
+        let stride = address(xs[1].hi).wrapping_sub(address(first.hi));
+        let spaced = |p: &[i8], p0: &[i8], t: usize| {
+            address(p) == address(p0).wrapping_add(t.wrapping_mul(stride))
+        };
+        let evenly_spaced = xs.iter().enumerate().all(|(t, x)| {
+            let lo_spaced = SHIFT == BYTE || (x.lo.len() == values && spaced(x.lo, first.lo, t));
+            x.hi.len() == values
+                && x.d.len() == blocks
+                && x.sums.len() == blocks
+                && spaced(x.hi, first.hi, t)
+                && lo_spaced
+        });
+        let whole = values == blocks * BLOCK && values.is_multiple_of(SUPER_BLOCK);
+        (evenly_spaced && whole).then_some(RowTiles { rows: xs, stride })
+    }
+
+    /// The rows.
+    pub(crate) fn rows(&self) -> &'r [Q16Row<'a, SHIFT>] {
+        self.rows
+    }
+
+    /// Tiles of 16 rows.
+    pub(crate) fn tiles(&self) -> usize {
+        self.rows.len() / TILE_ROWS
+    }
+
+    /// Super-blocks in each row.
+    pub(crate) fn supers(&self) -> usize {
+        self.rows[0].hi.len() / SUPER_BLOCK
+    }
+
+    /// The address of column `col` of the first row of tile `t` in the
+    /// high plane (`lo` false) or the low one.
+    fn plane_at(&self, t: usize, lo: bool, col: usize) -> *const i8 {
+        let first = if lo { self.rows[0].lo } else { self.rows[0].hi };
+        first
+            .as_ptr()
+            .wrapping_add((TILE_ROWS * t).wrapping_mul(self.stride))
+            .wrapping_add(col)
+    }
+}
+
+/// Makes the tile products of one activation plane of 16 rows (row 0's
+/// first column of a super-block at `a`, the rows `stride` bytes apart)
+/// with a folded super-block, and stores them into `sums`.
+///
+/// # Safety
+/// `tiles` holds the configuration, and each of the 16 rows has the 256
+/// bytes from `row 0 + t·stride` readable.
+#[inline(always)]
+unsafe fn plane_products(
+    _tiles: &FullTiles,
+    a: *const i8,
+    stride: usize,
+    folded: &Folded,
+    sums: &mut [[[i32; TILE_ROWS]; TILE_ROWS]; PLANES],
+) {
+    // SAFETY: the registers are configured (`FullTiles`) with 16 rows of
+    // 64 bytes; each A load reads 64 bytes of each of the 16 rows (the
+    // caller's guarantee), each B load one 1 KiB operand of `folded`, and
+    // the stores write 1 KiB of `sums` each.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            options(nostack, nomem)
+        );
+        for (c, operands) in folded.0.iter().enumerate() {
+            asm!(
+                "tileloadd tmm3, [{a} + {stride}*1]",
+                "tileloadd tmm4, [{low} + {row}*1]",
+                "tileloadd tmm5, [{high} + {row}*1]",
+                "tileloadd tmm6, [{mins} + {row}*1]",
+                "tdpbsud tmm0, tmm3, tmm4",
+                "tdpbsud tmm1, tmm3, tmm5",
+                "tdpbsud tmm2, tmm3, tmm6",
+                a = in(reg) a.wrapping_add(CHUNK * c),
+                stride = in(reg) stride,
+                low = in(reg) operands[0].as_ptr(),
+                high = in(reg) operands[1].as_ptr(),
+                mins = in(reg) operands[2].as_ptr(),
+                row = in(reg) CHUNK,
+                options(nostack, readonly),
+            );
+        }
+        asm!(
+            "tilestored [{low} + {row}*1], tmm0",
+            "tilestored [{high} + {row}*1], tmm1",
+            "tilestored [{mins} + {row}*1], tmm2",
+            low = in(reg) sums[0].as_mut_ptr(),
+            high = in(reg) sums[1].as_mut_ptr(),
+            mins = in(reg) sums[2].as_mut_ptr(),
+            row = in(reg) 4 * TILE_ROWS,
+            options(nostack),
+        );
+    }
+}
+
+/// Makes tile `t`'s products with super-block `s`, folded in `folded`,
+/// into `sums`: of both activation planes, or of the high one for
+/// [`BYTE`] rows.
+#[inline(always)]
+pub(crate) fn tile_products<const SHIFT: u32>(
+    tiles: &FullTiles,
+    rows: &RowTiles<'_, '_, SHIFT>,
+    (t, s): (usize, usize),
+    folded: &Folded,
+    sums: &mut TileSums,
+) {
+    assert!(
+        t < rows.tiles() && s < rows.supers(),
+        "no such tile or super-block"
+    );
+    let planes: &[bool] = if SHIFT == BYTE {
+        &[false]
+    } else {
+        &[false, true]
+    };
+    for (&lo, sums) in planes.iter().zip(&mut sums.0) {
+        let a = rows.plane_at(t, lo, s * SUPER_BLOCK);
+        // SAFETY: the tiles are configured while `tiles` lives; rows
+        // `16t..16t + 16` exist (`t` is in range, checked above), lie one
+        // stride apart in both planes (`RowTiles::new`), and each holds
+        // `supers()` whole super-blocks, so the 256 bytes from column
+        // `256·s` (`s` in range) of each are its own.
+        unsafe { plane_products(tiles, a, rows.stride, folded, sums) };
+    }
+}
+
+/// Each of the 16 weight rows' byte of `a` (eight rows) and `b` (eight
+/// more) four times, as the lanes of a B operand's row.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn per_lane(a: &[u8], b: &[u8]) -> __m512i {
+    use super::vnni_packed_q4k::u8x16;
+    _mm512_mullo_epi32(u8x16(a, b), _mm512_set1_epi32(0x0101_0101))
+}
+
+/// Folds one sub-block of a pair into its eight B operand rows of
+/// `folded` (rows `8·(j mod 2)..` of chunk `j / 2`): its values `values`
+/// (four columns of 16 weight rows per vector, as `amx_packed`'s
+/// `set_chunk_values` takes them), each times its row's scale (`sc`, per
+/// lane as [`per_lane`] gives it) split into low and high bytes, and the
+/// minimums `m` (per lane) on every row.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn fold_sub_block(
+    folded: &mut Folded,
+    j: usize,
+    values: [[__m512i; 2]; 4],
+    (sc, m): (__m512i, __m512i),
+) {
+    let zero = _mm512_setzero_si512();
+    let bytes = _mm512_set1_epi16(0xFF);
+    let (sc_lo, sc_hi) = (
+        _mm512_unpacklo_epi8(sc, zero),
+        _mm512_unpackhi_epi8(sc, zero),
+    );
+    let [[l0, h0], [l1, h1], [l2, h2], [l3, h3]] = values;
+    let operands = &mut folded.0[j / 2];
+    for (k, v) in [l0, l1, l2, l3, h0, h1, h2, h3].into_iter().enumerate() {
+        let p_lo = _mm512_mullo_epi16(_mm512_unpacklo_epi8(v, zero), sc_lo);
+        let p_hi = _mm512_mullo_epi16(_mm512_unpackhi_epi8(v, zero), sc_hi);
+        let low = _mm512_packus_epi16(_mm512_and_si512(p_lo, bytes), _mm512_and_si512(p_hi, bytes));
+        let high = _mm512_packus_epi16(_mm512_srli_epi16::<8>(p_lo), _mm512_srli_epi16::<8>(p_hi));
+        let at = CHUNK * (8 * (j % 2) + k);
+        for (plane, v) in [low, high, m].into_iter().enumerate() {
+            let row = &mut operands[plane][at..at + CHUNK];
+            // SAFETY: `row` is 64 bytes (sliced above) and `storeu` has no
+            // alignment requirement.
+            unsafe { _mm512_storeu_si512(row.as_mut_ptr().cast(), v) };
+        }
+    }
+}
+
+/// Adds tile `t`'s sums of super-block `s` (of the pair whose headers
+/// are `sa` and `sb`, `first_block` its first block) to its rows' outputs
+/// in `out` (a pair's outputs for `n` rows, see [`load_row`]): the
+/// integers of `packed_q4k`'s formula from the sums, then
+/// `pair_add_super` on the outputs so far (zero for the first
+/// super-block).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn add_tile<const SHIFT: u32>(
+    (out, n): (&mut [[f32; GROUP_ROWS]], usize),
+    (t, first_block): (usize, usize),
+    sums: &TileSums,
+    rows: &[Q16Row<'_, SHIFT>],
+    (sa, sb): (&[u8], &[u8]),
+) {
+    use super::vnni_packed::f16x16;
+    use super::vnni_packed_q4k::{pair_add_super, pair_neg_dmin};
+    let (d, neg_dmin) = (f16x16(&sa[..16], &sb[..16]), pair_neg_dmin(sa, sb));
+    let shift = _mm_cvtsi32_si128(SHIFT as i32);
+    for (r, x) in rows.iter().enumerate() {
+        let load = |plane: usize, op: usize| {
+            // SAFETY: the 16 sums of row `r` are 64 bytes of `sums`, and
+            // `loadu` has no alignment requirement.
+            unsafe { _mm512_loadu_si512(sums.0[plane][op][r].as_ptr().cast()) }
+        };
+        let joined =
+            |plane| _mm512_add_epi32(_mm512_slli_epi32::<8>(load(plane, 1)), load(plane, 0));
+        let hi = joined(0);
+        let (lo, mins) = if SHIFT == BYTE {
+            (_mm512_setzero_si512(), load(0, 2))
+        } else {
+            let mins = _mm512_add_epi32(_mm512_sll_epi32(load(0, 2), shift), load(1, 2));
+            (joined(1), mins)
+        };
+        let row = TILE_ROWS * t + r;
+        let acc = if first_block == 0 {
+            _mm512_setzero_ps()
+        } else {
+            load_row(out, n, row)
+        };
+        let acc = pair_add_super::<SHIFT>(acc, (d, neg_dmin), (hi, lo, mins), x.d[first_block]);
+        store_row(out, n, row, acc);
+    }
+}
+
+/// Row `t`'s outputs so far in a pair's outputs `out` for `n` rows: the
+/// first group's eight at `out[t]` (lanes 0..8), the second's at
+/// `out[n + t]`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn load_row(out: &[[f32; GROUP_ROWS]], n: usize, t: usize) -> __m512 {
+    let (a, b) = (&out[t], &out[n + t]);
+    // SAFETY: `a` and `b` are eight floats each and `loadu` has no
+    // alignment requirement.
+    let (a, b) = unsafe { (_mm256_loadu_ps(a.as_ptr()), _mm256_loadu_ps(b.as_ptr())) };
+    _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+        _mm512_castpd256_pd512(_mm256_castps_pd(a)),
+        _mm256_castps_pd(b),
+    ))
+}
+
+/// Stores row `t`'s outputs `acc` where [`load_row`] reads them.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn store_row(out: &mut [[f32; GROUP_ROWS]], n: usize, t: usize, acc: __m512) {
+    use super::avx2::store;
+    let lo = _mm512_castps512_ps256(acc);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));
+    store(&mut out[t], lo);
+    store(&mut out[n + t], hi);
+}
+
+/// Defines `pairs::<SHIFT>`, the outputs of each pair of consecutive
+/// groups in `groups` (of `group_bytes` each, in a K-quant layout with
+/// packed Q4_K's header and the sub-block bits `$bits`, whose values two
+/// groups give through `$pair_values`) for the row tiles `rows`:
+/// `out[2n·p + t]` and `out[2n·p + n + t]` for pair `p` and row `t`.
+macro_rules! kquant_amx_pairs {
+    ($bits:ty, $pair_values:path) => {
+        use $crate::cpu::kernels::packed::GROUP_ROWS;
+        use $crate::cpu::kernels::simd::amx::{FullTiles, TILE_ROWS};
+        use $crate::cpu::kernels::simd::amx_kquant::*;
+
+        /// The products of every pair in `groups` with `rows` (see the
+        /// macro), on the configured `tiles`: super-block by super-block,
+        /// so that each one's activation blocks serve every pair while
+        /// they are in cache, each pair's scales folded into it once for
+        /// all the row tiles, and the outputs summed where they go.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        pub(crate) fn pairs<const SHIFT: u32>(
+            tiles: &FullTiles,
+            groups: &[u8],
+            group_bytes: usize,
+            rows: &RowTiles<'_, '_, SHIFT>,
+            (out, n): (&mut [[f32; GROUP_ROWS]], usize),
+        ) {
+            use $crate::cpu::kernels::packed_q4k::{
+                SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
+            };
+            const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
+            const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
+            let mut folded = Folded::new();
+            let mut sums = TileSums::new();
+            for s in 0..rows.supers() {
+                let pairs = groups.chunks_exact(2 * group_bytes);
+                for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
+                    let (a, b) = pair.split_at(group_bytes);
+                    let sa = &a[s * SUPER_BYTES..][..SUPER_BYTES];
+                    let sb = &b[s * SUPER_BYTES..][..SUPER_BYTES];
+                    for j in 0..SUB_BLOCKS {
+                        let at = BITS_AT + BLOCK_BITS * j;
+                        let values = $pair_values(&sa[at..], &sb[at..]);
+                        let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);
+                        let scales = (
+                            per_lane(&sa[sc_at..], &sb[sc_at..]),
+                            per_lane(&sa[m_at..], &sb[m_at..]),
+                        );
+                        fold_sub_block(&mut folded, j, values, scales);
+                    }
+                    for t in 0..rows.tiles() {
+                        tile_products::<SHIFT>(tiles, rows, (t, s), &folded, &mut sums);
+                        let tile_rows = &rows.rows()[TILE_ROWS * t..][..TILE_ROWS];
+                        let at = (t, s * SUB_BLOCKS);
+                        add_tile::<SHIFT>((&mut *out, n), at, &sums, tile_rows, (sa, sb));
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// Q4_K's sub-blocks.
+pub(crate) mod q4k {
+    kquant_amx_pairs!(
+        crate::cpu::kernels::packed_q4k::Nibbles,
+        crate::cpu::kernels::simd::amx_packed::nibble_pair_values
+    );
+}
+
+/// Q5_K's sub-blocks.
+pub(crate) mod q5k {
+    kquant_amx_pairs!(
+        crate::cpu::kernels::packed_q5k::FiveBits,
+        crate::cpu::kernels::simd::vnni_packed_q5::pair_values
+    );
+}
