@@ -41,8 +41,6 @@ use half::f16;
 use mllm_core::Result;
 use rayon::ThreadPool;
 
-#[cfg(target_arch = "x86_64")]
-use super::packed::vnni_pair_in_chunks;
 use super::packed::{
     nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat, SourceRows,
     WeightReads, GROUP_ROWS,
@@ -53,7 +51,7 @@ use super::qmatmul::QuantMatrix;
 #[cfg(target_arch = "x86_64")]
 use super::simd::amx::{FullTiles, TILE_ROWS};
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx_kquant::{RowTiles, MAX_TILES};
+use super::simd::amx_kquant::{rest_on_vnni, RowTiles, MAX_TILES};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_k, QuantType};
 
@@ -323,12 +321,24 @@ impl SubBlockBits for Nibbles {
 #[cfg(target_arch = "x86_64")]
 const AMX_ROW_BYTES: usize = 2 << 20;
 
+/// Activation rows per call of an AMX K-quant kernel for rows of `cols`
+/// values split at `SHIFT`: as many tiles as keep their planes within
+/// [`AMX_ROW_BYTES`], at most `amx_kquant::MAX_TILES`. The kernels fold
+/// the scales into each super-block of weights once for all of a call's
+/// rows.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn amx_rows_for<const SHIFT: u32>(cols: usize) -> usize {
+    let planes = if SHIFT == BYTE { 1 } else { 2 };
+    let tiles = AMX_ROW_BYTES / (TILE_ROWS * cols * planes).max(1);
+    tiles.clamp(1, MAX_TILES) * TILE_ROWS
+}
+
 /// Group pairs per call of the AMX kernel: it reads each super-block's
 /// activation blocks once for all of them. With two pairs per call, one
 /// thread's Q4_K products of a 1B model's down projection (16-bit rows,
 /// 8192 wide) took 1.35 times as long as with sixteen.
 #[cfg(target_arch = "x86_64")]
-const AMX_SPAN_PAIRS: usize = 16;
+pub(crate) const AMX_SPAN_PAIRS: usize = 16;
 
 /// The packed layout of sub-block bits `B` as a [`PackedFormat`] for
 /// activation rows split at `SHIFT` ([`WIDE`] or [`BYTE`]).
@@ -402,15 +412,10 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
 
     const AMX: bool = true;
 
-    /// As many tiles as keep the planes of a call's rows within
-    /// [`AMX_ROW_BYTES`] (at most `amx_kquant::MAX_TILES`): the kernel
-    /// folds the scales into each super-block of weights once for all of
-    /// a call's rows, and reads all their planes once per pair of groups.
+    /// See [`amx_rows_for`].
     #[cfg(target_arch = "x86_64")]
     fn amx_rows(cols: usize) -> usize {
-        let planes = if SHIFT == BYTE { 1 } else { 2 };
-        let tiles = AMX_ROW_BYTES / (TILE_ROWS * cols * planes).max(1);
-        tiles.clamp(1, MAX_TILES) * TILE_ROWS
+        amx_rows_for::<SHIFT>(cols)
     }
 
     /// The weights of [`AMX_SPAN_PAIRS`] group pairs.
@@ -433,8 +438,8 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
         let n = xs.len();
-        let (tiled, rest) = xs.split_at(n / TILE_ROWS * TILE_ROWS);
-        let Some(rows) = RowTiles::new(tiled) else {
+        let tiled = n / TILE_ROWS * TILE_ROWS;
+        let Some(rows) = RowTiles::new(&xs[..tiled]) else {
             return false;
         };
         {
@@ -444,19 +449,8 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
             // SAFETY: the caller guarantees the features (trait contract).
             unsafe { B::amx_pairs::<SHIFT>(&tiles, groups, group_bytes, &rows, (out, n)) };
         }
-        if !rest.is_empty() {
-            let mut part = [[0.0f32; GROUP_ROWS]; 2 * TILE_ROWS];
-            let part = &mut part[..2 * rest.len()];
-            let pairs = groups.chunks_exact(2 * group_bytes);
-            for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
-                let (a, b) = pair.split_at(group_bytes);
-                // SAFETY: the caller guarantees the features (trait
-                // contract).
-                unsafe { vnni_pair_in_chunks::<Self>(a, b, rest, part, WeightReads::FromCache) };
-                out[tiled.len()..n].copy_from_slice(&part[..rest.len()]);
-                out[n + tiled.len()..].copy_from_slice(&part[rest.len()..]);
-            }
-        }
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { rest_on_vnni::<Self>(groups, group_bytes, xs, tiled, out) };
         true
     }
 }

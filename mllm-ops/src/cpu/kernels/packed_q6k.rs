@@ -20,11 +20,22 @@
 //! columns of all eight rows with shifts and masks.
 //!
 //! The two halves of a block are Q6_K's sub-blocks of 16, each with its own
-//! scale: their sums `Σ q·q_x` stay apart, and `−32·Σ q_x` (from the
-//! activation half's sum, computed once per call) is added to give the
-//! exact integer `Σ (q − 32)·q_x`. Each half then adds
-//! `fma(Σ, (d·sc)·d_x, acc)`, the same integers and float steps at every
-//! level, so all levels give the same bits.
+//! 8-bit scale. The activation rows have one scale `d_x` per super-block
+//! (`qact::SUPER_BLOCK`), so the halves add up as integers: with the
+//! 16-bit values `q_x = 2^SHIFT·hi + lo` of a row split at `SHIFT`, row
+//! `r` gets per super-block
+//!
+//! ```text
+//! H = Σ_h sc_h·Σ (q − 32)·hi    L = Σ_h sc_h·Σ (q − 32)·lo
+//! acc = fma(2^SHIFT·H + L, d·d_x, acc)
+//! ```
+//!
+//! (`2^SHIFT·H + L` one `fma` in f32, `L = 0` for 8-bit rows). The
+//! vector kernels start each half's sums `Σ q·hi` and `Σ q·lo` at the
+//! row's offsets `−32·Σ hi` and `−32·Σ lo` (computed once per call); the
+//! AMX kernel (`amx_q6k`) folds `sc·(q − 32)` into the weights. Each
+//! integer is exact in 32 bits (`|H|, |L| < 2^28`), and every level takes
+//! the same float steps, so all levels give the same bits.
 
 use std::ops::Range;
 
@@ -36,9 +47,13 @@ use super::packed::{
     by_row_blocks, fill_by_rows, pack_blocks, packed_group_outputs, quantize_rows, PackedData,
     PackedFormat, SourceRows, GROUP_ROWS,
 };
-use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
+use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, SUPER_BLOCK, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::{QuantMatrix, Split};
+#[cfg(target_arch = "x86_64")]
+use super::simd::amx::{FullTiles, TILE_ROWS};
+#[cfg(target_arch = "x86_64")]
+use super::simd::amx_kquant::{rest_on_vnni, RowTiles};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q6_k, QuantType};
 
@@ -191,30 +206,28 @@ fn half_scale(sb: &[u8], r: usize, j: usize) -> f32 {
 }
 
 /// One activation row as the packed Q6_K kernels take it: its planes
-/// (split at `SHIFT`, [`WIDE`] or [`BYTE`]) and each half block's offset
-/// `−32·Σ q_x` (16 values), which turns `Σ q·q_x` into `Σ (q − 32)·q_x`.
+/// (split at `SHIFT`, [`WIDE`] or [`BYTE`], one scale per super-block)
+/// and each half block's offsets `−32·Σ hi` and `−32·Σ lo` (16 values),
+/// which turn `Σ q·x` into `Σ (q − 32)·x` plane by plane.
 #[derive(Clone, Copy)]
 pub(crate) struct Q6KInput<'a, const SHIFT: u32> {
     /// The quantized row.
     pub x: Q16Row<'a, SHIFT>,
-    /// `−32·Σ q_x` over each 16 values. Stored ready to add, so that a
-    /// kernel can start a half's sum at it (a broadcast from memory)
-    /// instead of scaling and subtracting per weight group.
-    pub half_offsets: &'a [i32],
+    /// `[−32·Σ hi, −32·Σ lo]` over each 16 values. Stored ready to add,
+    /// so that a kernel can start a half's sums at them (broadcasts from
+    /// memory) instead of scaling and subtracting per weight group.
+    pub half_offsets: &'a [[i32; 2]],
 }
 
-/// `−32·Σ q_x` of each 16 values of the planes `hi` and `lo`, into `out`.
-fn half_offsets_into<const SHIFT: u32>(hi: &[i8], lo: &[i8], out: &mut [i32]) {
+/// `[−32·Σ hi, −32·Σ lo]` of each 16 values of the planes `hi` and `lo`,
+/// into `out`.
+fn half_offsets_into(hi: &[i8], lo: &[i8], out: &mut [[i32; 2]]) {
+    let sum = |p: &[i8]| p.iter().map(|&v| v as i32).sum::<i32>();
     for (o, (h, l)) in out
         .iter_mut()
         .zip(hi.chunks_exact(16).zip(lo.chunks_exact(16)))
     {
-        let sum: i32 = h
-            .iter()
-            .zip(l)
-            .map(|(&h, &l)| ((h as i32) << SHIFT) + l as i32)
-            .sum();
-        *o = -32 * sum;
+        *o = [-32 * sum(h), -32 * sum(l)];
     }
 }
 
@@ -224,11 +237,11 @@ fn half_offsets<const SHIFT: u32>(
     xs: &[Q16Row<'_, SHIFT>],
     in_f: usize,
     split: &Split<'_>,
-) -> Vec<i32> {
+) -> Vec<[i32; 2]> {
     let per_row = in_f / 16;
-    let mut offsets = vec![0; xs.len() * per_row];
+    let mut offsets = vec![[0; 2]; xs.len() * per_row];
     fill_by_rows(split, in_f, xs, per_row, &mut offsets, |x, out| {
-        half_offsets_into::<SHIFT>(x.hi, x.lo, out)
+        half_offsets_into(x.hi, x.lo, out)
     });
     offsets
 }
@@ -240,6 +253,7 @@ pub(crate) struct Q6KFormat<const SHIFT: u32>;
 impl<const SHIFT: u32> PackedFormat for Q6KFormat<SHIFT> {
     type Input<'a> = Q6KInput<'a, SHIFT>;
     const BLOCK_BYTES: usize = SUPER_BYTES / BLOCKS;
+    const PER_SCALE: usize = SUPER_BLOCK;
 
     fn blocks(x: &Q6KInput<'_, SHIFT>) -> usize {
         x.x.d.len()
@@ -256,11 +270,59 @@ impl<const SHIFT: u32> PackedFormat for Q6KFormat<SHIFT> {
         avx_vnni_packed::q6k,
         vnni_packed_q6k
     );
+
+    const AMX: bool = true;
+
+    /// As many tiles as keep the planes of a call's rows within
+    /// `packed_q4k::AMX_ROW_BYTES` (see there).
+    #[cfg(target_arch = "x86_64")]
+    fn amx_rows(cols: usize) -> usize {
+        super::packed_q4k::amx_rows_for::<SHIFT>(cols)
+    }
+
+    /// The weights of `packed_q4k::AMX_SPAN_PAIRS` group pairs.
+    #[cfg(target_arch = "x86_64")]
+    fn amx_span_bytes(cols: usize) -> usize {
+        super::packed_q4k::AMX_SPAN_PAIRS * 2 * cols / SUPER_BLOCK * SUPER_BYTES
+    }
+
+    /// The whole tiles of `xs` on AMX tiles (`simd::amx_q6k`), and the rows
+    /// after them (fewer than a tile) through the AVX-512 kernel; `false`
+    /// (nothing written) when there is no whole tile or the rows are not
+    /// tile rows.
+    ///
+    /// # Safety
+    /// The trait method's: the CPU has the features it names.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn amx_pairs(
+        groups: &[u8],
+        group_bytes: usize,
+        xs: &[Q6KInput<'_, SHIFT>],
+        out: &mut [[f32; GROUP_ROWS]],
+    ) -> bool {
+        let rows: Vec<Q16Row<'_, SHIFT>> = xs.iter().map(|x| x.x).collect();
+        let tiled = rows.len() / TILE_ROWS * TILE_ROWS;
+        let Some(tile_rows) = RowTiles::new(&rows[..tiled]) else {
+            return false;
+        };
+        {
+            // SAFETY: the caller guarantees AMX and the permission to use
+            // it (trait contract).
+            let tiles = unsafe { FullTiles::new() };
+            let out = (&mut *out, xs.len());
+            // SAFETY: the caller guarantees the features (trait contract).
+            unsafe { super::simd::amx_q6k::pairs(&tiles, groups, group_bytes, &tile_rows, out) };
+        }
+        // SAFETY: the caller guarantees the features (trait contract).
+        unsafe { rest_on_vnni::<Self>(groups, group_bytes, xs, tiled, out) };
+        true
+    }
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
-/// (one to `TILE_TOKENS` rows), in portable code: per half block and row
-/// `acc = fma(Σ (q − 32)·q_x, (d·sc)·d_x, acc)` in f32.
+/// (one to `TILE_TOKENS` rows), in portable code: per super-block and row
+/// the integers `H` and `L` and the float step of the module
+/// documentation.
 pub(crate) fn group_dot<const SHIFT: u32>(
     group: &[u8],
     xs: &[Q6KInput<'_, SHIFT>],
@@ -270,18 +332,28 @@ pub(crate) fn group_dot<const SHIFT: u32>(
         let x = input.x;
         *out = [0.0; GROUP_ROWS];
         for (s, sb) in group.chunks_exact(SUPER_BYTES).enumerate() {
+            let dx = x.d[s * BLOCKS];
             for (r, acc) in out.iter_mut().enumerate() {
+                let (mut hi_sum, mut lo_sum) = (0i32, 0i32);
                 for half in 0..2 * BLOCKS {
                     let at = s * q6_k::BLOCK_LEN + 16 * half;
-                    let mut sum = 0i32;
+                    let (mut hi, mut lo) = (0i32, 0i32);
                     for k in 0..16 {
-                        let qx = ((x.hi[at + k] as i32) << SHIFT) + x.lo[at + k] as i32;
-                        sum += value(sb, r, 16 * half + k) as i32 * qx;
+                        let q = value(sb, r, 16 * half + k) as i32 - 32;
+                        hi += q * x.hi[at + k] as i32;
+                        lo += q * x.lo[at + k] as i32;
                     }
-                    let p = sum + input.half_offsets[at / 16];
-                    let dx = x.d[at / BLOCK];
-                    *acc = (p as f32).mul_add(half_scale(sb, r, half) * dx, *acc);
+                    let sc = sb[SCALES_AT + GROUP_ROWS * half + r] as i8 as i32;
+                    hi_sum += sc * hi;
+                    lo_sum += sc * lo;
                 }
+                let d = f16::from_le_bytes([sb[2 * r], sb[2 * r + 1]]).to_f32();
+                let sum = if SHIFT == BYTE {
+                    hi_sum as f32
+                } else {
+                    (hi_sum as f32).mul_add((1u32 << SHIFT) as f32, lo_sum as f32)
+                };
+                *acc = sum.mul_add(d * dx, *acc);
             }
         }
     }
@@ -328,7 +400,7 @@ fn q6k_linear<const SHIFT: u32>(
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.groups(g, n);
     by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, (xb, in_f, BLOCK), split, scratch, |rows| {
+        quantize_rows::<SHIFT>(k, (xb, in_f, SUPER_BLOCK), split, scratch, |rows| {
             let offsets = half_offsets(rows, in_f, split);
             let xs: Vec<Q6KInput<'_, SHIFT>> = rows
                 .iter()
@@ -344,7 +416,7 @@ fn q6k_linear<const SHIFT: u32>(
 mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
-        check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
+        check_group_products, check_packed_linear_per, check_rows_alone, check_unpacked_rows,
         BoundLinear, PATHS,
     };
     use crate::cpu::kernels::packed::TILE_TOKENS;
@@ -384,10 +456,10 @@ mod tests {
         ];
         let blocks = |rng: &mut Rng, n: usize| random_blocks(rng, QT, n / BLOCKS);
         for path in PATHS {
-            check_packed_linear(
+            check_packed_linear_per(
                 path,
                 &mut rng,
-                QT,
+                (QT, SUPER_BLOCK),
                 &blocks,
                 &cases,
                 &|k, m, x, rows, b, y, pool| {
@@ -412,7 +484,7 @@ mod tests {
     #[test]
     fn every_level_and_every_row_alone_give_the_same_bits() {
         let mut rng = Rng::new(63);
-        let cases = [(3, 1, 64), (6, 2, 40), (131, 1, 24)];
+        let cases = [(3, 1, 64), (6, 2, 40), (45, 2, 32), (131, 1, 24)];
         for (path, &(rows, supers, out_f)) in PATHS
             .iter()
             .flat_map(|p| cases.iter().map(move |c| (*p, c)))
@@ -438,6 +510,29 @@ mod tests {
         }
     }
 
+    /// The half offsets of each of the rows `xs`.
+    fn offsets_of<const SHIFT: u32>(xs: &[Q16Row<'_, SHIFT>]) -> Vec<Vec<[i32; 2]>> {
+        xs.iter()
+            .map(|x| {
+                let mut o = vec![[0; 2]; x.hi.len() / 16];
+                half_offsets_into(x.hi, x.lo, &mut o);
+                o
+            })
+            .collect()
+    }
+
+    /// The rows `xs` with their half offsets `offsets`, as the kernels
+    /// take them.
+    fn inputs<'a, const SHIFT: u32>(
+        xs: &[Q16Row<'a, SHIFT>],
+        offsets: &'a [Vec<[i32; 2]>],
+    ) -> Vec<Q6KInput<'a, SHIFT>> {
+        xs.iter()
+            .zip(offsets)
+            .map(|(&x, o)| Q6KInput { x, half_offsets: o })
+            .collect()
+    }
+
     /// The group products of one and of two groups (the 512-bit pair) for
     /// one to four rows split at `SHIFT` equal the portable kernel's bits
     /// at every level.
@@ -447,24 +542,11 @@ mod tests {
         let w = random_blocks(rng, QT, rows * supers);
         let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
         let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
-            .map(|_| Q16Act::quantize(&rng.vec(cols, 3.0)))
+            .map(|_| Q16Act::quantize_per(&rng.vec(cols, 3.0), SUPER_BLOCK))
             .collect();
-        let offsets: Vec<Vec<i32>> = acts
-            .iter()
-            .map(|a| {
-                let mut o = vec![0; cols / 16];
-                half_offsets_into::<SHIFT>(a.row().hi, a.row().lo, &mut o);
-                o
-            })
-            .collect();
-        let xs: Vec<Q6KInput<'_, SHIFT>> = acts
-            .iter()
-            .zip(&offsets)
-            .map(|(a, o)| Q6KInput {
-                x: a.row(),
-                half_offsets: o,
-            })
-            .collect();
+        let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
+        let offsets = offsets_of(&rows);
+        let xs = inputs(&rows, &offsets);
         let levels = [
             SimdLevel::Scalar,
             SimdLevel::Avx2,
@@ -480,6 +562,63 @@ mod tests {
         let mut rng = Rng::new(64);
         check_levels::<WIDE>(&mut rng);
         check_levels::<BYTE>(&mut rng);
+    }
+
+    /// The AMX tile products of 16 rows split at `SHIFT` (see
+    /// `check_tile_products`), and of many tiles of rows and the rows
+    /// after them: each row's outputs of four groups equal the AVX-512
+    /// products of the row alone, bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    fn check_tiles<const SHIFT: u32>(rng: &mut Rng) {
+        use crate::cpu::kernels::packed::tests::check_tile_products;
+        use crate::cpu::kernels::packed::WeightReads;
+        use crate::cpu::kernels::qkernel::QuantPath;
+        use crate::cpu::kernels::simd::amx::TILE_ROWS;
+        let (groups_n, supers) = (4, 2);
+        let (rows, cols) = (groups_n * GROUP_ROWS, supers * q6_k::BLOCK_LEN);
+        let w = random_blocks(rng, QT, rows * supers);
+        let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
+        let what = format!("q6_k split at {SHIFT}");
+        let path = QuantPath::Int16Activations;
+        let amx = QuantKernel::with_level(path, SimdLevel::Amx);
+        let avx512 = QuantKernel::with_level(path, SimdLevel::Avx512);
+        for n in [TILE_ROWS, 21, 48, 8 * TILE_ROWS] {
+            let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(n * cols, 3.0), SUPER_BLOCK);
+            let xs: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
+            let offsets = offsets_of(&xs);
+            let xs = inputs(&xs, &offsets);
+            if n == TILE_ROWS {
+                check_tile_products::<Q6KFormat<SHIFT>>(p.groups(0, 2), &xs, &what);
+            }
+            let (Some(_), Some(avx512)) = (amx, avx512) else {
+                eprintln!("{what}: no AMX tiles on this CPU, the tile products were not run");
+                return;
+            };
+            let groups = p.groups(0, groups_n);
+            let group_bytes = groups.len() / groups_n;
+            let mut got = vec![[f32::NAN; GROUP_ROWS]; groups_n * n];
+            // SAFETY: the AMX level is available (checked above): the
+            // AVX-512 level's features and AMX tiles this process may use.
+            let took = unsafe { Q6KFormat::<SHIFT>::amx_pairs(groups, group_bytes, &xs, &mut got) };
+            assert!(took, "{what}, {n} rows: tiles taken");
+            for (t, x) in xs.iter().enumerate() {
+                let mut alone = vec![[f32::NAN; GROUP_ROWS]; groups_n];
+                let one = std::slice::from_ref(x);
+                let reads = WeightReads::FromCache;
+                avx512.packed_dot::<Q6KFormat<SHIFT>>(groups, one, &mut alone, reads);
+                for (g, want) in alone.iter().enumerate() {
+                    assert_eq!(got[g * n + t], *want, "{what}: row {t} of {n}, group {g}");
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn amx_tile_products_equal_avx512() {
+        let mut rng = Rng::new(65);
+        check_tiles::<WIDE>(&mut rng);
+        check_tiles::<BYTE>(&mut rng);
     }
 
     #[test]

@@ -26,40 +26,43 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::amx::{FullTiles, TILE_ROWS};
-use crate::cpu::kernels::packed::GROUP_ROWS;
+use crate::cpu::kernels::packed::{vnni_pair_in_chunks, PackedFormat, WeightReads, GROUP_ROWS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE, SUPER_BLOCK};
 
 /// Columns per tile product: a full tile row of bytes.
-const CHUNK: usize = 64;
+pub(crate) const CHUNK: usize = 64;
 /// Tile products per super-block and operand.
-const CHUNKS: usize = SUPER_BLOCK / CHUNK;
+pub(crate) const CHUNKS: usize = SUPER_BLOCK / CHUNK;
 /// Bytes of one B operand: 16 rows of four columns of 16 weight rows.
-const OPERAND: usize = TILE_ROWS * CHUNK;
+pub(crate) const OPERAND: usize = TILE_ROWS * CHUNK;
 /// Operands per chunk: the low bytes of `sc·q`, its high bytes, `m`.
 const PLANES: usize = 3;
 /// Most tiles of activation rows per call.
 pub(crate) const MAX_TILES: usize = 8;
 
-/// One super-block of a group pair as B operands, chunk after chunk.
+/// One super-block of a group pair as `P` B operands per chunk, chunk
+/// after chunk.
 #[repr(C, align(64))]
-pub(crate) struct Folded([[[u8; OPERAND]; PLANES]; CHUNKS]);
+pub(crate) struct Folded<const P: usize = PLANES>(pub(crate) [[[u8; OPERAND]; P]; CHUNKS]);
 
-impl Folded {
-    /// Operands of zeros, for [`fold_sub_block`] to fill.
-    pub(crate) fn new() -> Folded {
-        Folded([[[0; OPERAND]; PLANES]; CHUNKS])
+impl<const P: usize> Folded<P> {
+    /// Operands of zeros, for a kernel's folding to fill.
+    pub(crate) fn new() -> Self {
+        Folded([[[0; OPERAND]; P]; CHUNKS])
     }
 }
 
 /// One tile's sums of a super-block: per activation plane (high, low)
-/// and operand, 16 activation rows of 16 weight rows' sums.
+/// and each of `P` operands, 16 activation rows of 16 weight rows' sums.
 #[repr(C, align(64))]
-pub(crate) struct TileSums([[[[i32; TILE_ROWS]; TILE_ROWS]; PLANES]; 2]);
+pub(crate) struct TileSums<const P: usize = PLANES>(
+    pub(crate) [[[[i32; TILE_ROWS]; TILE_ROWS]; P]; 2],
+);
 
-impl TileSums {
-    /// Zero sums, for [`tile_products`] to fill.
-    pub(crate) fn new() -> TileSums {
-        TileSums([[[[0; TILE_ROWS]; TILE_ROWS]; PLANES]; 2])
+impl<const P: usize> TileSums<P> {
+    /// Zero sums, for a kernel's tile products to fill.
+    pub(crate) fn new() -> Self {
+        TileSums([[[[0; TILE_ROWS]; TILE_ROWS]; P]; 2])
     }
 }
 
@@ -70,7 +73,7 @@ pub(crate) struct RowTiles<'r, 'a, const SHIFT: u32> {
     rows: &'r [Q16Row<'a, SHIFT>],
     /// Bytes from one row's planes to the next row's (two's complement
     /// for rows in reverse order, as `amx::TileRows` has it).
-    stride: usize,
+    pub(crate) stride: usize,
 }
 
 impl<'r, 'a, const SHIFT: u32> RowTiles<'r, 'a, SHIFT> {
@@ -117,12 +120,44 @@ impl<'r, 'a, const SHIFT: u32> RowTiles<'r, 'a, SHIFT> {
 
     /// The address of column `col` of the first row of tile `t` in the
     /// high plane (`lo` false) or the low one.
-    fn plane_at(&self, t: usize, lo: bool, col: usize) -> *const i8 {
+    pub(crate) fn plane_at(&self, t: usize, lo: bool, col: usize) -> *const i8 {
         let first = if lo { self.rows[0].lo } else { self.rows[0].hi };
         first
             .as_ptr()
             .wrapping_add((TILE_ROWS * t).wrapping_mul(self.stride))
             .wrapping_add(col)
+    }
+}
+
+/// The products of the rows `xs[tiled..]` (fewer than a tile, after the
+/// tiles an AMX kernel took) with each group pair in `groups` through the
+/// AVX-512 kernel of `F`, into `out` as `PackedFormat::amx_pairs` lays it
+/// out for all of `xs`.
+///
+/// # Safety
+/// The CPU has the AVX-512 level's features (as `PackedFormat::vnni`).
+pub(crate) unsafe fn rest_on_vnni<F: PackedFormat>(
+    groups: &[u8],
+    group_bytes: usize,
+    xs: &[F::Input<'_>],
+    tiled: usize,
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let (n, rest) = (xs.len(), &xs[tiled..]);
+    if rest.is_empty() {
+        return;
+    }
+    let mut part = [[0.0f32; GROUP_ROWS]; 2 * TILE_ROWS];
+    let part = &mut part[..2 * rest.len()];
+    for (pair, out) in groups
+        .chunks_exact(2 * group_bytes)
+        .zip(out.chunks_exact_mut(2 * n))
+    {
+        let (a, b) = pair.split_at(group_bytes);
+        // SAFETY: the caller guarantees the features.
+        unsafe { vnni_pair_in_chunks::<F>(a, b, rest, part, WeightReads::FromCache) };
+        out[tiled..n].copy_from_slice(&part[..rest.len()]);
+        out[n + tiled..].copy_from_slice(&part[rest.len()..]);
     }
 }
 
@@ -310,7 +345,7 @@ pub(crate) fn add_tile<const SHIFT: u32>(
 /// `out[n + t]`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn load_row(out: &[[f32; GROUP_ROWS]], n: usize, t: usize) -> __m512 {
+pub(crate) fn load_row(out: &[[f32; GROUP_ROWS]], n: usize, t: usize) -> __m512 {
     let (a, b) = (&out[t], &out[n + t]);
     // SAFETY: `a` and `b` are eight floats each and `loadu` has no
     // alignment requirement.
@@ -324,7 +359,7 @@ fn load_row(out: &[[f32; GROUP_ROWS]], n: usize, t: usize) -> __m512 {
 /// Stores row `t`'s outputs `acc` where [`load_row`] reads them.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn store_row(out: &mut [[f32; GROUP_ROWS]], n: usize, t: usize, acc: __m512) {
+pub(crate) fn store_row(out: &mut [[f32; GROUP_ROWS]], n: usize, t: usize, acc: __m512) {
     use super::avx2::store;
     let lo = _mm512_castps512_ps256(acc);
     let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));

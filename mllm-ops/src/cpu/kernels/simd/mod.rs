@@ -25,8 +25,9 @@
 //! * [`amx`]: AMX tile products of 16 activation rows with a packed group
 //!   pair's block, and the check that this process may use the tiles;
 //!   [`amx_packed`]: the Q4_0/Q4_1, Q5_0/Q5_1 and Q8_0 kernels over them;
-//!   [`amx_kquant`]: the Q4_K and Q5_K kernels, with the sub-block scales
-//!   folded into the weights (all bit-exact with the AVX-512 ones);
+//!   [`amx_kquant`] and [`amx_q6k`]: the Q4_K / Q5_K and Q6_K kernels,
+//!   with the sub-block scales folded into the weights (all bit-exact
+//!   with the AVX-512 ones);
 //! * [`avx2_packed_half`] and [`avx512_packed_half`]: f16/bf16 weights
 //!   repacked in groups of eight rows, a pair of columns at a time, times f32
 //!   activations (bit-exact with each other and the portable kernel);
@@ -50,6 +51,8 @@ pub(crate) mod amx;
 pub(crate) mod amx_kquant;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod amx_packed;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx_q6k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]

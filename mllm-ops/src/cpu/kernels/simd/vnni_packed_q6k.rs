@@ -4,9 +4,9 @@
 //!
 //! The 6-bit values are rebuilt as in `avx2_packed_q6k`; `dpbusd` (unsigned
 //! values times signed activation bytes, summed into 32-bit lanes) gives
-//! the same integer half sums, and the float steps after them are the same
-//! operations in the same order, so the results equal the AVX2 kernel's
-//! (and the portable one's) bit for bit.
+//! the same integer half sums, and the integer and float steps after them
+//! are the same operations in the same order, so the results equal the
+//! AVX2 kernel's (and the portable one's) bit for bit.
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2, FMA, F16C, AVX-512F, AVX-512VL,
@@ -17,23 +17,25 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::avx2_i8::load32;
 use super::avx2_packed::{BlockPlanes, ByteConsts, RowPlanes};
-use super::vnni_packed::{dpbusd_word, f16x16, join, pair_combine, store_pair};
+use super::vnni_packed::{dpbusd_word, f16x16, join, store_pair};
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
     Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
 };
+use crate::cpu::kernels::qact::BYTE;
 
 /// The `vpternlog` truth table of `a | (b & c)`.
 const A_OR_B_AND_C: i32 = 0xF8;
 
 /// Defines `plane_sums`, `avx2_packed_q6k::plane_sums` with `dpbusd`:
-/// `256·Σ w·hi + Σ w·lo` (or `Σ w·hi`) over 16 columns starting at `base`,
-/// the same 32-bit sums, with the target features `$features` and the
-/// 256-bit `dpbusd` intrinsic `$dpbusd` (AVX-512VL's here, AVX-VNNI's in
+/// `Σ w·hi` and `Σ w·lo` over 16 columns starting at `base`, the same
+/// 32-bit sums, with the target features `$features` and the 256-bit
+/// `dpbusd` intrinsic `$dpbusd` (AVX-512VL's here, AVX-VNNI's in
 /// `avx_vnni_packed`).
 macro_rules! q6k_plane_sums {
     ($features:literal, $dpbusd:path) => {
-        /// `256·Σ w·hi + Σ w·lo` (or `Σ w·hi`) over 16 columns from `base`.
+        /// `Σ w·hi` and `Σ w·lo` (zero for 8-bit rows) over 16 columns from
+        /// `base`.
         #[target_feature(enable = $features)]
         #[inline]
         fn plane_sums<const T: usize, const SHIFT: u32>(
@@ -41,9 +43,9 @@ macro_rules! q6k_plane_sums {
             x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
             t: usize,
             base: usize,
-        ) -> __m256i {
+        ) -> (__m256i, __m256i) {
             use $crate::cpu::kernels::qact::BLOCK;
-            use $crate::cpu::kernels::simd::avx2_packed::{combine, word, BlockPlanes};
+            use $crate::cpu::kernels::simd::avx2_packed::{word, BlockPlanes};
             let plane = |x: &[i8; BLOCK]| {
                 w.iter()
                     .enumerate()
@@ -56,7 +58,7 @@ macro_rules! q6k_plane_sums {
             } else {
                 _mm256_setzero_si256()
             };
-            combine::<SHIFT>(plane(x.his[t]), lo)
+            (plane(x.his[t]), lo)
         }
     };
 }
@@ -79,13 +81,63 @@ super::avx2_packed::packed_group_dot!(
 );
 
 /// The eight signed bytes at the start of `a` and those at the start of
-/// `b` as sixteen f32.
+/// `b` as sixteen 32-bit integers.
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn i8x16(a: &[u8], b: &[u8]) -> __m512 {
+pub(crate) fn i8x16(a: &[u8], b: &[u8]) -> __m512i {
     let word = |s: &[u8]| i64::from_le_bytes(s[..8].try_into().expect("eight bytes"));
-    let v = _mm_set_epi64x(word(b), word(a));
-    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))
+    _mm512_cvtepi8_epi32(_mm_set_epi64x(word(b), word(a)))
+}
+
+/// The 6-bit values of one block of two consecutive groups (`ba`'s bits
+/// in the low halves, `bb`'s in the high ones): per half (the first and
+/// the last 16 columns) and chunk `c`, four columns (`4c..4c + 4` of the
+/// half) of the 16 rows.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn pair_block_values(ba: &[u8], bb: &[u8]) -> [[__m512i; 4]; 2] {
+    let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let mut w = [[_mm512_setzero_si512(); 4]; 2];
+    for c in 0..4 {
+        let v = join(load32(&ba[32 * c..]), load32(&bb[32 * c..]));
+        let t_at = NIBBLE_BYTES + 32 * (c / 2);
+        let top = join(load32(&ba[t_at..]), load32(&bb[t_at..]));
+        let top = if c % 2 == 1 {
+            _mm512_srli_epi16::<4>(top)
+        } else {
+            top
+        };
+        w[0][c] = _mm512_ternarylogic_epi32::<A_OR_B_AND_C>(
+            _mm512_and_si512(v, low4),
+            _mm512_slli_epi16::<4>(top),
+            top2,
+        );
+        w[1][c] = _mm512_ternarylogic_epi32::<A_OR_B_AND_C>(
+            _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4),
+            _mm512_slli_epi16::<2>(top),
+            top2,
+        );
+    }
+    w
+}
+
+/// `avx2_packed_q6k::add_super` for sixteen rows (two groups) at once.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn pair_add_super<const SHIFT: u32>(
+    acc: __m512,
+    d: __m512,
+    (hi, lo): (__m512i, __m512i),
+    dx: f32,
+) -> __m512 {
+    let hi = _mm512_cvtepi32_ps(hi);
+    let sum = if SHIFT == BYTE {
+        hi
+    } else {
+        let step = _mm512_set1_ps((1u32 << SHIFT) as f32);
+        _mm512_fmadd_ps(hi, step, _mm512_cvtepi32_ps(lo))
+    };
+    _mm512_fmadd_ps(sum, _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc)
 }
 
 /// The outputs of two consecutive packed groups `a` and `b` for `T`
@@ -107,13 +159,10 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     let len = nb / BLOCKS * SUPER_BYTES;
     let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
     let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
-    let (low4, top2) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
-    let d_supers = xs.map(|x| x.x.d.as_chunks::<BLOCKS>().0);
-    let h_supers = xs.map(|x| x.half_offsets.as_chunks::<{ 2 * BLOCKS }>().0);
     let mut ahead = super::prefetch::Streams::new(a, 2, reads);
     for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
-        let (dxs, hss) = (d_supers.map(|d| &d[s]), h_supers.map(|h| &h[s]));
-        let d = f16x16(&sa[..16], &sb[..16]);
+        let mut sums_hi = [_mm512_setzero_si512(); T];
+        let mut sums_lo = [_mm512_setzero_si512(); T];
         for j in 0..BLOCKS {
             let i = s * BLOCKS + j;
             let block = planes.block(i);
@@ -125,63 +174,38 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
                 super::prefetch::block_into_l1(ba, BLOCK_BITS);
                 super::prefetch::block_into_l1(bb, BLOCK_BITS);
             }
-            let mut w = [[_mm512_setzero_si512(); 4]; 2];
-            for c in 0..4 {
-                let v = join(load32(&ba[32 * c..]), load32(&bb[32 * c..]));
-                let t_at = NIBBLE_BYTES + 32 * (c / 2);
-                let top = join(load32(&ba[t_at..]), load32(&bb[t_at..]));
-                let top = if c % 2 == 1 {
-                    _mm512_srli_epi16::<4>(top)
-                } else {
-                    top
-                };
-                w[0][c] = _mm512_ternarylogic_epi32::<A_OR_B_AND_C>(
-                    _mm512_and_si512(v, low4),
-                    _mm512_slli_epi16::<4>(top),
-                    top2,
-                );
-                w[1][c] = _mm512_ternarylogic_epi32::<A_OR_B_AND_C>(
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4),
-                    _mm512_slli_epi16::<2>(top),
-                    top2,
-                );
-            }
+            let w = pair_block_values(ba, bb);
             let scale = |h: usize| {
                 let at = SCALES_AT + GROUP_ROWS * h;
-                _mm512_mul_ps(d, i8x16(&sa[at..], &sb[at..]))
+                i8x16(&sa[at..], &sb[at..])
             };
-            let (scale0, scale1) = (scale(2 * j), scale(2 * j + 1));
+            let scales = [scale(2 * j), scale(2 * j + 1)];
             super::per_row!(T, |t| {
                 let (h, l) = (block.his[t], block.los[t]);
-                // Each half's sum starts at its offset `−32·Σ q_x`: in the
-                // high plane's sum for 8-bit rows, the low plane's (added
-                // after the shift) for 16-bit ones.
-                let offsets = hss[t];
-                let mut sums = [0, 1].map(|half| {
-                    let offset = _mm512_set1_epi32(offsets[2 * j + half]);
-                    if BlockPlanes::<T, SHIFT>::HAS_LO {
-                        [_mm512_setzero_si512(), offset]
-                    } else {
-                        [offset, _mm512_setzero_si512()]
-                    }
-                });
-                for (half, (sum, w)) in sums.iter_mut().zip(&w).enumerate() {
+                for (half, (w, sc)) in w.iter().zip(scales).enumerate() {
+                    // Each half's sums start at its offsets `−32·Σ hi` and
+                    // `−32·Σ lo`, which turn `Σ q·x` into `Σ (q − 32)·x`.
+                    let [off_hi, off_lo] = xs[t].half_offsets[2 * i + half];
+                    let mut sum_hi = _mm512_set1_epi32(off_hi);
+                    let mut sum_lo = _mm512_set1_epi32(off_lo);
                     for (c, &w) in w.iter().enumerate() {
                         let at = 16 * half + 4 * c;
-                        sum[0] = dpbusd_word::<T>(sum[0], w, h, at);
+                        sum_hi = dpbusd_word::<T>(sum_hi, w, h, at);
                         if BlockPlanes::<T, SHIFT>::HAS_LO {
-                            sum[1] = dpbusd_word::<T>(sum[1], w, l, at);
+                            sum_lo = dpbusd_word::<T>(sum_lo, w, l, at);
                         }
                     }
-                }
-                let dx = dxs[t][j];
-                for (half, [hi, lo]) in sums.into_iter().enumerate() {
-                    let p = pair_combine::<SHIFT>(hi, lo);
-                    let scale = if half == 0 { scale0 } else { scale1 };
-                    let scale = _mm512_mul_ps(scale, _mm512_set1_ps(dx));
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, acc[t]);
+                    sums_hi[t] = _mm512_add_epi32(sums_hi[t], _mm512_mullo_epi32(sum_hi, sc));
+                    if BlockPlanes::<T, SHIFT>::HAS_LO {
+                        sums_lo[t] = _mm512_add_epi32(sums_lo[t], _mm512_mullo_epi32(sum_lo, sc));
+                    }
                 }
             });
+        }
+        let d = f16x16(&sa[..16], &sb[..16]);
+        for t in 0..T {
+            let sums = (sums_hi[t], sums_lo[t]);
+            acc[t] = pair_add_super::<SHIFT>(acc[t], d, sums, xs[t].x.d[s * BLOCKS]);
         }
     }
     acc
