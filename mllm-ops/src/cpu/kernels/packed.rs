@@ -1754,6 +1754,40 @@ pub(crate) mod tests {
     }
 
     /// At the AMX level (skipped, with a note, on a CPU without it), the
+    /// tile product of the groups `groups` (an even number, `groups_n` of
+    /// them) with the rows `xs` (rows of one buffer, in order; any number,
+    /// for formats whose tile kernel takes many tiles and the rows after
+    /// them) is taken, and each row's outputs equal the AVX-512 products
+    /// of the row alone, bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn check_tiles_take_rows<F: PackedFormat>(
+        (groups, groups_n): (&[u8], usize),
+        xs: &[F::Input<'_>],
+        what: &str,
+    ) {
+        let path = QuantPath::Int16Activations;
+        if QuantKernel::with_level(path, SimdLevel::Amx).is_none() {
+            eprintln!("{what}: no AMX tiles on this CPU, the tile products were not run");
+            return;
+        }
+        let avx512 = QuantKernel::with_level(path, SimdLevel::Avx512).expect("AMX has AVX-512");
+        let (n, group_bytes) = (xs.len(), groups.len() / groups_n);
+        let mut got = vec![[f32::NAN; GROUP_ROWS]; groups_n * n];
+        // SAFETY: the AMX level is available (checked above): the AVX-512
+        // level's features and AMX tiles this process may use.
+        let took = unsafe { F::amx_pairs(groups, group_bytes, xs, &mut got) };
+        assert!(took, "{what}, {n} rows: tiles taken");
+        for (t, x) in xs.iter().enumerate() {
+            let mut alone = vec![[f32::NAN; GROUP_ROWS]; groups_n];
+            let one = std::slice::from_ref(x);
+            avx512.packed_dot::<F>(groups, one, &mut alone, WeightReads::FromCache);
+            for (g, want) in alone.iter().enumerate() {
+                assert_eq!(got[g * n + t], *want, "{what}: row {t} of {n}, group {g}");
+            }
+        }
+    }
+
+    /// At the AMX level (skipped, with a note, on a CPU without it), the
     /// product of the two packed groups `groups` with the 16 rows `xs`
     /// (rows of one buffer, in order) equals the AVX-512 products of each
     /// row alone, bit for bit, for the rows in order and reversed (a

@@ -545,19 +545,17 @@ pub fn packed_q4k_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
-    #[cfg(target_arch = "x86_64")]
-    use crate::cpu::kernels::packed::tests::check_tile_products;
     use crate::cpu::kernels::packed::tests::{
         check_group_products, check_packed_linear_per, check_rows_alone, check_unpacked_rows,
         BoundLinear, PATHS,
     };
+    #[cfg(target_arch = "x86_64")]
+    use crate::cpu::kernels::packed::tests::{check_tile_products, check_tiles_take_rows};
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::packed_q5k::FiveBits;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
     use crate::cpu::kernels::qkernel::SimdLevel;
-    #[cfg(target_arch = "x86_64")]
-    use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
     #[cfg(target_arch = "x86_64")]
     use crate::cpu::kernels::simd::amx::TILE_ROWS;
     use crate::cpu::kernels::test_util::Rng;
@@ -685,17 +683,26 @@ mod tests {
     }
 
     /// The AMX tile products of 16 rows split at `SHIFT` (see
-    /// `check_tile_products`).
+    /// `check_tile_products`), and the tile kernel's many tiles of rows at
+    /// once and the rows after the last whole tile (one, two and eight
+    /// tiles, with and without rows after them; see
+    /// `check_tiles_take_rows`).
     #[cfg(target_arch = "x86_64")]
     fn check_tiles<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
-        let (rows, supers, tokens) = (2 * GROUP_ROWS, 3, TILE_ROWS);
-        let cols = supers * B::QT.block_len();
+        let (groups_n, supers) = (4, 3);
+        let (rows, cols) = (groups_n * GROUP_ROWS, supers * B::QT.block_len());
         let w = random_blocks(rng, B::QT, rows * supers);
         let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
-        let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(tokens * cols, 3.0), SUPER_BLOCK);
-        let xs: Vec<Q16Row<'_, SHIFT>> = (0..tokens).map(|t| act.row().sub_row(t, cols)).collect();
         let what = format!("{} split at {SHIFT}", B::QT);
-        check_tile_products::<KQuantFormat<B, SHIFT>>(p.data.groups(0, 2), &xs, &what);
+        for n in [TILE_ROWS, 21, 48, 8 * TILE_ROWS] {
+            let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(n * cols, 3.0), SUPER_BLOCK);
+            let xs: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
+            if n == TILE_ROWS {
+                check_tile_products::<KQuantFormat<B, SHIFT>>(p.data.groups(0, 2), &xs, &what);
+            }
+            let groups = (p.data.groups(0, groups_n), groups_n);
+            check_tiles_take_rows::<KQuantFormat<B, SHIFT>>(groups, &xs, &what);
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -706,65 +713,6 @@ mod tests {
         check_tiles::<FiveBits, WIDE>(&mut rng);
         check_tiles::<Nibbles, BYTE>(&mut rng);
         check_tiles::<FiveBits, BYTE>(&mut rng);
-    }
-
-    /// The AMX kernel takes many tiles of rows at once, and the rows
-    /// after the last whole tile through the AVX-512 kernel: for one, two
-    /// and eight tiles, with and without rows after them, it takes the
-    /// rows, and each row's outputs of four groups equal the AVX-512
-    /// products of the row alone, bit for bit.
-    #[cfg(target_arch = "x86_64")]
-    fn check_many_tiles<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
-        let path = QuantPath::Int16Activations;
-        if QuantKernel::with_level(path, SimdLevel::Amx).is_none() {
-            eprintln!("no AMX tiles on this CPU, the tile products were not run");
-            return;
-        }
-        let avx512 = QuantKernel::with_level(path, SimdLevel::Avx512).expect("AMX has AVX-512");
-        let (groups_n, supers) = (4, 2);
-        let (rows, cols) = (groups_n * GROUP_ROWS, supers * B::QT.block_len());
-        let w = random_blocks(rng, B::QT, rows * supers);
-        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
-        let groups = p.data.groups(0, groups_n);
-        let group_bytes = groups.len() / groups_n;
-        for n in [16, 21, 48, 8 * TILE_ROWS] {
-            let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(n * cols, 3.0), SUPER_BLOCK);
-            let xs: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
-            let mut got = vec![[f32::NAN; GROUP_ROWS]; groups_n * n];
-            // SAFETY: the AMX level is available (checked above): the
-            // AVX-512 level's features and AMX tiles this process may use.
-            let took =
-                unsafe { KQuantFormat::<B, SHIFT>::amx_pairs(groups, group_bytes, &xs, &mut got) };
-            assert!(took, "{} split at {SHIFT}, {n} rows: tiles taken", B::QT);
-            for (t, x) in xs.iter().enumerate() {
-                let mut alone = vec![[f32::NAN; GROUP_ROWS]; groups_n];
-                let one = std::slice::from_ref(x);
-                avx512.packed_dot::<KQuantFormat<B, SHIFT>>(
-                    groups,
-                    one,
-                    &mut alone,
-                    WeightReads::FromCache,
-                );
-                for (g, want) in alone.iter().enumerate() {
-                    assert_eq!(
-                        got[g * n + t],
-                        *want,
-                        "{} split at {SHIFT}: row {t} of {n}, group {g}",
-                        B::QT
-                    );
-                }
-            }
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn amx_kernel_takes_many_tiles_and_the_rows_after_them() {
-        let mut rng = Rng::new(56);
-        check_many_tiles::<Nibbles, WIDE>(&mut rng);
-        check_many_tiles::<FiveBits, WIDE>(&mut rng);
-        check_many_tiles::<Nibbles, BYTE>(&mut rng);
-        check_many_tiles::<FiveBits, BYTE>(&mut rng);
     }
 
     #[test]

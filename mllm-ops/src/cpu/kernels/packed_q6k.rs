@@ -570,18 +570,13 @@ mod tests {
     /// products of the row alone, bit for bit.
     #[cfg(target_arch = "x86_64")]
     fn check_tiles<const SHIFT: u32>(rng: &mut Rng) {
-        use crate::cpu::kernels::packed::tests::check_tile_products;
-        use crate::cpu::kernels::packed::WeightReads;
-        use crate::cpu::kernels::qkernel::QuantPath;
+        use crate::cpu::kernels::packed::tests::{check_tile_products, check_tiles_take_rows};
         use crate::cpu::kernels::simd::amx::TILE_ROWS;
         let (groups_n, supers) = (4, 2);
         let (rows, cols) = (groups_n * GROUP_ROWS, supers * q6_k::BLOCK_LEN);
         let w = random_blocks(rng, QT, rows * supers);
         let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
         let what = format!("q6_k split at {SHIFT}");
-        let path = QuantPath::Int16Activations;
-        let amx = QuantKernel::with_level(path, SimdLevel::Amx);
-        let avx512 = QuantKernel::with_level(path, SimdLevel::Avx512);
         for n in [TILE_ROWS, 21, 48, 8 * TILE_ROWS] {
             let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(n * cols, 3.0), SUPER_BLOCK);
             let xs: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
@@ -590,26 +585,8 @@ mod tests {
             if n == TILE_ROWS {
                 check_tile_products::<Q6KFormat<SHIFT>>(p.groups(0, 2), &xs, &what);
             }
-            let (Some(_), Some(avx512)) = (amx, avx512) else {
-                eprintln!("{what}: no AMX tiles on this CPU, the tile products were not run");
-                return;
-            };
-            let groups = p.groups(0, groups_n);
-            let group_bytes = groups.len() / groups_n;
-            let mut got = vec![[f32::NAN; GROUP_ROWS]; groups_n * n];
-            // SAFETY: the AMX level is available (checked above): the
-            // AVX-512 level's features and AMX tiles this process may use.
-            let took = unsafe { Q6KFormat::<SHIFT>::amx_pairs(groups, group_bytes, &xs, &mut got) };
-            assert!(took, "{what}, {n} rows: tiles taken");
-            for (t, x) in xs.iter().enumerate() {
-                let mut alone = vec![[f32::NAN; GROUP_ROWS]; groups_n];
-                let one = std::slice::from_ref(x);
-                let reads = WeightReads::FromCache;
-                avx512.packed_dot::<Q6KFormat<SHIFT>>(groups, one, &mut alone, reads);
-                for (g, want) in alone.iter().enumerate() {
-                    assert_eq!(got[g * n + t], *want, "{what}: row {t} of {n}, group {g}");
-                }
-            }
+            let groups = (p.groups(0, groups_n), groups_n);
+            check_tiles_take_rows::<Q6KFormat<SHIFT>>(groups, &xs, &what);
         }
     }
 

@@ -36,7 +36,7 @@ pub(crate) const CHUNKS: usize = SUPER_BLOCK / CHUNK;
 /// Bytes of one B operand: 16 rows of four columns of 16 weight rows.
 pub(crate) const OPERAND: usize = TILE_ROWS * CHUNK;
 /// Operands per chunk: the low bytes of `sc·q`, its high bytes, `m`.
-const PLANES: usize = 3;
+pub(crate) const PLANES: usize = 3;
 /// Most tiles of activation rows per call.
 pub(crate) const MAX_TILES: usize = 8;
 
@@ -169,7 +169,7 @@ pub(crate) unsafe fn rest_on_vnni<F: PackedFormat>(
 /// `tiles` holds the configuration, and each of the 16 rows has the 256
 /// bytes from `row 0 + t·stride` readable.
 #[inline(always)]
-unsafe fn plane_products(
+pub(crate) unsafe fn plane_products(
     _tiles: &FullTiles,
     a: *const i8,
     stride: usize,
@@ -218,16 +218,26 @@ unsafe fn plane_products(
     }
 }
 
+/// The tile products of one activation plane of 16 rows with a folded
+/// super-block, stored into a tile's sums of that plane: `(tiles, a,
+/// stride, folded, sums)` as [`plane_products`] takes them.
+///
+/// # Safety
+/// As [`plane_products`]: `tiles` holds the configuration, and each of the
+/// 16 rows has the 256 bytes from `a + t·stride` readable.
+pub(crate) type PlaneProducts<const P: usize> =
+    unsafe fn(&FullTiles, *const i8, usize, &Folded<P>, &mut [[[i32; TILE_ROWS]; TILE_ROWS]; P]);
+
 /// Makes tile `t`'s products with super-block `s`, folded in `folded`,
-/// into `sums`: of both activation planes, or of the high one for
-/// [`BYTE`] rows.
+/// into `sums` by `products`: of both activation planes, or of the high
+/// one for [`BYTE`] rows.
 #[inline(always)]
-pub(crate) fn tile_products<const SHIFT: u32>(
+pub(crate) fn tile_products<const SHIFT: u32, const P: usize>(
     tiles: &FullTiles,
     rows: &RowTiles<'_, '_, SHIFT>,
     (t, s): (usize, usize),
-    folded: &Folded,
-    sums: &mut TileSums,
+    (folded, products): (&Folded<P>, PlaneProducts<P>),
+    sums: &mut TileSums<P>,
 ) {
     assert!(
         t < rows.tiles() && s < rows.supers(),
@@ -244,8 +254,8 @@ pub(crate) fn tile_products<const SHIFT: u32>(
         // `16t..16t + 16` exist (`t` is in range, checked above), lie one
         // stride apart in both planes (`RowTiles::new`), and each holds
         // `supers()` whole super-blocks, so the 256 bytes from column
-        // `256·s` (`s` in range) of each are its own.
-        unsafe { plane_products(tiles, a, rows.stride, folded, sums) };
+        // `256·s` (`s` in range) of each are its own: `products`' contract.
+        unsafe { products(tiles, a, rows.stride, folded, sums) };
     }
 }
 
@@ -396,8 +406,8 @@ macro_rules! kquant_amx_pairs {
             };
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
-            let mut folded = Folded::new();
-            let mut sums = TileSums::new();
+            let mut folded = Folded::<PLANES>::new();
+            let mut sums = TileSums::<PLANES>::new();
             for s in 0..rows.supers() {
                 let pairs = groups.chunks_exact(2 * group_bytes);
                 for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
@@ -415,7 +425,8 @@ macro_rules! kquant_amx_pairs {
                         fold_sub_block(&mut folded, j, values, scales);
                     }
                     for t in 0..rows.tiles() {
-                        tile_products::<SHIFT>(tiles, rows, (t, s), &folded, &mut sums);
+                        let folded = (&folded, plane_products as PlaneProducts<PLANES>);
+                        tile_products::<SHIFT, PLANES>(tiles, rows, (t, s), folded, &mut sums);
                         let tile_rows = &rows.rows()[TILE_ROWS * t..][..TILE_ROWS];
                         let at = (t, s * SUB_BLOCKS);
                         add_tile::<SHIFT>((&mut *out, n), at, &sums, tile_rows, (sa, sb));

@@ -17,10 +17,12 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::amx::{FullTiles, TILE_ROWS};
-use super::amx_kquant::{load_row, per_lane, store_row, Folded, RowTiles, TileSums, CHUNK};
+use super::amx_kquant::{
+    load_row, per_lane, store_row, tile_products, Folded, PlaneProducts, RowTiles, TileSums, CHUNK,
+};
 use crate::cpu::kernels::packed::GROUP_ROWS;
 use crate::cpu::kernels::packed_q6k::{BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES};
-use crate::cpu::kernels::qact::{Q16Row, BYTE, SUPER_BLOCK};
+use crate::cpu::kernels::qact::{Q16Row, BYTE};
 
 /// Operands per chunk: the low and the high bytes of `sc·(q − 32)`.
 const PLANES: usize = 2;
@@ -69,37 +71,6 @@ unsafe fn plane_products(
             row = in(reg) 4 * TILE_ROWS,
             options(nostack),
         );
-    }
-}
-
-/// Makes tile `t`'s products with super-block `s`, folded in `folded`,
-/// into `sums`: of both activation planes, or of the high one for
-/// [`BYTE`] rows.
-#[inline(always)]
-fn tile_products<const SHIFT: u32>(
-    tiles: &FullTiles,
-    rows: &RowTiles<'_, '_, SHIFT>,
-    (t, s): (usize, usize),
-    folded: &Folded<PLANES>,
-    sums: &mut TileSums<PLANES>,
-) {
-    assert!(
-        t < rows.tiles() && s < rows.supers(),
-        "no such tile or super-block"
-    );
-    let planes: &[bool] = if SHIFT == BYTE {
-        &[false]
-    } else {
-        &[false, true]
-    };
-    for (&lo, sums) in planes.iter().zip(&mut sums.0) {
-        let a = rows.plane_at(t, lo, s * SUPER_BLOCK);
-        // SAFETY: the tiles are configured while `tiles` lives; rows
-        // `16t..16t + 16` exist (`t` is in range, checked above), lie one
-        // stride apart in both planes (`RowTiles::new`), and each holds
-        // `supers()` whole super-blocks, so the 256 bytes from column
-        // `256·s` (`s` in range) of each are its own.
-        unsafe { plane_products(tiles, a, rows.stride, folded, sums) };
     }
 }
 
@@ -207,7 +178,8 @@ pub(crate) fn pairs<const SHIFT: u32>(
                 fold_block(&mut folded, j, (sa, sb));
             }
             for t in 0..rows.tiles() {
-                tile_products::<SHIFT>(tiles, rows, (t, s), &folded, &mut sums);
+                let folded = (&folded, plane_products as PlaneProducts<PLANES>);
+                tile_products::<SHIFT, PLANES>(tiles, rows, (t, s), folded, &mut sums);
                 let tile_rows = &rows.rows()[TILE_ROWS * t..][..TILE_ROWS];
                 let at = (t, s * BLOCKS);
                 add_tile::<SHIFT>((&mut *out, n), at, &sums, tile_rows, (sa, sb));

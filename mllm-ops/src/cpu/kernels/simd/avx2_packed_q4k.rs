@@ -125,16 +125,24 @@ pub(crate) fn add_super<const SHIFT: u32>(
     (hi, lo, mins): (__m256i, __m256i, __m256i),
     dx: f32,
 ) -> __m256 {
+    let dx = _mm256_set1_ps(dx);
+    let acc = _mm256_fmadd_ps(plane_sum::<SHIFT>(hi, lo), _mm256_mul_ps(d, dx), acc);
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(neg_dmin, dx), acc)
+}
+
+/// `2^SHIFT·hi + lo` of a super-block's integer plane sums (of rows split
+/// at `SHIFT`; `hi` alone for `BYTE` rows) as f32: one `fma` of the
+/// converted sums, the same at every level.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn plane_sum<const SHIFT: u32>(hi: __m256i, lo: __m256i) -> __m256 {
     let hi = _mm256_cvtepi32_ps(hi);
-    let sum = if SHIFT == BYTE {
+    if SHIFT == BYTE {
         hi
     } else {
         let step = _mm256_set1_ps((1u32 << SHIFT) as f32);
         _mm256_fmadd_ps(hi, step, _mm256_cvtepi32_ps(lo))
-    };
-    let dx = _mm256_set1_ps(dx);
-    let acc = _mm256_fmadd_ps(sum, _mm256_mul_ps(d, dx), acc);
-    _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(neg_dmin, dx), acc)
+    }
 }
 
 super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q16Row<'_, SHIFT>);

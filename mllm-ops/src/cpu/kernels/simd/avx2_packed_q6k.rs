@@ -22,7 +22,7 @@ use super::avx2_i8::load32;
 use super::avx2_packed::{word, BlockPlanes};
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{Q6KInput, NIBBLE_BYTES};
-use crate::cpu::kernels::qact::{BLOCK, BYTE};
+use crate::cpu::kernels::qact::BLOCK;
 
 /// Defines `tile::<T>`, the eight outputs of one packed Q6_K group for `T`
 /// activation rows, over a module's half-block sums `$plane_sums` (as
@@ -195,14 +195,12 @@ pub(crate) fn add_super<const SHIFT: u32>(
     (hi, lo): (__m256i, __m256i),
     dx: f32,
 ) -> __m256 {
-    let hi = _mm256_cvtepi32_ps(hi);
-    let sum = if SHIFT == BYTE {
-        hi
-    } else {
-        let step = _mm256_set1_ps((1u32 << SHIFT) as f32);
-        _mm256_fmadd_ps(hi, step, _mm256_cvtepi32_ps(lo))
-    };
-    _mm256_fmadd_ps(sum, _mm256_mul_ps(d, _mm256_set1_ps(dx)), acc)
+    use super::avx2_packed_q4k::plane_sum;
+    _mm256_fmadd_ps(
+        plane_sum::<SHIFT>(hi, lo),
+        _mm256_mul_ps(d, _mm256_set1_ps(dx)),
+        acc,
+    )
 }
 
 /// The eight signed bytes at the start of `b` as 32-bit integers.

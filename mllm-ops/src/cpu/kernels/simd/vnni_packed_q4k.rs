@@ -65,16 +65,22 @@ pub(crate) fn pair_add_super<const SHIFT: u32>(
     (hi, lo, mins): (__m512i, __m512i, __m512i),
     dx: f32,
 ) -> __m512 {
+    let dx = _mm512_set1_ps(dx);
+    let acc = _mm512_fmadd_ps(pair_plane_sum::<SHIFT>(hi, lo), _mm512_mul_ps(d, dx), acc);
+    _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(neg_dmin, dx), acc)
+}
+
+/// `avx2_packed_q4k::plane_sum` for sixteen rows (two groups) at once.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn pair_plane_sum<const SHIFT: u32>(hi: __m512i, lo: __m512i) -> __m512 {
     let hi = _mm512_cvtepi32_ps(hi);
-    let sum = if SHIFT == BYTE {
+    if SHIFT == BYTE {
         hi
     } else {
         let step = _mm512_set1_ps((1u32 << SHIFT) as f32);
         _mm512_fmadd_ps(hi, step, _mm512_cvtepi32_ps(lo))
-    };
-    let dx = _mm512_set1_ps(dx);
-    let acc = _mm512_fmadd_ps(sum, _mm512_mul_ps(d, dx), acc);
-    _mm512_fmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(neg_dmin, dx), acc)
+    }
 }
 
 /// `−dmin` of two groups' super-blocks `sa` and `sb` (from their headers'

@@ -22,7 +22,6 @@ use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
     Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
 };
-use crate::cpu::kernels::qact::BYTE;
 
 /// The `vpternlog` truth table of `a | (b & c)`.
 const A_OR_B_AND_C: i32 = 0xF8;
@@ -130,14 +129,12 @@ pub(crate) fn pair_add_super<const SHIFT: u32>(
     (hi, lo): (__m512i, __m512i),
     dx: f32,
 ) -> __m512 {
-    let hi = _mm512_cvtepi32_ps(hi);
-    let sum = if SHIFT == BYTE {
-        hi
-    } else {
-        let step = _mm512_set1_ps((1u32 << SHIFT) as f32);
-        _mm512_fmadd_ps(hi, step, _mm512_cvtepi32_ps(lo))
-    };
-    _mm512_fmadd_ps(sum, _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc)
+    use super::vnni_packed_q4k::pair_plane_sum;
+    _mm512_fmadd_ps(
+        pair_plane_sum::<SHIFT>(hi, lo),
+        _mm512_mul_ps(d, _mm512_set1_ps(dx)),
+        acc,
+    )
 }
 
 /// The outputs of two consecutive packed groups `a` and `b` for `T`
