@@ -51,7 +51,7 @@ use super::qmatmul::QuantMatrix;
 #[cfg(target_arch = "x86_64")]
 use super::simd::amx::{FullTiles, TILE_ROWS};
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx_kquant::{rest_on_vnni, RowTiles, MAX_TILES};
+use super::simd::amx_kquant::{tiles_then_rest, RowTiles, MAX_TILES};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_k, QuantType};
 
@@ -338,7 +338,15 @@ pub(crate) fn amx_rows_for<const SHIFT: u32>(cols: usize) -> usize {
 /// thread's Q4_K products of a 1B model's down projection (16-bit rows,
 /// 8192 wide) took 1.35 times as long as with sixteen.
 #[cfg(target_arch = "x86_64")]
-pub(crate) const AMX_SPAN_PAIRS: usize = 16;
+const AMX_SPAN_PAIRS: usize = 16;
+
+/// Bytes of weights per call of an AMX K-quant kernel for rows of `cols`
+/// values in a layout of `super_bytes` per group and super-block: those
+/// of [`AMX_SPAN_PAIRS`] group pairs.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn amx_span_bytes_for(cols: usize, super_bytes: usize) -> usize {
+    AMX_SPAN_PAIRS * 2 * cols / SUPER_BLOCK * super_bytes
+}
 
 /// The packed layout of sub-block bits `B` as a [`PackedFormat`] for
 /// activation rows split at `SHIFT` ([`WIDE`] or [`BYTE`]).
@@ -418,15 +426,13 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
         amx_rows_for::<SHIFT>(cols)
     }
 
-    /// The weights of [`AMX_SPAN_PAIRS`] group pairs.
+    /// See [`amx_span_bytes_for`].
     #[cfg(target_arch = "x86_64")]
     fn amx_span_bytes(cols: usize) -> usize {
-        AMX_SPAN_PAIRS * 2 * cols / SUPER_BLOCK * B::SUPER_BYTES
+        amx_span_bytes_for(cols, B::SUPER_BYTES)
     }
 
-    /// The whole tiles of `xs` on AMX tiles, and the rows after them (fewer
-    /// than a tile) through the AVX-512 kernel; `false` (nothing written)
-    /// when there is no whole tile or the rows are not tile rows.
+    /// See `amx_kquant::tiles_then_rest`.
     ///
     /// # Safety
     /// The trait method's: the CPU has the features it names.
@@ -437,21 +443,10 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
         xs: &[Q16Row<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
-        let n = xs.len();
-        let tiled = n / TILE_ROWS * TILE_ROWS;
-        let Some(rows) = RowTiles::new(&xs[..tiled]) else {
-            return false;
-        };
-        {
-            // SAFETY: the caller guarantees AMX and the permission to use
-            // it (trait contract).
-            let tiles = unsafe { FullTiles::new() };
-            // SAFETY: the caller guarantees the features (trait contract).
-            unsafe { B::amx_pairs::<SHIFT>(&tiles, groups, group_bytes, &rows, (out, n)) };
-        }
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { rest_on_vnni::<Self>(groups, group_bytes, xs, tiled, out) };
-        true
+        let groups = (groups, group_bytes);
+        // SAFETY: the caller guarantees the features, AMX among them
+        // (trait contract).
+        unsafe { tiles_then_rest::<Self, SHIFT>(groups, (xs, xs), out, B::amx_pairs::<SHIFT>) }
     }
 }
 

@@ -51,9 +51,7 @@ use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, SUPER_BLOCK, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::{QuantMatrix, Split};
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx::{FullTiles, TILE_ROWS};
-#[cfg(target_arch = "x86_64")]
-use super::simd::amx_kquant::{rest_on_vnni, RowTiles};
+use super::simd::amx_kquant::{tiles_then_rest, TileKernel};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q6_k, QuantType};
 
@@ -280,16 +278,13 @@ impl<const SHIFT: u32> PackedFormat for Q6KFormat<SHIFT> {
         super::packed_q4k::amx_rows_for::<SHIFT>(cols)
     }
 
-    /// The weights of `packed_q4k::AMX_SPAN_PAIRS` group pairs.
+    /// See `packed_q4k::amx_span_bytes_for`.
     #[cfg(target_arch = "x86_64")]
     fn amx_span_bytes(cols: usize) -> usize {
-        super::packed_q4k::AMX_SPAN_PAIRS * 2 * cols / SUPER_BLOCK * SUPER_BYTES
+        super::packed_q4k::amx_span_bytes_for(cols, SUPER_BYTES)
     }
 
-    /// The whole tiles of `xs` on AMX tiles (`simd::amx_q6k`), and the rows
-    /// after them (fewer than a tile) through the AVX-512 kernel; `false`
-    /// (nothing written) when there is no whole tile or the rows are not
-    /// tile rows.
+    /// `amx_kquant::tiles_then_rest` with `simd::amx_q6k`'s kernel.
     ///
     /// # Safety
     /// The trait method's: the CPU has the features it names.
@@ -301,21 +296,10 @@ impl<const SHIFT: u32> PackedFormat for Q6KFormat<SHIFT> {
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
         let rows: Vec<Q16Row<'_, SHIFT>> = xs.iter().map(|x| x.x).collect();
-        let tiled = rows.len() / TILE_ROWS * TILE_ROWS;
-        let Some(tile_rows) = RowTiles::new(&rows[..tiled]) else {
-            return false;
-        };
-        {
-            // SAFETY: the caller guarantees AMX and the permission to use
-            // it (trait contract).
-            let tiles = unsafe { FullTiles::new() };
-            let out = (&mut *out, xs.len());
-            // SAFETY: the caller guarantees the features (trait contract).
-            unsafe { super::simd::amx_q6k::pairs(&tiles, groups, group_bytes, &tile_rows, out) };
-        }
-        // SAFETY: the caller guarantees the features (trait contract).
-        unsafe { rest_on_vnni::<Self>(groups, group_bytes, xs, tiled, out) };
-        true
+        let kernel: TileKernel<SHIFT> = super::simd::amx_q6k::pairs::<SHIFT>;
+        // SAFETY: the caller guarantees the features, AMX among them
+        // (trait contract).
+        unsafe { tiles_then_rest::<Self, SHIFT>((groups, group_bytes), (xs, &rows), out, kernel) }
     }
 }
 

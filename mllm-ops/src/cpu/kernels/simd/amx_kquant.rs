@@ -129,6 +129,53 @@ impl<'r, 'a, const SHIFT: u32> RowTiles<'r, 'a, SHIFT> {
     }
 }
 
+/// A K-quant tile kernel: the products of each group pair in `groups` (of
+/// `group_bytes` each) with the row tiles, into `out` with `n` rows per
+/// group (`out[2n·p + t]` and `out[2n·p + n + t]` for pair `p` and row
+/// `t`), on configured tiles.
+///
+/// # Safety
+/// The CPU has the AVX-512 level's features, and the tiles are configured
+/// while the `FullTiles` lives.
+pub(crate) type TileKernel<const SHIFT: u32> = unsafe fn(
+    &FullTiles,
+    &[u8],
+    usize,
+    &RowTiles<'_, '_, SHIFT>,
+    (&mut [[f32; GROUP_ROWS]], usize),
+);
+
+/// `PackedFormat::amx_pairs` of a K-quant format `F` whose tile kernel is
+/// `kernel`: the whole tiles of the rows `xs` (whose quantized rows are
+/// `rows`) on AMX tiles, and the rows after them (fewer than a tile)
+/// through the AVX-512 kernel; `false` (nothing written) when there is no
+/// whole tile or the rows are not tile rows ([`RowTiles::new`]).
+///
+/// # Safety
+/// The CPU has the AVX-512 level's features and AMX tiles this process may
+/// use (`amx::tiles_available`).
+pub(crate) unsafe fn tiles_then_rest<F: PackedFormat, const SHIFT: u32>(
+    (groups, group_bytes): (&[u8], usize),
+    (xs, rows): (&[F::Input<'_>], &[Q16Row<'_, SHIFT>]),
+    out: &mut [[f32; GROUP_ROWS]],
+    kernel: TileKernel<SHIFT>,
+) -> bool {
+    let (n, tiled) = (xs.len(), xs.len() / TILE_ROWS * TILE_ROWS);
+    let Some(tile_rows) = RowTiles::new(&rows[..tiled]) else {
+        return false;
+    };
+    {
+        // SAFETY: the caller guarantees AMX and the permission to use it.
+        let tiles = unsafe { FullTiles::new() };
+        // SAFETY: the caller guarantees the features, and `tiles` lives
+        // across the call.
+        unsafe { kernel(&tiles, groups, group_bytes, &tile_rows, (&mut *out, n)) };
+    }
+    // SAFETY: the caller guarantees the features.
+    unsafe { rest_on_vnni::<F>(groups, group_bytes, xs, tiled, out) };
+    true
+}
+
 /// The products of the rows `xs[tiled..]` (fewer than a tile, after the
 /// tiles an AMX kernel took) with each group pair in `groups` through the
 /// AVX-512 kernel of `F`, into `out` as `PackedFormat::amx_pairs` lays it
@@ -136,7 +183,7 @@ impl<'r, 'a, const SHIFT: u32> RowTiles<'r, 'a, SHIFT> {
 ///
 /// # Safety
 /// The CPU has the AVX-512 level's features (as `PackedFormat::vnni`).
-pub(crate) unsafe fn rest_on_vnni<F: PackedFormat>(
+unsafe fn rest_on_vnni<F: PackedFormat>(
     groups: &[u8],
     group_bytes: usize,
     xs: &[F::Input<'_>],
@@ -305,12 +352,11 @@ pub(crate) fn fold_sub_block(
     }
 }
 
-/// Adds tile `t`'s sums of super-block `s` (of the pair whose headers
-/// are `sa` and `sb`, `first_block` its first block) to its rows' outputs
-/// in `out` (a pair's outputs for `n` rows, see [`load_row`]): the
-/// integers of `packed_q4k`'s formula from the sums, then
-/// `pair_add_super` on the outputs so far (zero for the first
-/// super-block).
+/// Adds tile `t`'s sums of a super-block (`first_block` its first block,
+/// `d` and `−dmin` the pair's scales there) to its rows' outputs in `out`
+/// (a pair's outputs for `n` rows, see [`load_row`]): the integers of
+/// `packed_q4k`'s formula from the sums, then `pair_add_super` on the
+/// outputs so far ([`so_far`]).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 pub(crate) fn add_tile<const SHIFT: u32>(
@@ -318,11 +364,9 @@ pub(crate) fn add_tile<const SHIFT: u32>(
     (t, first_block): (usize, usize),
     sums: &TileSums,
     rows: &[Q16Row<'_, SHIFT>],
-    (sa, sb): (&[u8], &[u8]),
+    (d, neg_dmin): (__m512, __m512),
 ) {
-    use super::vnni_packed::f16x16;
-    use super::vnni_packed_q4k::{pair_add_super, pair_neg_dmin};
-    let (d, neg_dmin) = (f16x16(&sa[..16], &sb[..16]), pair_neg_dmin(sa, sb));
+    use super::vnni_packed_q4k::pair_add_super;
     let shift = _mm_cvtsi32_si128(SHIFT as i32);
     for (r, x) in rows.iter().enumerate() {
         let load = |plane: usize, op: usize| {
@@ -340,13 +384,21 @@ pub(crate) fn add_tile<const SHIFT: u32>(
             (joined(1), mins)
         };
         let row = TILE_ROWS * t + r;
-        let acc = if first_block == 0 {
-            _mm512_setzero_ps()
-        } else {
-            load_row(out, n, row)
-        };
+        let acc = so_far(out, n, row, first_block);
         let acc = pair_add_super::<SHIFT>(acc, (d, neg_dmin), (hi, lo, mins), x.d[first_block]);
         store_row(out, n, row, acc);
+    }
+}
+
+/// Row `t`'s outputs before the super-block whose first block is
+/// `first_block`: zero for the first, else what [`load_row`] reads.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn so_far(out: &[[f32; GROUP_ROWS]], n: usize, t: usize, first_block: usize) -> __m512 {
+    if first_block == 0 {
+        _mm512_setzero_ps()
+    } else {
+        load_row(out, n, t)
     }
 }
 
@@ -355,7 +407,7 @@ pub(crate) fn add_tile<const SHIFT: u32>(
 /// `out[n + t]`.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(crate) fn load_row(out: &[[f32; GROUP_ROWS]], n: usize, t: usize) -> __m512 {
+fn load_row(out: &[[f32; GROUP_ROWS]], n: usize, t: usize) -> __m512 {
     let (a, b) = (&out[t], &out[n + t]);
     // SAFETY: `a` and `b` are eight floats each and `loadu` has no
     // alignment requirement.
@@ -404,6 +456,8 @@ macro_rules! kquant_amx_pairs {
             use $crate::cpu::kernels::packed_q4k::{
                 SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
             };
+            use $crate::cpu::kernels::simd::vnni_packed::f16x16;
+            use $crate::cpu::kernels::simd::vnni_packed_q4k::pair_neg_dmin;
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
             let mut folded = Folded::<PLANES>::new();
@@ -424,12 +478,13 @@ macro_rules! kquant_amx_pairs {
                         );
                         fold_sub_block(&mut folded, j, values, scales);
                     }
+                    let scales = (f16x16(&sa[..16], &sb[..16]), pair_neg_dmin(sa, sb));
                     for t in 0..rows.tiles() {
                         let folded = (&folded, plane_products as PlaneProducts<PLANES>);
                         tile_products::<SHIFT, PLANES>(tiles, rows, (t, s), folded, &mut sums);
                         let tile_rows = &rows.rows()[TILE_ROWS * t..][..TILE_ROWS];
                         let at = (t, s * SUB_BLOCKS);
-                        add_tile::<SHIFT>((&mut *out, n), at, &sums, tile_rows, (sa, sb));
+                        add_tile::<SHIFT>((&mut *out, n), at, &sums, tile_rows, scales);
                     }
                 }
             }

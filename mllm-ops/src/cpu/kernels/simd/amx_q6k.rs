@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 
 use super::amx::{FullTiles, TILE_ROWS};
 use super::amx_kquant::{
-    load_row, per_lane, store_row, tile_products, Folded, PlaneProducts, RowTiles, TileSums, CHUNK,
+    per_lane, so_far, store_row, tile_products, Folded, PlaneProducts, RowTiles, TileSums, CHUNK,
 };
 use crate::cpu::kernels::packed::GROUP_ROWS;
 use crate::cpu::kernels::packed_q6k::{BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES};
@@ -115,9 +115,9 @@ fn fold_block(folded: &mut Folded<PLANES>, j: usize, (sa, sb): (&[u8], &[u8])) {
     }
 }
 
-/// Adds tile `t`'s sums of super-block `s` (of the pair whose headers are
-/// `sa` and `sb`, `first_block` its first block) to its rows' outputs in
-/// `out` (`amx_kquant::load_row`), as `amx_kquant::add_tile` does.
+/// Adds tile `t`'s sums of a super-block (`first_block` its first block,
+/// `d` the pair's scales there) to its rows' outputs in `out`, as
+/// `amx_kquant::add_tile` does.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 fn add_tile<const SHIFT: u32>(
@@ -125,11 +125,9 @@ fn add_tile<const SHIFT: u32>(
     (t, first_block): (usize, usize),
     sums: &TileSums<PLANES>,
     rows: &[Q16Row<'_, SHIFT>],
-    (sa, sb): (&[u8], &[u8]),
+    d: __m512,
 ) {
-    use super::vnni_packed::f16x16;
     use super::vnni_packed_q6k::pair_add_super;
-    let d = f16x16(&sa[..16], &sb[..16]);
     for (r, x) in rows.iter().enumerate() {
         let joined = |plane: usize| {
             // SAFETY: the 16 sums of row `r` are 64 bytes of `sums`, and
@@ -144,11 +142,7 @@ fn add_tile<const SHIFT: u32>(
             joined(1)
         };
         let row = TILE_ROWS * t + r;
-        let acc = if first_block == 0 {
-            _mm512_setzero_ps()
-        } else {
-            load_row(out, n, row)
-        };
+        let acc = so_far(out, n, row, first_block);
         let acc = pair_add_super::<SHIFT>(acc, d, (joined(0), lo), x.d[first_block]);
         store_row(out, n, row, acc);
     }
@@ -177,12 +171,13 @@ pub(crate) fn pairs<const SHIFT: u32>(
             for j in 0..BLOCKS {
                 fold_block(&mut folded, j, (sa, sb));
             }
+            let d = super::vnni_packed::f16x16(&sa[..16], &sb[..16]);
             for t in 0..rows.tiles() {
                 let folded = (&folded, plane_products as PlaneProducts<PLANES>);
                 tile_products::<SHIFT, PLANES>(tiles, rows, (t, s), folded, &mut sums);
                 let tile_rows = &rows.rows()[TILE_ROWS * t..][..TILE_ROWS];
                 let at = (t, s * BLOCKS);
-                add_tile::<SHIFT>((&mut *out, n), at, &sums, tile_rows, (sa, sb));
+                add_tile::<SHIFT>((&mut *out, n), at, &sums, tile_rows, d);
             }
         }
     }
