@@ -424,25 +424,9 @@ impl<'a, const SHIFT: u32> TileRows<'a, SHIFT> {
     /// is [`BYTE`], whose products skip them) lie one stride apart.
     pub(crate) fn new(xs: &[Q16Row<'a, SHIFT>]) -> Option<TileRows<'a, SHIFT>> {
         let rows: &[Q16Row<'a, SHIFT>; TILE_ROWS] = xs.try_into().ok()?;
-        let first = rows[0];
-        let (values, blocks) = (first.hi.len(), first.d.len());
-        let address = |p: &[i8]| p.as_ptr() as usize;
-        let stride = address(rows[1].hi).wrapping_sub(address(first.hi));
-        let spaced = |p: &[i8], p0: &[i8], t: usize| {
-            address(p) == address(p0).wrapping_add(t.wrapping_mul(stride))
-        };
-        let evenly_spaced = rows.iter().enumerate().all(|(t, x)| {
-            let lo_spaced = SHIFT == BYTE || (x.lo.len() == values && spaced(x.lo, first.lo, t));
-            x.hi.len() == values
-                && x.d.len() == blocks
-                && x.s.len() == blocks
-                && values == blocks * BLOCK
-                && spaced(x.hi, first.hi, t)
-                && lo_spaced
-        });
-        evenly_spaced.then(|| TileRows {
-            first,
-            stride,
+        Some(TileRows {
+            first: rows[0],
+            stride: even_stride(rows)?,
             scales: std::array::from_fn(|t| (rows[t].d, rows[t].s)),
         })
     }
@@ -461,6 +445,33 @@ impl<'a, const SHIFT: u32> TileRows<'a, SHIFT> {
         // (checked in `new`), and `i < blocks()`, checked above.
         unsafe { (*d.get_unchecked(i), *s.get_unchecked(i)) }
     }
+}
+
+/// The stride of the rows `xs` (at least two) when they are rows of one
+/// length and number of blocks of 32, whose high planes (and low ones,
+/// unless `SHIFT` is [`BYTE`], whose products skip them) lie one stride
+/// apart, as rows of one buffer do: as a two's complement `usize`, so
+/// that rows in reverse order have a negative stride, which the tile
+/// loads' 64-bit address arithmetic takes as it is.
+pub(crate) fn even_stride<const SHIFT: u32>(xs: &[Q16Row<'_, SHIFT>]) -> Option<usize> {
+    let (first, second) = (xs.first()?, xs.get(1)?);
+    let (values, blocks) = (first.hi.len(), first.d.len());
+    let address = |p: &[i8]| p.as_ptr() as usize;
+    let stride = address(second.hi).wrapping_sub(address(first.hi));
+    let spaced = |p: &[i8], p0: &[i8], t: usize| {
+        address(p) == address(p0).wrapping_add(t.wrapping_mul(stride))
+    };
+    let evenly_spaced = xs.iter().enumerate().all(|(t, x)| {
+        let lo_spaced = SHIFT == BYTE || (x.lo.len() == values && spaced(x.lo, first.lo, t));
+        x.hi.len() == values
+            && x.d.len() == blocks
+            && x.s.len() == blocks
+            && x.sums.len() == blocks
+            && values == blocks * BLOCK
+            && spaced(x.hi, first.hi, t)
+            && lo_spaced
+    });
+    evenly_spaced.then_some(stride)
 }
 
 /// Runs `pair_dot(tiles, a, b, rows, out)` for each pair of consecutive

@@ -25,9 +25,9 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::amx::{FullTiles, TILE_ROWS};
+use super::amx::{even_stride, FullTiles, TILE_ROWS};
 use crate::cpu::kernels::packed::{vnni_pair_in_chunks, PackedFormat, WeightReads, GROUP_ROWS};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE, SUPER_BLOCK};
+use crate::cpu::kernels::qact::{Q16Row, BYTE, SUPER_BLOCK};
 
 /// Columns per tile product: a full tile row of bytes.
 pub(crate) const CHUNK: usize = 64;
@@ -84,23 +84,9 @@ impl<'r, 'a, const SHIFT: u32> RowTiles<'r, 'a, SHIFT> {
         if n == 0 || !n.is_multiple_of(TILE_ROWS) || n > MAX_TILES * TILE_ROWS {
             return None;
         }
-        let first = xs[0];
-        let (values, blocks) = (first.hi.len(), first.d.len());
-        let address = |p: &[i8]| p.as_ptr() as usize;
-        let stride = address(xs[1].hi).wrapping_sub(address(first.hi));
-        let spaced = |p: &[i8], p0: &[i8], t: usize| {
-            address(p) == address(p0).wrapping_add(t.wrapping_mul(stride))
-        };
-        let evenly_spaced = xs.iter().enumerate().all(|(t, x)| {
-            let lo_spaced = SHIFT == BYTE || (x.lo.len() == values && spaced(x.lo, first.lo, t));
-            x.hi.len() == values
-                && x.d.len() == blocks
-                && x.sums.len() == blocks
-                && spaced(x.hi, first.hi, t)
-                && lo_spaced
-        });
-        let whole = values == blocks * BLOCK && values.is_multiple_of(SUPER_BLOCK);
-        (evenly_spaced && whole).then_some(RowTiles { rows: xs, stride })
+        let stride = even_stride(xs)?;
+        let whole = xs[0].hi.len().is_multiple_of(SUPER_BLOCK);
+        whole.then_some(RowTiles { rows: xs, stride })
     }
 
     /// The rows.
