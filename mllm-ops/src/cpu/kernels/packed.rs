@@ -1190,30 +1190,38 @@ pub(crate) mod tests {
 
     /// `quantize_rows` gives every row the planes, scales and sums of the
     /// row quantized alone, one `qact::row_stride` after the other, on one
-    /// thread and split over two.
+    /// thread and split over two, with one scale per block and, where the
+    /// rows are whole super-blocks, per super-block.
     #[test]
     fn quantize_rows_gives_each_row_as_alone() {
+        use crate::cpu::kernels::qact::SUPER_BLOCK;
         let mut rng = Rng::new(41);
         let k = kernel_or_skip(QuantPath::Int8Packed, SimdLevel::Scalar).unwrap();
         let scratch = ActivationScratch::default();
         for (rows, in_f) in [(20, 2048), (3, 576), (40, 1536)] {
             let x = rng.vec(rows * in_f, 2.0);
-            for pool in [pool1(), pool2()] {
-                let split = Split::new(&pool, usize::MAX);
-                let mut seen = 0;
-                quantize_rows::<WIDE>(k, (&x, in_f, BLOCK), &split, &scratch, |xs| {
-                    seen = xs.len();
-                    let stride = crate::cpu::kernels::qact::row_stride(in_f);
-                    for (t, got) in xs.iter().enumerate() {
-                        let alone = Q16Act::<WIDE>::quantize(&x[t * in_f..][..in_f]);
-                        let want = alone.row();
-                        assert_eq!((got.hi, got.lo), (want.hi, want.lo), "row {t} of {rows}");
-                        assert_eq!((bits(got.d), bits(got.s)), (bits(want.d), bits(want.s)));
-                        let from_first = got.hi.as_ptr() as usize - xs[0].hi.as_ptr() as usize;
-                        assert_eq!(from_first, t * stride);
-                    }
-                });
-                assert_eq!(seen, rows);
+            let scales = [BLOCK, SUPER_BLOCK].into_iter();
+            for per_scale in scales.filter(|&p| in_f.is_multiple_of(p)) {
+                for pool in [pool1(), pool2()] {
+                    let split = Split::new(&pool, usize::MAX);
+                    let mut seen = 0;
+                    quantize_rows::<WIDE>(k, (&x, in_f, per_scale), &split, &scratch, |xs| {
+                        seen = xs.len();
+                        let stride = crate::cpu::kernels::qact::row_stride(in_f);
+                        for (t, got) in xs.iter().enumerate() {
+                            let row = &x[t * in_f..][..in_f];
+                            let alone = Q16Act::<WIDE>::quantize_per(row, per_scale);
+                            let want = alone.row();
+                            let what = format!("row {t} of {rows}, per {per_scale}");
+                            assert_eq!((got.hi, got.lo), (want.hi, want.lo), "{what}");
+                            assert_eq!((bits(got.d), bits(got.s)), (bits(want.d), bits(want.s)));
+                            assert_eq!(got.sums, want.sums, "{what}");
+                            let from_first = got.hi.as_ptr() as usize - xs[0].hi.as_ptr() as usize;
+                            assert_eq!(from_first, t * stride);
+                        }
+                    });
+                    assert_eq!(seen, rows);
+                }
             }
         }
     }
