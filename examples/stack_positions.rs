@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example stack_positions -- --kernel q4_1 --rows 16 --passes 3
+//! cargo run --release --example stack_positions -- --kernel q8_0 --shape 1b --threads 2
 //! ```
 //!
 //! A kernel short of registers spills to its stack frame and may reload
@@ -12,7 +13,8 @@
 //! up to twice as slow for some positions of the caller's stack and not
 //! for others (BENCHMARKS.md, "kernel speed that depended on where the
 //! worker's stack sits"). This runs one 1536 x 576 layer over 128 rows (the
-//! benches' `packed_prefill` case) on one thread, called from frames that
+//! benches' `packed_prefill` case; `--shape 1b` takes the 1B model's
+//! 8192 x 2048 one) on one thread (or `--threads`), called from frames that
 //! shift the stack by steps of 16 bytes over 4 KiB, every position a few
 //! calls a round so that the host's slow phases hit them all alike, and
 //! keeps each position's best time. It does that `--passes` times and
@@ -40,10 +42,29 @@ const POSITIONS: usize = 256;
 /// Bytes each extra frame of [`descend`] adds to the stack, at least (the
 /// compiler rounds a frame up; what matters is that the steps cover 4 KiB).
 const FRAME_PAD: usize = 64;
-/// Layer shape and rows: SmolLM2's FFN up projection, a 128-token prefill.
-const OUT_F: usize = 1536;
-const IN_F: usize = 576;
+/// Activation rows: a 128-token prefill.
 const ROWS: usize = 128;
+
+/// The layer: an FFN up projection; the K-quants take its down projection.
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
+enum Shape {
+    /// SmolLM2's, 576 -> 1536.
+    #[value(name = "smollm2")]
+    SmolLm2,
+    /// The 1.1B benchmark model's, 2048 -> 8192.
+    #[value(name = "1b")]
+    OneB,
+}
+
+impl Shape {
+    /// `(out_f, in_f)` of the up projection.
+    fn dims(self) -> (usize, usize) {
+        match self {
+            Shape::SmolLm2 => (1536, 576),
+            Shape::OneB => (8192, 2048),
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
 enum Kernel {
@@ -86,10 +107,20 @@ struct Args {
     /// A position is slow under this share of the pass's median speed.
     #[arg(long, default_value_t = 0.8)]
     slow_share: f64,
+    /// The layer's shape.
+    #[arg(long, value_enum, default_value_t = Shape::SmolLm2)]
+    shape: Shape,
+    /// Worker threads the layer splits over.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
 }
 
 /// One layer's weights of every kernel and its input and output rows.
 struct Case {
+    /// Outputs and inputs of the up projection (the K-quants' down
+    /// projection the other way round).
+    out_f: usize,
+    in_f: usize,
     q4: PackedQ4,
     q5: PackedQ5,
     q4k: PackedQ4K,
@@ -118,29 +149,37 @@ fn quantized(dtype: DType, out_f: usize, in_f: usize) -> Result<Vec<u8>> {
 }
 
 impl Case {
-    fn new() -> Result<Case> {
-        let w4 = quantized(DType::Q4_1, OUT_F, IN_F)?;
-        let w5 = quantized(DType::Q5_0, OUT_F, IN_F)?;
-        let w8 = quantized(DType::Q8_0, OUT_F, IN_F)?;
-        // The K-quants take the down projection: rows of 1536, whole
-        // 256-blocks.
-        let w4k = quantized(DType::Q4K, IN_F, OUT_F)?;
-        let w6 = quantized(DType::Q6K, IN_F, OUT_F)?;
-        let bits: Vec<u16> = values(OUT_F * IN_F, 3)
+    fn new(shape: Shape) -> Result<Case> {
+        let (out_f, in_f) = shape.dims();
+        let w4 = quantized(DType::Q4_1, out_f, in_f)?;
+        let w5 = quantized(DType::Q5_0, out_f, in_f)?;
+        let w8 = quantized(DType::Q8_0, out_f, in_f)?;
+        // The K-quants take the down projection: its rows (1536 or 8192
+        // wide) are whole 256-blocks.
+        let w4k = quantized(DType::Q4K, in_f, out_f)?;
+        let w6 = quantized(DType::Q6K, in_f, out_f)?;
+        let bits: Vec<u16> = values(out_f * in_f, 3)
             .iter()
             .map(|&v| half::f16::from_f32(v).to_bits())
             .collect();
         Ok(Case {
-            q4: PackedQ4::pack(&QuantMatrix::new(QuantType::Q4_1, &w4, OUT_F, IN_F)?)?,
-            q5: PackedQ5::pack(&QuantMatrix::new(QuantType::Q5_0, &w5, OUT_F, IN_F)?)?,
-            q4k: PackedQ4K::pack(&QuantMatrix::new(QuantType::Q4K, &w4k, IN_F, OUT_F)?)?,
-            q6: PackedQ6K::pack(&QuantMatrix::new(QuantType::Q6K, &w6, IN_F, OUT_F)?)?,
-            q8: PackedQ8::pack(&QuantMatrix::new(QuantType::Q8_0, &w8, OUT_F, IN_F)?)?,
-            f16: PackedHalf::pack(&bits, HalfBits::F16, OUT_F, IN_F)?,
-            x: values(ROWS * IN_F, 2),
-            x_down: values(ROWS * OUT_F, 7),
-            y: vec![0.0; ROWS * OUT_F],
+            out_f,
+            in_f,
+            q4: PackedQ4::pack(&QuantMatrix::new(QuantType::Q4_1, &w4, out_f, in_f)?)?,
+            q5: PackedQ5::pack(&QuantMatrix::new(QuantType::Q5_0, &w5, out_f, in_f)?)?,
+            q4k: PackedQ4K::pack(&QuantMatrix::new(QuantType::Q4K, &w4k, in_f, out_f)?)?,
+            q6: PackedQ6K::pack(&QuantMatrix::new(QuantType::Q6K, &w6, in_f, out_f)?)?,
+            q8: PackedQ8::pack(&QuantMatrix::new(QuantType::Q8_0, &w8, out_f, in_f)?)?,
+            f16: PackedHalf::pack(&bits, HalfBits::F16, out_f, in_f)?,
+            x: values(ROWS * in_f, 2),
+            x_down: values(ROWS * out_f, 7),
+            y: vec![0.0; ROWS * out_f],
         })
+    }
+
+    /// Multiply-adds of one call.
+    fn macs(&self) -> f64 {
+        (ROWS * self.out_f * self.in_f) as f64
     }
 
     /// One call of `kernel` over the case's rows.
@@ -157,11 +196,11 @@ impl Case {
             Kernel::Q5_0 => packed_q5_linear(k, &self.x, ROWS, &self.q5, None, y, pool, s),
             Kernel::Q8_0 => packed_q8_linear(k, &self.x, ROWS, &self.q8, None, y, pool, s),
             Kernel::Q4K => {
-                let y = &mut y[..ROWS * IN_F];
+                let y = &mut y[..ROWS * self.in_f];
                 packed_q4k_linear(k, &self.x_down, ROWS, &self.q4k, None, y, pool, s)
             }
             Kernel::Q6K => {
-                let y = &mut y[..ROWS * IN_F];
+                let y = &mut y[..ROWS * self.in_f];
                 packed_q6k_linear(k, &self.x_down, ROWS, &self.q6, None, y, pool, s)
             }
             Kernel::F16 => packed_half_linear(k, &self.x, ROWS, &self.f16, None, y, pool),
@@ -215,9 +254,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
-    if args.rounds == 0 || args.calls == 0 || args.passes == 0 {
+    if args.rounds == 0 || args.calls == 0 || args.passes == 0 || args.threads == 0 {
         return Err(Error::InvalidInput(
-            "--rounds, --calls and --passes must be at least 1".into(),
+            "--rounds, --calls, --passes and --threads must be at least 1".into(),
         ));
     }
     let path = match (args.rows, args.kernel) {
@@ -240,19 +279,21 @@ fn run(args: Args) -> Result<()> {
             Error::InvalidInput(format!("this CPU does not run the {level} level"))
         })?,
     };
-    let mut case = Case::new()?;
+    let mut case = Case::new(args.shape)?;
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
+        .num_threads(args.threads)
         .build()
-        .expect("a one-thread pool");
+        .map_err(|e| Error::InvalidInput(format!("cannot start {} threads: {e}", args.threads)))?;
     let scratch = ActivationScratch::default();
-    let macs = (ROWS * OUT_F * IN_F) as f64;
+    let macs = case.macs();
     println!("{}", machine::describe(path, kernel.level().into()));
     println!(
-        "kernel {:?}, {}-bit rows, level {:?}: best GMAC/s per stack position",
+        "kernel {:?}, {}-bit rows, level {:?}, {:?} layer, {} threads: best GMAC/s per stack position",
         args.kernel,
         args.rows,
-        kernel.level()
+        kernel.level(),
+        args.shape,
+        args.threads
     );
     let mut slow_passes = vec![0usize; POSITIONS];
     pool.install(|| {
