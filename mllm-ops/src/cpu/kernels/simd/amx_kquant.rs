@@ -338,6 +338,35 @@ pub(crate) fn fold_sub_block(
     }
 }
 
+/// Activation row `r`'s 16 sums of plane `plane` (0 high, 1 low) and
+/// operand `op` in a tile's sums.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn row_sums<const P: usize>(
+    sums: &TileSums<P>,
+    (plane, op): (usize, usize),
+    r: usize,
+) -> __m512i {
+    let row = &sums.0[plane][op][r];
+    // SAFETY: `row` is 16 `i32` (64 bytes) and `loadu` has no alignment
+    // requirement.
+    unsafe { _mm512_loadu_si512(row.as_ptr().cast()) }
+}
+
+/// Activation row `r`'s `256·high + low` of plane `plane` in a tile's
+/// sums whose operands 0 and 1 hold the low and the high bytes of the
+/// folded weights: the sums of the weights themselves.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn byte_pair_sums<const P: usize>(
+    sums: &TileSums<P>,
+    plane: usize,
+    r: usize,
+) -> __m512i {
+    let (low, high) = (row_sums(sums, (plane, 0), r), row_sums(sums, (plane, 1), r));
+    _mm512_add_epi32(_mm512_slli_epi32::<8>(high), low)
+}
+
 /// Adds tile `t`'s sums of a super-block (`first_block` its first block,
 /// `d` and `−dmin` the pair's scales there) to its rows' outputs in `out`
 /// (a pair's outputs for `n` rows, see [`load_row`]): the integers of
@@ -355,19 +384,13 @@ pub(crate) fn add_tile<const SHIFT: u32>(
     use super::vnni_packed_q4k::pair_add_super;
     let shift = _mm_cvtsi32_si128(SHIFT as i32);
     for (r, x) in rows.iter().enumerate() {
-        let load = |plane: usize, op: usize| {
-            // SAFETY: the 16 sums of row `r` are 64 bytes of `sums`, and
-            // `loadu` has no alignment requirement.
-            unsafe { _mm512_loadu_si512(sums.0[plane][op][r].as_ptr().cast()) }
-        };
-        let joined =
-            |plane| _mm512_add_epi32(_mm512_slli_epi32::<8>(load(plane, 1)), load(plane, 0));
-        let hi = joined(0);
+        let hi = byte_pair_sums(sums, 0, r);
         let (lo, mins) = if SHIFT == BYTE {
-            (_mm512_setzero_si512(), load(0, 2))
+            (_mm512_setzero_si512(), row_sums(sums, (0, 2), r))
         } else {
-            let mins = _mm512_add_epi32(_mm512_sll_epi32(load(0, 2), shift), load(1, 2));
-            (joined(1), mins)
+            let (hi_mins, lo_mins) = (row_sums(sums, (0, 2), r), row_sums(sums, (1, 2), r));
+            let mins = _mm512_add_epi32(_mm512_sll_epi32(hi_mins, shift), lo_mins);
+            (byte_pair_sums(sums, 1, r), mins)
         };
         let row = TILE_ROWS * t + r;
         let acc = so_far(out, n, row, first_block);

@@ -18,7 +18,8 @@ use std::arch::x86_64::*;
 
 use super::amx::{FullTiles, TILE_ROWS};
 use super::amx_kquant::{
-    per_lane, so_far, store_row, tile_products, Folded, PlaneProducts, RowTiles, TileSums, CHUNK,
+    byte_pair_sums, per_lane, so_far, store_row, tile_products, Folded, PlaneProducts, RowTiles,
+    TileSums, CHUNK,
 };
 use crate::cpu::kernels::packed::GROUP_ROWS;
 use crate::cpu::kernels::packed_q6k::{BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES};
@@ -129,21 +130,15 @@ fn add_tile<const SHIFT: u32>(
 ) {
     use super::vnni_packed_q6k::pair_add_super;
     for (r, x) in rows.iter().enumerate() {
-        let joined = |plane: usize| {
-            // SAFETY: the 16 sums of row `r` are 64 bytes of `sums`, and
-            // `loadu` has no alignment requirement.
-            let load =
-                |op: usize| unsafe { _mm512_loadu_si512(sums.0[plane][op][r].as_ptr().cast()) };
-            _mm512_add_epi32(_mm512_slli_epi32::<8>(load(1)), load(0))
-        };
         let lo = if SHIFT == BYTE {
             _mm512_setzero_si512()
         } else {
-            joined(1)
+            byte_pair_sums(sums, 1, r)
         };
         let row = TILE_ROWS * t + r;
         let acc = so_far(out, n, row, first_block);
-        let acc = pair_add_super::<SHIFT>(acc, d, (joined(0), lo), x.d[first_block]);
+        let hi = byte_pair_sums(sums, 0, r);
+        let acc = pair_add_super::<SHIFT>(acc, d, (hi, lo), x.d[first_block]);
         store_row(out, n, row, acc);
     }
 }
