@@ -24,7 +24,7 @@ use rayon::ThreadPool;
 
 use super::qact::{Int8Type, NARROW};
 use super::qkernel::{QuantKernel, QuantPath};
-use super::task_queue::for_each_in_order;
+use super::task_queue::for_each_in_runs;
 use super::PAR_THRESHOLD;
 use crate::quant::QuantType;
 
@@ -220,7 +220,8 @@ impl<'p> Split<'p> {
         let rows = data.len() / width;
         if rows == 1 {
             // One row (decode): its blocks are plain chunks, no piece lists;
-            // a longer call takes them in order from a `task_queue`.
+            // a longer call hands them out in runs, one per thread (see
+            // `task_queue`).
             let run = |s: &mut S, c: usize, piece: &mut [f32]| f(s, c, &mut [piece]);
             if !self.parallel {
                 let mut s = init();
@@ -229,7 +230,7 @@ impl<'p> Split<'p> {
                 }
             } else if self.queued {
                 let blocks = data.chunks_mut(cols).collect();
-                self.pool.install(|| for_each_in_order(blocks, &init, run));
+                self.pool.install(|| for_each_in_runs(blocks, &init, run));
             } else {
                 self.pool.install(|| {
                     data.par_chunks_mut(cols)
