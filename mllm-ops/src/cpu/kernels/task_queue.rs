@@ -51,7 +51,8 @@ pub(crate) fn for_each_in_order<T: Send, S>(
     f: impl Fn(&mut S, usize, T) + Sync,
 ) {
     let next = AtomicUsize::new(0);
-    run_tasks(items, init, f, |_| {
+    let threads = threads_for(items.len());
+    run_tasks(items, threads, init, f, |_| {
         Some(next.fetch_add(1, Ordering::Relaxed))
     });
 }
@@ -65,8 +66,9 @@ pub(crate) fn for_each_in_runs<T: Send, S>(
     init: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, usize, T) + Sync,
 ) {
-    let runs = Runs::new(items.len(), threads_for(items.len()));
-    run_tasks(items, init, f, |own| {
+    let threads = threads_for(items.len());
+    let runs = Runs::new(items.len(), threads);
+    run_tasks(items, threads, init, f, |own| {
         runs.front(own).or_else(|| runs.steal())
     });
 }
@@ -82,17 +84,17 @@ fn threads_for(n: usize) -> usize {
 }
 
 /// Runs `f(scratch, i, item)` for every `(i, item)` of `items` on
-/// [`threads_for`] threads, the `k`-th thread to start (from 0) taking
-/// task after task `next(k)` until it gives an index past the last task
-/// or none; waits for every task without sleeping.
+/// `threads` threads (as [`threads_for`] gives them), the `k`-th thread to
+/// start (from 0) taking task after task `next(k)` until it gives an index
+/// past the last task or none; waits for every task without sleeping.
 fn run_tasks<T: Send, S>(
     items: Vec<T>,
+    threads: usize,
     init: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, usize, T) + Sync,
     next: impl Fn(usize) -> Option<usize> + Sync,
 ) {
     let n = items.len();
-    let threads = threads_for(n);
     let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
     let (started, finished) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let work = || {
