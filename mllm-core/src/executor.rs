@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, StepRunner};
 use crate::graph::{Graph, Value};
+use crate::line_buffer::LineBuffer;
 use crate::op::{LinearParams, Op, OpInput, ValueKind};
 use crate::stacking::stack_sibling_linears;
 use crate::step::{LogitsMode, StepInput, StepLayout};
@@ -74,7 +75,7 @@ pub struct Executor {
     last_use: Vec<usize>,
     plans: HashMap<PlanKey, Plan>,
     current: Option<PlanKey>,
-    arenas: Vec<Vec<Vec<f32>>>,
+    arenas: Vec<Vec<LineBuffer>>,
     slot_lens: Vec<usize>,
     max_context: usize,
     reshapes: usize,
@@ -216,7 +217,7 @@ impl Executor {
             graph,
             plans: HashMap::new(),
             current: None,
-            arenas: vec![Vec::new(); backends.len()],
+            arenas: backends.iter().map(|_| Vec::new()).collect(),
             slot_lens: Vec::new(),
             max_context,
             reshapes: 0,
@@ -341,7 +342,7 @@ impl Executor {
 
     /// Total f32 elements held by the activation arena.
     pub fn arena_len(&self) -> usize {
-        self.arenas.iter().flatten().map(Vec::len).sum()
+        self.arenas.iter().flatten().map(|b| b.len()).sum()
     }
 
     /// Runs one step and returns the logits `[rows, vocab]`: one row per
@@ -362,11 +363,9 @@ impl Executor {
         for (arena, sizes) in self.arenas.iter_mut().zip(&plan.buffer_sizes) {
             for (i, &size) in sizes.iter().enumerate() {
                 if arena.len() <= i {
-                    arena.push(Vec::new());
+                    arena.push(LineBuffer::default());
                 }
-                if arena[i].len() < size {
-                    arena[i].resize(size, 0.0);
-                }
+                arena[i].grow_to(size);
             }
         }
         for (op, node) in self.ops.iter_mut().zip(self.graph.nodes()) {
@@ -491,7 +490,7 @@ impl Executor {
             let out_place = plan.buffer_of[out];
             let mut out_buf = match out_place {
                 Some((d, b)) => std::mem::take(&mut self.arenas[d][b]),
-                None => Vec::new(),
+                None => LineBuffer::default(),
             };
             let (earlier, rest) = self.ops.split_at_mut(i);
             let arenas = &self.arenas;

@@ -16,6 +16,7 @@ pub mod file;
 pub mod graph;
 pub mod kv_dtype;
 pub mod layers;
+mod line_buffer;
 pub mod npy;
 pub mod op;
 pub mod placement;
