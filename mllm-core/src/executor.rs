@@ -75,7 +75,7 @@ pub struct Executor {
     last_use: Vec<usize>,
     plans: HashMap<PlanKey, Plan>,
     current: Option<PlanKey>,
-    arenas: Vec<Vec<LineBuffer>>,
+    arenas: Vec<Vec<LineBuffer<f32>>>,
     slot_lens: Vec<usize>,
     max_context: usize,
     reshapes: usize,

@@ -5,6 +5,7 @@
 //! - [`graph`]: the [`Module`] / [`Layer`] / [`Op`] model and the traced [`Graph`].
 //! - [`executor`]: plans buffers by liveness and runs a graph step by step on one or more [`Backend`]s.
 //! - [`placement`]: which device each node runs on ([`Device`], [`Placement`]).
+//! - [`line_buffer`]: growable buffers whose values start on a cache line.
 //! - [`stacking`]: the graph pass that stacks linear layers sharing an input into one.
 
 pub mod atomic;
@@ -16,7 +17,7 @@ pub mod file;
 pub mod graph;
 pub mod kv_dtype;
 pub mod layers;
-mod line_buffer;
+pub mod line_buffer;
 pub mod npy;
 pub mod op;
 pub mod placement;
@@ -33,6 +34,7 @@ pub use executor::Executor;
 pub use graph::{Graph, Module, Value};
 pub use kv_dtype::KvDtype;
 pub use layers::Layer;
+pub use line_buffer::LineBuffer;
 pub use op::{Op, OpDesc};
 pub use placement::{Device, Placement};
 pub use shape::Shape;

@@ -59,8 +59,9 @@ pub use weight_memory::{WeightArena, WeightMemory};
 /// kernel runs serially instead of dispatching to the thread pool.
 pub(crate) const PAR_THRESHOLD: usize = 32 * 1024;
 
-/// Bytes of a cache line on the CPUs the kernels are tuned for.
-pub(crate) const CACHE_LINE: usize = 64;
+/// Bytes of a cache line on the CPUs the kernels are tuned for (the line
+/// that `mllm_core::LineBuffer`s start on).
+pub(crate) const CACHE_LINE: usize = mllm_core::line_buffer::LINE;
 
 /// Helpers shared by the kernel tests.
 #[cfg(test)]

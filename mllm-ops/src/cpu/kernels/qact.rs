@@ -4,6 +4,8 @@
 
 use std::sync::Mutex;
 
+use mllm_core::LineBuffer;
+
 use super::CACHE_LINE as LINE;
 use crate::quant::{q4_0, q4_1, q8_0, QuantType};
 
@@ -187,13 +189,12 @@ pub(crate) const BYTE: u32 = 0;
 /// Both planes live in one buffer, the low one [`LO_PLANE_SKEW`] bytes
 /// after the end of the high one (see there).
 pub(crate) struct Q16Act<const SHIFT: u32 = NARROW> {
-    /// From byte `start` on, the high plane (`rows · stride` bytes),
-    /// [`LO_PLANE_SKEW`] bytes of gap, the low plane (as long as the high
-    /// one).
-    planes: Vec<i8>,
-    /// Bytes before the high plane in `planes`: fewer than a cache line,
-    /// so that the planes start on one ([`Self::rows_in_buffers`]).
-    start: usize,
+    /// The high plane (`rows · stride` bytes), [`LO_PLANE_SKEW`] bytes of
+    /// gap, the low plane (as long as the high one), from a cache line on:
+    /// with the stride a whole number of lines, each 64-byte run of a row
+    /// that an AMX tile load reads is one line, not two (half the time
+    /// from L2).
+    planes: LineBuffer<i8>,
     /// Rows.
     rows: usize,
     /// Values per row.
@@ -264,7 +265,7 @@ pub(crate) fn row_stride(width: usize) -> usize {
 /// hold the values of an earlier row until a quantizer overwrites them.
 #[derive(Default)]
 pub(crate) struct Q16Buffers {
-    planes: Vec<i8>,
+    planes: LineBuffer<i8>,
     d: Vec<f32>,
     s: Vec<f32>,
     sums: Vec<i32>,
@@ -324,22 +325,13 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
     pub(crate) fn rows_in_buffers(rows: usize, width: usize, mut buffers: Q16Buffers) -> Self {
         let stride = if rows > 1 { row_stride(width) } else { width };
         let blocks = rows * width / BLOCK;
-        at_least(
-            &mut buffers.planes,
-            2 * rows * stride + LO_PLANE_SKEW + LINE,
-        );
-        // Rows that start a cache line apart from the start of one keep
-        // each 64-byte run of a row in one line: an AMX tile load of 16
-        // rows then reads 16 lines, not 32 (2x the time from L2).
-        let start = buffers.planes.as_ptr().align_offset(LINE);
-        let start = if start < LINE { start } else { 0 };
+        buffers.planes.grow_to(2 * rows * stride + LO_PLANE_SKEW);
         at_least(&mut buffers.d, blocks);
         at_least(&mut buffers.s, blocks);
         at_least(&mut buffers.sums, blocks);
         let Q16Buffers { planes, d, s, sums } = buffers;
         Q16Act {
             planes,
-            start,
             rows,
             width,
             stride,
@@ -361,7 +353,7 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
     /// quantizer.
     pub(crate) fn parts_mut(&mut self) -> (&mut [i8], &mut [i8], BlockScales<'_>) {
         let (len, nb) = (self.plane_len(), self.rows * self.width / BLOCK);
-        let (hi, rest) = self.planes[self.start..].split_at_mut(len);
+        let (hi, rest) = self.planes.split_at_mut(len);
         let lo = &mut rest[LO_PLANE_SKEW..LO_PLANE_SKEW + len];
         let scales = BlockScales {
             d: &mut self.d[..nb],
@@ -411,7 +403,7 @@ impl<const SHIFT: u32> Q16Act<SHIFT> {
 
     /// Row `r`.
     fn row_at(&self, r: usize) -> Q16Row<'_, SHIFT> {
-        let (at, nb) = (self.start + r * self.stride, self.width / BLOCK);
+        let (at, nb) = (r * self.stride, self.width / BLOCK);
         let lo_at = self.plane_len() + LO_PLANE_SKEW + at;
         Q16Row {
             hi: &self.planes[at..][..self.width],
@@ -578,31 +570,13 @@ mod tests {
         assert_eq!(one.stride(), 2048);
     }
 
-    /// A zeroed buffer of at least `len` bytes that does not start on a
-    /// cache line (the allocator's alignment is 16 bytes: some of a few
-    /// allocations of nearby sizes start off a line).
-    fn off_line_buffer(len: usize) -> Vec<i8> {
-        let mut held = Vec::new();
-        for extra in 0..64 {
-            let v = vec![0i8; len + 16 * extra];
-            if !(v.as_ptr() as usize).is_multiple_of(LINE) {
-                return v;
-            }
-            held.push(v);
-        }
-        panic!("no allocation of about {len} bytes started off a cache line");
-    }
-
-    /// Every row's planes start on a cache line, also in buffers that do
-    /// not, and a quantizer's values land in the rows.
+    /// Every row's planes start on a cache line, also in buffers kept
+    /// from a call of another shape, and a quantizer's values land in the
+    /// rows.
     #[test]
     fn rows_start_on_cache_lines() {
-        for (rows, width) in [(1, 576), (1, 2048), (3, 96), (16, 576), (16, 2048)] {
-            let len = 2 * rows * row_stride(width) + LO_PLANE_SKEW;
-            let buffers = Q16Buffers {
-                planes: off_line_buffer(len),
-                ..Q16Buffers::default()
-            };
+        let mut buffers = Q16Buffers::default();
+        for (rows, width) in [(1, 576), (1, 2048), (3, 96), (16, 576), (16, 2048), (2, 32)] {
             let mut act = Q16Act::<WIDE>::rows_in_buffers(rows, width, buffers);
             let (hi, lo, _) = act.parts_mut();
             hi.fill(1);
@@ -612,6 +586,7 @@ mod tests {
                 assert_eq!((line(r.hi), line(r.lo)), (0, 0), "{rows}x{width}");
                 assert!(r.hi.iter().all(|&v| v == 1) && r.lo.iter().all(|&v| v == 2));
             }
+            buffers = act.into_buffers();
         }
     }
 
