@@ -1017,10 +1017,13 @@ fn outputs_by_calls<'g, A: Sync>(
                         }
                         let out = &mut tile_out[..n * rows.len()];
                         dot(groups(c * per_task + call, n), rows, out, reads);
-                        for (gi, group_out) in out.chunks(rows.len()).enumerate() {
-                            let at = (call + gi) * GROUP_ROWS;
-                            for (row_out, o) in rows_out.iter_mut().zip(group_out) {
-                                row_out[at..at + GROUP_ROWS].copy_from_slice(o);
+                        // Row by row, so that each row's outputs are written
+                        // in one run (the rows lie far apart in `dst`).
+                        let at = call * GROUP_ROWS;
+                        for (t, row_out) in rows_out.iter_mut().take(rows.len()).enumerate() {
+                            let row_out = &mut row_out[at..at + n * GROUP_ROWS];
+                            for (gi, o) in row_out.chunks_exact_mut(GROUP_ROWS).enumerate() {
+                                o.copy_from_slice(&out[gi * rows.len() + t]);
                             }
                         }
                     }
