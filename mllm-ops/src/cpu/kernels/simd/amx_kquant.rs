@@ -5,14 +5,22 @@
 //! their own; so the scales go into the weights before it. Per
 //! super-block and group pair, each 6- or 5-bit value `q` becomes
 //! `sc·q` (below 2^11) split into its low and high bytes, two unsigned B
-//! operands per 64 columns, and a third operand holds each column's
-//! minimum `m`. Against one activation plane (the A operand, read in
-//! place) the three products give `Σ x·low`, `Σ x·high` and `Σ x·m` over
-//! the whole super-block in three tile registers; `256·high + low` is
-//! then `Σ_j sc_j·Σ q·x`, and with the plane sums joined the same way
-//! `Σ_j m_j·Σ q_x`: the integers of `packed_q4k`'s formula, exact, which
-//! the float step `vnni_packed_q4k::pair_add_super` turns into the bits of
-//! the AVX-512 kernels.
+//! operands per 64 columns. Against one activation plane (the A operand,
+//! read in place) the two products give `Σ x·low` and `Σ x·high` over the
+//! whole super-block in two tile registers, and `256·high + low` is then
+//! `Σ_j sc_j·Σ q·x`. The minimums' term `Σ_j m_j·Σ q_x` takes no tile
+//! product: the rows' exact block sums ([`MinWords`]) meet the pair's
+//! minimums in four `vpdpwssd` per row, and two `vpdpbusd` more for
+//! 16-bit rows ([`row_mins`]). These are the integers of `packed_q4k`'s formula,
+//! exact, which the float step `vnni_packed_q4k::pair_add_super` turns
+//! into the bits of the AVX-512 kernels.
+//!
+//! The tile loads, not the products, bound these kernels: on a Sapphire
+//! Rapids class Xeon a 1 KiB `tileloadd` from L1 took about 7 ns where a
+//! `tdpbsud` takes 5.4, and a tile product overlaps the next loads. So
+//! [`quad_products`] multiplies two A operands (a 16-bit tile's two
+//! planes, or two tiles of 8-bit rows) by the two B operands of a chunk,
+//! four products from four loads.
 //!
 //! The folding is paid once per super-block of a pair and shared by all
 //! of a call's row tiles, which is why this kernel takes many tiles at
@@ -35,34 +43,33 @@ pub(crate) const CHUNK: usize = 64;
 pub(crate) const CHUNKS: usize = SUPER_BLOCK / CHUNK;
 /// Bytes of one B operand: 16 rows of four columns of 16 weight rows.
 pub(crate) const OPERAND: usize = TILE_ROWS * CHUNK;
-/// Operands per chunk: the low bytes of `sc·q`, its high bytes, `m`.
-pub(crate) const PLANES: usize = 3;
+/// Operands per chunk: the low bytes of the folded weights, their high
+/// bytes.
+pub(crate) const PLANES: usize = 2;
 /// Most tiles of activation rows per call.
 pub(crate) const MAX_TILES: usize = 8;
 
-/// One super-block of a group pair as `P` B operands per chunk, chunk
-/// after chunk.
+/// One super-block of a group pair as [`PLANES`] B operands per chunk,
+/// chunk after chunk.
 #[repr(C, align(64))]
-pub(crate) struct Folded<const P: usize = PLANES>(pub(crate) [[[u8; OPERAND]; P]; CHUNKS]);
+pub(crate) struct Folded(pub(crate) [[[u8; OPERAND]; PLANES]; CHUNKS]);
 
-impl<const P: usize> Folded<P> {
+impl Folded {
     /// Operands of zeros, for a kernel's folding to fill.
     pub(crate) fn new() -> Self {
-        Folded([[[0; OPERAND]; P]; CHUNKS])
+        Folded([[[0; OPERAND]; PLANES]; CHUNKS])
     }
 }
 
-/// One tile's sums of a super-block: per activation plane (high, low)
-/// and each of `P` operands, 16 activation rows of 16 weight rows' sums.
+/// The sums of two A operands (a tile's high and low planes, or two
+/// tiles' high planes) with a super-block's operands.
 #[repr(C, align(64))]
-pub(crate) struct TileSums<const P: usize = PLANES>(
-    pub(crate) [[[[i32; TILE_ROWS]; TILE_ROWS]; P]; 2],
-);
+pub(crate) struct TileSums(pub(crate) [PlaneSums; 2]);
 
-impl<const P: usize> TileSums<P> {
+impl TileSums {
     /// Zero sums, for a kernel's tile products to fill.
     pub(crate) fn new() -> Self {
-        TileSums([[[[0; TILE_ROWS]; TILE_ROWS]; P]; 2])
+        TileSums([[[[0; TILE_ROWS]; TILE_ROWS]; PLANES]; 2])
     }
 }
 
@@ -194,101 +201,209 @@ unsafe fn rest_on_vnni<F: PackedFormat>(
     }
 }
 
-/// Makes the tile products of one activation plane of 16 rows (row 0's
-/// first column of a super-block at `a`, the rows `stride` bytes apart)
-/// with a folded super-block, and stores them into `sums`.
-///
-/// # Safety
-/// `tiles` holds the configuration, and each of the 16 rows has the 256
-/// bytes from `row 0 + t·stride` readable.
-#[inline(always)]
-pub(crate) unsafe fn plane_products(
-    _tiles: &FullTiles,
-    a: *const i8,
-    stride: usize,
-    folded: &Folded,
-    sums: &mut [[[i32; TILE_ROWS]; TILE_ROWS]; PLANES],
-) {
-    // SAFETY: the registers are configured (`FullTiles`) with 16 rows of
-    // 64 bytes; each A load reads 64 bytes of each of the 16 rows (the
-    // caller's guarantee), each B load one 1 KiB operand of `folded`, and
-    // the stores write 1 KiB of `sums` each.
-    unsafe {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            options(nostack, nomem)
-        );
-        for (c, operands) in folded.0.iter().enumerate() {
-            asm!(
-                "tileloadd tmm3, [{a} + {stride}*1]",
-                "tileloadd tmm4, [{low} + {row}*1]",
-                "tileloadd tmm5, [{high} + {row}*1]",
-                "tileloadd tmm6, [{mins} + {row}*1]",
-                "tdpbsud tmm0, tmm3, tmm4",
-                "tdpbsud tmm1, tmm3, tmm5",
-                "tdpbsud tmm2, tmm3, tmm6",
-                a = in(reg) a.wrapping_add(CHUNK * c),
-                stride = in(reg) stride,
-                low = in(reg) operands[0].as_ptr(),
-                high = in(reg) operands[1].as_ptr(),
-                mins = in(reg) operands[2].as_ptr(),
-                row = in(reg) CHUNK,
-                options(nostack, readonly),
-            );
-        }
-        asm!(
-            "tilestored [{low} + {row}*1], tmm0",
-            "tilestored [{high} + {row}*1], tmm1",
-            "tilestored [{mins} + {row}*1], tmm2",
-            low = in(reg) sums[0].as_mut_ptr(),
-            high = in(reg) sums[1].as_mut_ptr(),
-            mins = in(reg) sums[2].as_mut_ptr(),
-            row = in(reg) 4 * TILE_ROWS,
-            options(nostack),
-        );
-    }
+/// The sums of one A operand with a super-block's two operands (low and
+/// high bytes): 16 activation rows of 16 weight rows' sums each.
+pub(crate) type PlaneSums = [[[i32; TILE_ROWS]; TILE_ROWS]; PLANES];
+
+/// The tile products of one and of two A operands with a folded
+/// super-block, for high bytes of one signedness (the low bytes are
+/// unsigned).
+pub(crate) trait Products {
+    /// Makes the tile products of one activation plane of 16 rows (row
+    /// 0's first column of a super-block at `a`, the rows `stride` bytes
+    /// apart) with a folded super-block, and stores them into `sums`.
+    ///
+    /// # Safety
+    /// `tiles` holds the configuration, and each of the 16 rows has the
+    /// 256 bytes from `row 0 + t·stride` readable.
+    unsafe fn plane(
+        tiles: &FullTiles,
+        a: *const i8,
+        stride: usize,
+        folded: &Folded,
+        sums: &mut PlaneSums,
+    );
+
+    /// Makes the tile products of two activation planes of 16 rows each
+    /// (row 0's first column of a super-block at `a0` and at `a1`, the
+    /// rows of both `stride` bytes apart) with a folded super-block, and
+    /// stores them into `sums` (`a0`'s, then `a1`'s): per chunk four
+    /// products from four tile loads.
+    ///
+    /// # Safety
+    /// `tiles` holds the configuration, and each of the 16 rows of both
+    /// planes has the 256 bytes from `row 0 + t·stride` readable.
+    unsafe fn quad(
+        tiles: &FullTiles,
+        planes: (*const i8, *const i8),
+        stride: usize,
+        folded: &Folded,
+        sums: &mut TileSums,
+    );
 }
 
-/// The tile products of one activation plane of 16 rows with a folded
-/// super-block, stored into a tile's sums of that plane: `(tiles, a,
-/// stride, folded, sums)` as [`plane_products`] takes them.
-///
-/// # Safety
-/// As [`plane_products`]: `tiles` holds the configuration, and each of the
-/// 16 rows has the 256 bytes from `a + t·stride` readable.
-pub(crate) type PlaneProducts<const P: usize> =
-    unsafe fn(&FullTiles, *const i8, usize, &Folded<P>, &mut [[[i32; TILE_ROWS]; TILE_ROWS]; P]);
+/// Unsigned high bytes (`tdpbsud`): Q4_K's and Q5_K's folded weights.
+pub(crate) struct UnsignedHigh;
 
-/// Makes tile `t`'s products with super-block `s`, folded in `folded`,
-/// into `sums` by `products`: of both activation planes, or of the high
-/// one for [`BYTE`] rows.
+/// Signed high bytes (`tdpbssd`): Q6_K's folded weights.
+pub(crate) struct SignedHigh;
+
+/// Implements [`Products`] for `$name` with the high-byte product
+/// `$high`.
+macro_rules! two_operand_products {
+    ($name:ident, $high:literal) => {
+        impl Products for $name {
+            #[inline(always)]
+            unsafe fn plane(
+                _tiles: &FullTiles,
+                a: *const i8,
+                stride: usize,
+                folded: &Folded,
+                sums: &mut PlaneSums,
+            ) {
+                // SAFETY: the registers are configured (`FullTiles`) with 16
+                // rows of 64 bytes; each A load reads 64 bytes of each of the
+                // 16 rows (the caller's guarantee), each B load one 1 KiB
+                // operand of `folded`, and the stores write 1 KiB of `sums`
+                // each.
+                unsafe {
+                    asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+                    for (c, operands) in folded.0.iter().enumerate() {
+                        asm!(
+                            "tileloadd tmm4, [{a} + {stride}*1]",
+                            "tileloadd tmm6, [{low} + {row}*1]",
+                            "tileloadd tmm7, [{high} + {row}*1]",
+                            "tdpbsud tmm0, tmm4, tmm6",
+                            concat!($high, " tmm1, tmm4, tmm7"),
+                            a = in(reg) a.wrapping_add(CHUNK * c),
+                            stride = in(reg) stride,
+                            low = in(reg) operands[0].as_ptr(),
+                            high = in(reg) operands[1].as_ptr(),
+                            row = in(reg) CHUNK,
+                            options(nostack, readonly),
+                        );
+                    }
+                    let [low, high] = sums;
+                    asm!(
+                        "tilestored [{low} + {row}*1], tmm0",
+                        "tilestored [{high} + {row}*1], tmm1",
+                        low = in(reg) low.as_mut_ptr(),
+                        high = in(reg) high.as_mut_ptr(),
+                        row = in(reg) 4 * TILE_ROWS,
+                        options(nostack),
+                    );
+                }
+            }
+
+            #[inline(always)]
+            unsafe fn quad(
+                _tiles: &FullTiles,
+                (a0, a1): (*const i8, *const i8),
+                stride: usize,
+                folded: &Folded,
+                sums: &mut TileSums,
+            ) {
+                // SAFETY: as in the one-plane products, for both planes.
+                unsafe {
+                    asm!(
+                        "tilezero tmm0",
+                        "tilezero tmm1",
+                        "tilezero tmm2",
+                        "tilezero tmm3",
+                        options(nostack, nomem)
+                    );
+                    for (c, operands) in folded.0.iter().enumerate() {
+                        asm!(
+                            "tileloadd tmm4, [{a0} + {stride}*1]",
+                            "tileloadd tmm6, [{low} + {row}*1]",
+                            "tdpbsud tmm0, tmm4, tmm6",
+                            "tileloadd tmm5, [{a1} + {stride}*1]",
+                            "tdpbsud tmm2, tmm5, tmm6",
+                            "tileloadd tmm7, [{high} + {row}*1]",
+                            concat!($high, " tmm1, tmm4, tmm7"),
+                            concat!($high, " tmm3, tmm5, tmm7"),
+                            a0 = in(reg) a0.wrapping_add(CHUNK * c),
+                            a1 = in(reg) a1.wrapping_add(CHUNK * c),
+                            stride = in(reg) stride,
+                            low = in(reg) operands[0].as_ptr(),
+                            high = in(reg) operands[1].as_ptr(),
+                            row = in(reg) CHUNK,
+                            options(nostack, readonly),
+                        );
+                    }
+                    let [[s0, s1], [s2, s3]] = &mut sums.0;
+                    asm!(
+                        "tilestored [{s0} + {row}*1], tmm0",
+                        "tilestored [{s1} + {row}*1], tmm1",
+                        "tilestored [{s2} + {row}*1], tmm2",
+                        "tilestored [{s3} + {row}*1], tmm3",
+                        s0 = in(reg) s0.as_mut_ptr(),
+                        s1 = in(reg) s1.as_mut_ptr(),
+                        s2 = in(reg) s2.as_mut_ptr(),
+                        s3 = in(reg) s3.as_mut_ptr(),
+                        row = in(reg) 4 * TILE_ROWS,
+                        options(nostack),
+                    );
+                }
+            }
+        }
+    };
+}
+
+two_operand_products!(UnsignedHigh, "tdpbsud");
+two_operand_products!(SignedHigh, "tdpbssd");
+
+/// The tile products of every row tile of `rows` with super-block `s`,
+/// folded in `folded`, by `P`'s products: `add(t, high, low)` gets tile `t`'s
+/// sums of its high plane and (unless `SHIFT` is [`BYTE`]) of its low
+/// one. 16-bit rows take a tile's two planes at once, 8-bit rows two
+/// tiles at once (an odd last tile alone).
 #[inline(always)]
-pub(crate) fn tile_products<const SHIFT: u32, const P: usize>(
+pub(crate) fn each_tile<P: Products, const SHIFT: u32>(
     tiles: &FullTiles,
     rows: &RowTiles<'_, '_, SHIFT>,
-    (t, s): (usize, usize),
-    (folded, products): (&Folded<P>, PlaneProducts<P>),
-    sums: &mut TileSums<P>,
+    s: usize,
+    folded: &Folded,
+    sums: &mut TileSums,
+    mut add: impl FnMut(usize, &PlaneSums, Option<&PlaneSums>),
 ) {
-    assert!(
-        t < rows.tiles() && s < rows.supers(),
-        "no such tile or super-block"
-    );
-    let planes: &[bool] = if SHIFT == BYTE {
-        &[false]
-    } else {
-        &[false, true]
-    };
-    for (&lo, sums) in planes.iter().zip(&mut sums.0) {
-        let a = rows.plane_at(t, lo, s * SUPER_BLOCK);
-        // SAFETY: the tiles are configured while `tiles` lives; rows
-        // `16t..16t + 16` exist (`t` is in range, checked above), lie one
-        // stride apart in both planes (`RowTiles::new`), and each holds
-        // `supers()` whole super-blocks, so the 256 bytes from column
-        // `256·s` (`s` in range) of each are its own: `products`' contract.
-        unsafe { products(tiles, a, rows.stride, folded, sums) };
+    assert!(s < rows.supers(), "no such super-block");
+    let (col, stride, count) = (s * SUPER_BLOCK, rows.stride, rows.tiles());
+    // SAFETY (all three calls below): the tiles are configured while
+    // `tiles` lives; every tile named is below `rows.tiles()`, so its 16
+    // rows exist, lie one stride apart in both planes (`RowTiles::new`)
+    // and hold `supers()` whole super-blocks, so the 256 bytes from
+    // column `256·s` (`s` in range, checked above) of each are its own:
+    // the products' contract.
+    if SHIFT != BYTE {
+        for t in 0..count {
+            let planes = (rows.plane_at(t, false, col), rows.plane_at(t, true, col));
+            unsafe { P::quad(tiles, planes, stride, folded, sums) };
+            add(t, &sums.0[0], Some(&sums.0[1]));
+        }
+        return;
+    }
+    for t in (0..count).step_by(2) {
+        if t + 1 < count {
+            let planes = (
+                rows.plane_at(t, false, col),
+                rows.plane_at(t + 1, false, col),
+            );
+            unsafe { P::quad(tiles, planes, stride, folded, sums) };
+            add(t, &sums.0[0], None);
+            add(t + 1, &sums.0[1], None);
+        } else {
+            unsafe {
+                P::plane(
+                    tiles,
+                    rows.plane_at(t, false, col),
+                    stride,
+                    folded,
+                    &mut sums.0[0],
+                )
+            };
+            add(t, &sums.0[0], None);
+        }
     }
 }
 
@@ -305,15 +420,14 @@ pub(crate) fn per_lane(a: &[u8], b: &[u8]) -> __m512i {
 /// `folded` (rows `8·(j mod 2)..` of chunk `j / 2`): its values `values`
 /// (four columns of 16 weight rows per vector, as `amx_packed`'s
 /// `set_chunk_values` takes them), each times its row's scale (`sc`, per
-/// lane as [`per_lane`] gives it) split into low and high bytes, and the
-/// minimums `m` (per lane) on every row.
+/// lane as [`per_lane`] gives it) split into low and high bytes.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 pub(crate) fn fold_sub_block(
     folded: &mut Folded,
     j: usize,
     values: [[__m512i; 2]; 4],
-    (sc, m): (__m512i, __m512i),
+    sc: __m512i,
 ) {
     let zero = _mm512_setzero_si512();
     let bytes = _mm512_set1_epi16(0xFF);
@@ -329,7 +443,7 @@ pub(crate) fn fold_sub_block(
         let low = _mm512_packus_epi16(_mm512_and_si512(p_lo, bytes), _mm512_and_si512(p_hi, bytes));
         let high = _mm512_packus_epi16(_mm512_srli_epi16::<8>(p_lo), _mm512_srli_epi16::<8>(p_hi));
         let at = CHUNK * (8 * (j % 2) + k);
-        for (plane, v) in [low, high, m].into_iter().enumerate() {
+        for (plane, v) in [low, high].into_iter().enumerate() {
             let row = &mut operands[plane][at..at + CHUNK];
             // SAFETY: `row` is 64 bytes (sliced above) and `storeu` has no
             // alignment requirement.
@@ -338,63 +452,152 @@ pub(crate) fn fold_sub_block(
     }
 }
 
-/// Activation row `r`'s 16 sums of plane `plane` (0 high, 1 low) and
-/// operand `op` in a tile's sums.
+/// Activation row `r`'s 16 sums of operand `op` in one A operand's sums.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(crate) fn row_sums<const P: usize>(
-    sums: &TileSums<P>,
-    (plane, op): (usize, usize),
-    r: usize,
-) -> __m512i {
-    let row = &sums.0[plane][op][r];
+pub(crate) fn row_sums(sums: &PlaneSums, op: usize, r: usize) -> __m512i {
+    let row = &sums[op][r];
     // SAFETY: `row` is 16 `i32` (64 bytes) and `loadu` has no alignment
     // requirement.
     unsafe { _mm512_loadu_si512(row.as_ptr().cast()) }
 }
 
-/// Activation row `r`'s `256·high + low` of plane `plane` in a tile's
-/// sums whose operands 0 and 1 hold the low and the high bytes of the
-/// folded weights: the sums of the weights themselves.
+/// Activation row `r`'s `256·high + low` in one A operand's sums whose
+/// operands 0 and 1 hold the low and the high bytes of the folded
+/// weights: the sums of the weights themselves.
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(crate) fn byte_pair_sums<const P: usize>(
-    sums: &TileSums<P>,
-    plane: usize,
-    r: usize,
-) -> __m512i {
-    let (low, high) = (row_sums(sums, (plane, 0), r), row_sums(sums, (plane, 1), r));
+pub(crate) fn byte_pair_sums(sums: &PlaneSums, r: usize) -> __m512i {
+    let (low, high) = (row_sums(sums, 0, r), row_sums(sums, 1, r));
     _mm512_add_epi32(_mm512_slli_epi32::<8>(high), low)
 }
 
+/// The rows' exact block sums of one super-block in the words that
+/// [`row_mins`] takes. A sum of 16-bit rows is split as `256·high + low`
+/// (`|high| ≤ 4096`, `low` in `0..=255`): per row, words `0..4` hold the
+/// high parts of blocks `2i` and `2i + 1` as two `i16`, words 4 and 5 the
+/// low parts of blocks `4k..4k + 4` as four bytes. A sum of 8-bit rows
+/// (`|·| ≤ 32·127`) fits 16 bits: words `0..4` hold the sums themselves,
+/// two per word. The other words are unused.
+#[repr(C, align(64))]
+pub(crate) struct MinWords([[u32; 8]; MAX_TILES * TILE_ROWS]);
+
+impl MinWords {
+    /// Words of zeros, for [`MinWords::set`] to fill.
+    pub(crate) fn new() -> Self {
+        MinWords([[0; 8]; MAX_TILES * TILE_ROWS])
+    }
+
+    /// Sets the words of every row of `rows` (at most
+    /// `MAX_TILES · TILE_ROWS` of them) for super-block `s`.
+    pub(crate) fn set<const SHIFT: u32>(&mut self, rows: &[Q16Row<'_, SHIFT>], s: usize) {
+        assert!(rows.len() <= self.0.len(), "more rows than tiles");
+        for (words, x) in self.0.iter_mut().zip(rows) {
+            let sums = &x.sums[s * SUB_BLOCKS_PER_SUPER..][..SUB_BLOCKS_PER_SUPER];
+            let shift = if SHIFT == BYTE { 0 } else { 8 };
+            let high = |j: usize| (sums[j] >> shift) as u16 as u32;
+            let low = |j: usize| (sums[j] & 0xFF) as u32;
+            let (pairs, quads) = words.split_at_mut(4);
+            for (i, word) in pairs.iter_mut().enumerate() {
+                *word = high(2 * i) | high(2 * i + 1) << 16;
+            }
+            if SHIFT != BYTE {
+                for (k, word) in quads[..2].iter_mut().enumerate() {
+                    *word = (0..4).fold(0, |w, b| w | low(4 * k + b) << (8 * b));
+                }
+            }
+        }
+    }
+}
+
+/// Sub-blocks of 32 columns per super-block.
+const SUB_BLOCKS_PER_SUPER: usize = SUPER_BLOCK / crate::cpu::kernels::qact::BLOCK;
+
+/// A pair's minimums of one super-block as [`row_mins`] takes them, per
+/// lane (weight row `w`): `pairs[i]` holds `m` of sub-blocks `2i` and
+/// `2i + 1` as two `i16`, times 256 for 16-bit rows (`256·63` fits);
+/// `bytes[k]` the minimums of sub-blocks `4k..4k + 4` as four bytes.
+pub(crate) struct MinWeights {
+    pairs: [__m512i; 4],
+    bytes: [__m512i; 2],
+}
+
+impl MinWeights {
+    /// The minimums of a pair's super-blocks `sa` and `sb`, whose first
+    /// minimum is at `mins_at` (eight rows' bytes per sub-block, as
+    /// `packed_q4k::MINS_AT`).
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    pub(crate) fn new<const SHIFT: u32>(sa: &[u8], sb: &[u8], mins_at: usize) -> Self {
+        use super::vnni_packed_q4k::u8x16;
+        let m = |j: usize| {
+            let at = mins_at + GROUP_ROWS * j;
+            u8x16(&sa[at..], &sb[at..])
+        };
+        let pairs = std::array::from_fn(|i| {
+            let pair = _mm512_or_si512(m(2 * i), _mm512_slli_epi32::<16>(m(2 * i + 1)));
+            if SHIFT == BYTE {
+                pair
+            } else {
+                _mm512_slli_epi16::<8>(pair)
+            }
+        });
+        let bytes = std::array::from_fn(|k| {
+            let (m0, m1) = (m(4 * k), _mm512_slli_epi32::<8>(m(4 * k + 1)));
+            let (m2, m3) = (
+                _mm512_slli_epi32::<16>(m(4 * k + 2)),
+                _mm512_slli_epi32::<24>(m(4 * k + 3)),
+            );
+            _mm512_or_si512(_mm512_or_si512(m0, m1), _mm512_or_si512(m2, m3))
+        });
+        MinWeights { pairs, bytes }
+    }
+}
+
+/// A row's `Σ_j m_j·Σ q_x` for the 16 weight rows of a pair: its words of
+/// [`MinWords`] against the pair's [`MinWeights`], exact (below 2^30).
+/// For 16-bit rows `Σ 256·m·high` in four `vpdpwssd` and `Σ m·low` in two
+/// `vpdpbusd`; for 8-bit rows the sums in four `vpdpwssd`.
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[inline]
+pub(crate) fn row_mins<const SHIFT: u32>(mins: &MinWeights, words: &[u32; 8]) -> __m512i {
+    let word = |i: usize| _mm512_set1_epi32(words[i] as i32);
+    let acc = (0..4).fold(_mm512_setzero_si512(), |acc, i| {
+        _mm512_dpwssd_epi32(acc, mins.pairs[i], word(i))
+    });
+    if SHIFT == BYTE {
+        return acc;
+    }
+    (0..2).fold(acc, |acc, k| {
+        _mm512_dpbusd_epi32(acc, word(4 + k), mins.bytes[k])
+    })
+}
+
 /// Adds tile `t`'s sums of a super-block (`first_block` its first block,
-/// `d` and `−dmin` the pair's scales there) to its rows' outputs in `out`
-/// (a pair's outputs for `n` rows, see [`load_row`]): the integers of
-/// `packed_q4k`'s formula from the sums, then `pair_add_super` on the
-/// outputs so far ([`so_far`]).
+/// `d` and `−dmin` the pair's scales there, `mins` its [`MinWeights`]) to
+/// its rows' outputs in `out` (a pair's outputs for `n` rows, see
+/// [`load_row`]): the integers of `packed_q4k`'s formula from the sums of
+/// the high plane `hi` and the low one `lo` (none for [`BYTE`] rows),
+/// then `pair_add_super` on the outputs so far ([`so_far`]).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 pub(crate) fn add_tile<const SHIFT: u32>(
     (out, n): (&mut [[f32; GROUP_ROWS]], usize),
     (t, first_block): (usize, usize),
-    sums: &TileSums,
-    rows: &[Q16Row<'_, SHIFT>],
+    (hi, lo): (&PlaneSums, Option<&PlaneSums>),
+    (rows, words): (&[Q16Row<'_, SHIFT>], &[[u32; 8]]),
     (d, neg_dmin): (__m512, __m512),
+    mins: &MinWeights,
 ) {
     use super::vnni_packed_q4k::pair_add_super;
-    let shift = _mm_cvtsi32_si128(SHIFT as i32);
-    for (r, x) in rows.iter().enumerate() {
-        let hi = byte_pair_sums(sums, 0, r);
-        let (lo, mins) = if SHIFT == BYTE {
-            (_mm512_setzero_si512(), row_sums(sums, (0, 2), r))
-        } else {
-            let (hi_mins, lo_mins) = (row_sums(sums, (0, 2), r), row_sums(sums, (1, 2), r));
-            let mins = _mm512_add_epi32(_mm512_sll_epi32(hi_mins, shift), lo_mins);
-            (byte_pair_sums(sums, 1, r), mins)
-        };
+    for (r, (x, words)) in rows.iter().zip(words).enumerate() {
+        let sum_hi = byte_pair_sums(hi, r);
+        let sum_lo = lo.map_or(_mm512_setzero_si512(), |lo| byte_pair_sums(lo, r));
+        let row_mins = row_mins::<SHIFT>(mins, words);
         let row = TILE_ROWS * t + r;
         let acc = so_far(out, n, row, first_block);
-        let acc = pair_add_super::<SHIFT>(acc, (d, neg_dmin), (hi, lo, mins), x.d[first_block]);
+        let sums = (sum_hi, sum_lo, row_mins);
+        let acc = pair_add_super::<SHIFT>(acc, (d, neg_dmin), sums, x.d[first_block]);
         store_row(out, n, row, acc);
     }
 }
@@ -469,9 +672,11 @@ macro_rules! kquant_amx_pairs {
             use $crate::cpu::kernels::simd::vnni_packed_q4k::pair_neg_dmin;
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
-            let mut folded = Folded::<PLANES>::new();
-            let mut sums = TileSums::<PLANES>::new();
+            let mut folded = Folded::new();
+            let mut sums = TileSums::new();
+            let mut words = MinWords::new();
             for s in 0..rows.supers() {
+                words.set(rows.rows(), s);
                 let pairs = groups.chunks_exact(2 * group_bytes);
                 for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
                     let (a, b) = pair.split_at(group_bytes);
@@ -480,21 +685,31 @@ macro_rules! kquant_amx_pairs {
                     for j in 0..SUB_BLOCKS {
                         let at = BITS_AT + BLOCK_BITS * j;
                         let values = $pair_values(&sa[at..], &sb[at..]);
-                        let (sc_at, m_at) = (SCALES_AT + GROUP_ROWS * j, MINS_AT + GROUP_ROWS * j);
-                        let scales = (
+                        let sc_at = SCALES_AT + GROUP_ROWS * j;
+                        fold_sub_block(
+                            &mut folded,
+                            j,
+                            values,
                             per_lane(&sa[sc_at..], &sb[sc_at..]),
-                            per_lane(&sa[m_at..], &sb[m_at..]),
                         );
-                        fold_sub_block(&mut folded, j, values, scales);
                     }
                     let scales = (f16x16(&sa[..16], &sb[..16]), pair_neg_dmin(sa, sb));
-                    for t in 0..rows.tiles() {
-                        let folded = (&folded, plane_products as PlaneProducts<PLANES>);
-                        tile_products::<SHIFT, PLANES>(tiles, rows, (t, s), folded, &mut sums);
-                        let tile_rows = &rows.rows()[TILE_ROWS * t..][..TILE_ROWS];
-                        let at = (t, s * SUB_BLOCKS);
-                        add_tile::<SHIFT>((&mut *out, n), at, &sums, tile_rows, scales);
-                    }
+                    let mins = MinWeights::new::<SHIFT>(sa, sb, MINS_AT);
+                    each_tile::<UnsignedHigh, SHIFT>(
+                        tiles,
+                        rows,
+                        s,
+                        &folded,
+                        &mut sums,
+                        |t, hi, lo| {
+                            let tile_rows = &rows.rows()[TILE_ROWS * t..][..TILE_ROWS];
+                            let tile_words = &words.0[TILE_ROWS * t..][..TILE_ROWS];
+                            let at = (t, s * SUB_BLOCKS);
+                            let sums = (hi, lo);
+                            let x = (tile_rows, tile_words);
+                            add_tile::<SHIFT>((&mut *out, n), at, sums, x, scales, &mins);
+                        },
+                    );
                 }
             }
         }
