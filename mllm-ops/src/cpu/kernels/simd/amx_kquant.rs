@@ -429,19 +429,24 @@ pub(crate) fn fold_sub_block(
     values: [[__m512i; 2]; 4],
     sc: __m512i,
 ) {
-    let zero = _mm512_setzero_si512();
-    let bytes = _mm512_set1_epi16(0xFF);
-    let (sc_lo, sc_hi) = (
-        _mm512_unpacklo_epi8(sc, zero),
-        _mm512_unpackhi_epi8(sc, zero),
+    // Each value times its row's scale in place: the even bytes' products
+    // in the 16-bit lanes of one `maddubs` (the odd bytes' scales zeroed),
+    // the odd bytes' in another; the low and high bytes of both are then
+    // blended back into byte order.
+    let (sc_even, sc_odd) = (
+        _mm512_and_si512(sc, _mm512_set1_epi16(0x00FF)),
+        _mm512_andnot_si512(_mm512_set1_epi16(0x00FF), sc),
     );
+    let odd_bytes: __mmask64 = 0xAAAA_AAAA_AAAA_AAAA;
     let [[l0, h0], [l1, h1], [l2, h2], [l3, h3]] = values;
     let operands = &mut folded.0[j / 2];
     for (k, v) in [l0, l1, l2, l3, h0, h1, h2, h3].into_iter().enumerate() {
-        let p_lo = _mm512_mullo_epi16(_mm512_unpacklo_epi8(v, zero), sc_lo);
-        let p_hi = _mm512_mullo_epi16(_mm512_unpackhi_epi8(v, zero), sc_hi);
-        let low = _mm512_packus_epi16(_mm512_and_si512(p_lo, bytes), _mm512_and_si512(p_hi, bytes));
-        let high = _mm512_packus_epi16(_mm512_srli_epi16::<8>(p_lo), _mm512_srli_epi16::<8>(p_hi));
+        let (even, odd) = (
+            _mm512_maddubs_epi16(v, sc_even),
+            _mm512_maddubs_epi16(v, sc_odd),
+        );
+        let low = _mm512_mask_blend_epi8(odd_bytes, even, _mm512_slli_epi16::<8>(odd));
+        let high = _mm512_mask_blend_epi8(odd_bytes, _mm512_srli_epi16::<8>(even), odd);
         let at = CHUNK * (8 * (j % 2) + k);
         for (plane, v) in [low, high].into_iter().enumerate() {
             let row = &mut operands[plane][at..at + CHUNK];
