@@ -253,6 +253,7 @@ pub(crate) struct SignedHigh;
 macro_rules! two_operand_products {
     ($name:ident, $high:literal) => {
         impl Products for $name {
+            // SAFETY: the contract is `Products::plane`'s.
             #[inline(always)]
             unsafe fn plane(
                 _tiles: &FullTiles,
@@ -295,6 +296,7 @@ macro_rules! two_operand_products {
                 }
             }
 
+            // SAFETY: the contract is `Products::quad`'s.
             #[inline(always)]
             unsafe fn quad(
                 _tiles: &FullTiles,
@@ -369,15 +371,16 @@ pub(crate) fn each_tile<P: Products, const SHIFT: u32>(
 ) {
     assert!(s < rows.supers(), "no such super-block");
     let (col, stride, count) = (s * SUPER_BLOCK, rows.stride, rows.tiles());
-    // SAFETY (all three calls below): the tiles are configured while
-    // `tiles` lives; every tile named is below `rows.tiles()`, so its 16
-    // rows exist, lie one stride apart in both planes (`RowTiles::new`)
-    // and hold `supers()` whole super-blocks, so the 256 bytes from
-    // column `256·s` (`s` in range, checked above) of each are its own:
-    // the products' contract.
+    // Each call below meets the products' contract: the tiles are
+    // configured while `tiles` lives; every tile named is below
+    // `rows.tiles()`, so its 16 rows exist, lie one stride apart in both
+    // planes (`RowTiles::new`) and hold `supers()` whole super-blocks, so
+    // the 256 bytes from column `256·s` (`s` in range, checked above) of
+    // each are its own.
     if SHIFT != BYTE {
         for t in 0..count {
             let planes = (rows.plane_at(t, false, col), rows.plane_at(t, true, col));
+            // SAFETY: see above; tile `t < count`.
             unsafe { P::quad(tiles, planes, stride, folded, sums) };
             add(t, &sums.0[0], Some(&sums.0[1]));
         }
@@ -389,19 +392,14 @@ pub(crate) fn each_tile<P: Products, const SHIFT: u32>(
                 rows.plane_at(t, false, col),
                 rows.plane_at(t + 1, false, col),
             );
+            // SAFETY: see above; tiles `t` and `t + 1 < count`.
             unsafe { P::quad(tiles, planes, stride, folded, sums) };
             add(t, &sums.0[0], None);
             add(t + 1, &sums.0[1], None);
         } else {
-            unsafe {
-                P::plane(
-                    tiles,
-                    rows.plane_at(t, false, col),
-                    stride,
-                    folded,
-                    &mut sums.0[0],
-                )
-            };
+            let plane = rows.plane_at(t, false, col);
+            // SAFETY: see above; tile `t < count`.
+            unsafe { P::plane(tiles, plane, stride, folded, &mut sums.0[0]) };
             add(t, &sums.0[0], None);
         }
     }
