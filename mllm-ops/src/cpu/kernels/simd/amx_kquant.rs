@@ -18,7 +18,7 @@
 //! The tile loads, not the products, bound these kernels: on a Sapphire
 //! Rapids class Xeon a 1 KiB `tileloadd` from L1 took about 7 ns where a
 //! `tdpbsud` takes 5.4, and a tile product overlaps the next loads. So
-//! [`quad_products`] multiplies two A operands (a 16-bit tile's two
+//! [`Products::quad`] multiplies two A operands (a 16-bit tile's two
 //! planes, or two tiles of 8-bit rows) by the two B operands of a chunk,
 //! four products from four loads.
 //!
