@@ -35,6 +35,7 @@ use std::arch::x86_64::*;
 
 use super::amx::{even_stride, FullTiles, TILE_ROWS};
 use crate::cpu::kernels::packed::{vnni_pair_in_chunks, PackedFormat, WeightReads, GROUP_ROWS};
+use crate::cpu::kernels::packed_q4k::SUB_BLOCKS;
 use crate::cpu::kernels::qact::{Q16Row, BYTE, SUPER_BLOCK};
 
 /// Columns per tile product: a full tile row of bytes.
@@ -414,6 +415,34 @@ pub(crate) fn per_lane(a: &[u8], b: &[u8]) -> __m512i {
     _mm512_mullo_epi32(u8x16(a, b), _mm512_set1_epi32(0x0101_0101))
 }
 
+/// The bytes of `sc` at even places and at odd places, the others
+/// zeroed: as the signed operands of two `maddubs`, they put each byte of
+/// the other operand times its scale into its own 16-bit lane (the even
+/// bytes' products with the first, the odd bytes' with the second), for
+/// [`low_and_high_bytes`] to put back into byte order.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn scales_by_parity(sc: __m512i) -> (__m512i, __m512i) {
+    let low_byte = _mm512_set1_epi16(0x00FF);
+    (
+        _mm512_and_si512(sc, low_byte),
+        _mm512_andnot_si512(low_byte, sc),
+    )
+}
+
+/// The low and the high bytes of 16-bit products in byte order: `even`
+/// holds the products of a vector's even bytes, `odd` those of its odd
+/// bytes, one per 16-bit lane (see [`scales_by_parity`]).
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+pub(crate) fn low_and_high_bytes(even: __m512i, odd: __m512i) -> (__m512i, __m512i) {
+    let odd_bytes: __mmask64 = 0xAAAA_AAAA_AAAA_AAAA;
+    (
+        _mm512_mask_blend_epi8(odd_bytes, even, _mm512_slli_epi16::<8>(odd)),
+        _mm512_mask_blend_epi8(odd_bytes, _mm512_srli_epi16::<8>(even), odd),
+    )
+}
+
 /// Folds one sub-block of a pair into its eight B operand rows of
 /// `folded` (rows `8·(j mod 2)..` of chunk `j / 2`): its values `values`
 /// (four columns of 16 weight rows per vector, as `amx_packed`'s
@@ -427,15 +456,7 @@ pub(crate) fn fold_sub_block(
     values: [[__m512i; 2]; 4],
     sc: __m512i,
 ) {
-    // Each value times its row's scale in place: the even bytes' products
-    // in the 16-bit lanes of one `maddubs` (the odd bytes' scales zeroed),
-    // the odd bytes' in another; the low and high bytes of both are then
-    // blended back into byte order.
-    let (sc_even, sc_odd) = (
-        _mm512_and_si512(sc, _mm512_set1_epi16(0x00FF)),
-        _mm512_andnot_si512(_mm512_set1_epi16(0x00FF), sc),
-    );
-    let odd_bytes: __mmask64 = 0xAAAA_AAAA_AAAA_AAAA;
+    let (sc_even, sc_odd) = scales_by_parity(sc);
     let [[l0, h0], [l1, h1], [l2, h2], [l3, h3]] = values;
     let operands = &mut folded.0[j / 2];
     for (k, v) in [l0, l1, l2, l3, h0, h1, h2, h3].into_iter().enumerate() {
@@ -443,8 +464,7 @@ pub(crate) fn fold_sub_block(
             _mm512_maddubs_epi16(v, sc_even),
             _mm512_maddubs_epi16(v, sc_odd),
         );
-        let low = _mm512_mask_blend_epi8(odd_bytes, even, _mm512_slli_epi16::<8>(odd));
-        let high = _mm512_mask_blend_epi8(odd_bytes, _mm512_srli_epi16::<8>(even), odd);
+        let (low, high) = low_and_high_bytes(even, odd);
         let at = CHUNK * (8 * (j % 2) + k);
         for (plane, v) in [low, high].into_iter().enumerate() {
             let row = &mut operands[plane][at..at + CHUNK];
@@ -496,7 +516,7 @@ impl MinWords {
     pub(crate) fn set<const SHIFT: u32>(&mut self, rows: &[Q16Row<'_, SHIFT>], s: usize) {
         assert!(rows.len() <= self.0.len(), "more rows than tiles");
         for (words, x) in self.0.iter_mut().zip(rows) {
-            let sums = &x.sums[s * SUB_BLOCKS_PER_SUPER..][..SUB_BLOCKS_PER_SUPER];
+            let sums = &x.sums[s * SUB_BLOCKS..][..SUB_BLOCKS];
             let shift = if SHIFT == BYTE { 0 } else { 8 };
             let high = |j: usize| (sums[j] >> shift) as u16 as u32;
             let low = |j: usize| (sums[j] & 0xFF) as u32;
@@ -512,9 +532,6 @@ impl MinWords {
         }
     }
 }
-
-/// Sub-blocks of 32 columns per super-block.
-const SUB_BLOCKS_PER_SUPER: usize = SUPER_BLOCK / crate::cpu::kernels::qact::BLOCK;
 
 /// A pair's minimums of one super-block as [`row_mins`] takes them, per
 /// lane (weight row `w`): `pairs[i]` holds `m` of sub-blocks `2i` and
@@ -533,12 +550,12 @@ impl MinWeights {
     #[inline]
     pub(crate) fn new<const SHIFT: u32>(sa: &[u8], sb: &[u8], mins_at: usize) -> Self {
         use super::vnni_packed_q4k::u8x16;
-        let m = |j: usize| {
+        let m: [__m512i; SUB_BLOCKS] = std::array::from_fn(|j| {
             let at = mins_at + GROUP_ROWS * j;
             u8x16(&sa[at..], &sb[at..])
-        };
+        });
         let pairs = std::array::from_fn(|i| {
-            let pair = _mm512_or_si512(m(2 * i), _mm512_slli_epi32::<16>(m(2 * i + 1)));
+            let pair = _mm512_or_si512(m[2 * i], _mm512_slli_epi32::<16>(m[2 * i + 1]));
             if SHIFT == BYTE {
                 pair
             } else {
@@ -546,10 +563,10 @@ impl MinWeights {
             }
         });
         let bytes = std::array::from_fn(|k| {
-            let (m0, m1) = (m(4 * k), _mm512_slli_epi32::<8>(m(4 * k + 1)));
+            let (m0, m1) = (m[4 * k], _mm512_slli_epi32::<8>(m[4 * k + 1]));
             let (m2, m3) = (
-                _mm512_slli_epi32::<16>(m(4 * k + 2)),
-                _mm512_slli_epi32::<24>(m(4 * k + 3)),
+                _mm512_slli_epi32::<16>(m[4 * k + 2]),
+                _mm512_slli_epi32::<24>(m[4 * k + 3]),
             );
             _mm512_or_si512(_mm512_or_si512(m0, m1), _mm512_or_si512(m2, m3))
         });

@@ -18,8 +18,8 @@ use std::arch::x86_64::*;
 
 use super::amx::{FullTiles, TILE_ROWS};
 use super::amx_kquant::{
-    byte_pair_sums, each_tile, per_lane, so_far, store_row, Folded, PlaneSums, RowTiles,
-    SignedHigh, TileSums, CHUNK,
+    byte_pair_sums, each_tile, low_and_high_bytes, per_lane, scales_by_parity, so_far, store_row,
+    Folded, PlaneSums, RowTiles, SignedHigh, TileSums, CHUNK,
 };
 use crate::cpu::kernels::packed::GROUP_ROWS;
 use crate::cpu::kernels::packed_q6k::{BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES};
@@ -35,29 +35,21 @@ fn fold_block(folded: &mut Folded, j: usize, (sa, sb): (&[u8], &[u8])) {
     use super::vnni_packed_q6k::pair_block_values;
     let at = BITS_AT + BLOCK_BITS * j;
     let values = pair_block_values(&sa[at..at + BLOCK_BITS], &sb[at..at + BLOCK_BITS]);
-    let low_byte = _mm512_set1_epi16(0x00FF);
-    let odd_bytes: __mmask64 = 0xAAAA_AAAA_AAAA_AAAA;
     let operands = &mut folded.0[j / 2];
     for (h, values) in values.into_iter().enumerate() {
         let sc_at = SCALES_AT + GROUP_ROWS * (2 * j + h);
         let sc = per_lane(&sa[sc_at..], &sb[sc_at..]);
-        // `sc·(q − 32)` in place: `sc·q` of the even bytes in the 16-bit
-        // lanes of one `maddubs` (the odd bytes' scales zeroed), of the
-        // odd bytes in another, each less `32·sc` (the signed scales
-        // widened to their lanes); the low and high bytes of both are
-        // then blended back into byte order.
-        let (sc_even, sc_odd) = (
-            _mm512_and_si512(sc, low_byte),
-            _mm512_andnot_si512(low_byte, sc),
-        );
+        // `sc·(q − 32)` in place: `sc·q` of the even and of the odd bytes
+        // in their 16-bit lanes (`scales_by_parity`), each less `32·sc`
+        // (the signed scales widened to their lanes).
+        let (sc_even, sc_odd) = scales_by_parity(sc);
         let centre_even =
             _mm512_slli_epi16::<5>(_mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(sc)));
         let centre_odd = _mm512_slli_epi16::<5>(_mm512_srai_epi16::<8>(sc));
         for (c, v) in values.into_iter().enumerate() {
             let even = _mm512_sub_epi16(_mm512_maddubs_epi16(v, sc_even), centre_even);
             let odd = _mm512_sub_epi16(_mm512_maddubs_epi16(v, sc_odd), centre_odd);
-            let low = _mm512_mask_blend_epi8(odd_bytes, even, _mm512_slli_epi16::<8>(odd));
-            let high = _mm512_mask_blend_epi8(odd_bytes, _mm512_srli_epi16::<8>(even), odd);
+            let (low, high) = low_and_high_bytes(even, odd);
             let at = CHUNK * (8 * (j % 2) + 4 * h + c);
             for (plane, v) in [low, high].into_iter().enumerate() {
                 let row = &mut operands[plane][at..at + CHUNK];
