@@ -28,7 +28,7 @@ use super::packed::{
     by_row_blocks, fill_by_rows, pack_blocks, packed_group_outputs, quantize_rows, PackedData,
     PackedFormat, SourceRows, GROUP_ROWS, WIDE_TILE_TOKENS,
 };
-use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, NARROW};
+use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, NARROW, SUPER_BLOCK};
 use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use super::qmatmul::{QuantMatrix, Split};
 #[cfg(target_arch = "x86_64")]
@@ -235,6 +235,23 @@ impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
 
     const AMX: bool = true;
 
+    /// As many tiles as K-quant weights take (`packed_q4k::amx_rows_for`):
+    /// a call sets each pair's values into the B operands once for all
+    /// of its tiles.
+    #[cfg(target_arch = "x86_64")]
+    fn amx_rows(cols: usize) -> usize {
+        super::packed_q4k::amx_rows_for::<SHIFT>(cols)
+    }
+
+    /// As many group pairs as a K-quant call takes
+    /// (`packed_q4k::amx_span_bytes_for`): each span of blocks of the
+    /// activation rows serves all of them while it is in cache.
+    #[cfg(target_arch = "x86_64")]
+    fn amx_span_bytes(cols: usize) -> usize {
+        let per_super_block = SUPER_BLOCK / BLOCK * Q8_PACKED_BLOCK_BYTES;
+        super::packed_q4k::amx_span_bytes_for(cols, per_super_block)
+    }
+
     /// # Safety
     /// The trait method's: the CPU has the features it names.
     #[cfg(target_arch = "x86_64")]
@@ -244,20 +261,26 @@ impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
         xs: &[Q8Input<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
-        use super::simd::amx::pairs_on_tiles;
-        use super::simd::amx_packed::q8::amx_pair_dot;
-        let Ok(xs) = <&[Q8Input<'_, SHIFT>; TILE_ROWS]>::try_from(xs) else {
-            return false;
+        use super::simd::amx::{tiles_then_rest, TileRows, Tiles};
+        use super::simd::amx_packed::q8::pairs;
+        let rows: Vec<Q16Row<'_, SHIFT>> = xs.iter().map(|x| x.x).collect();
+        let on_tiles = |tiled: &[Q16Row<'_, SHIFT>], out: (&mut [[f32; GROUP_ROWS]], usize)| {
+            let row_tiles: Option<Vec<TileRows<'_, SHIFT>>> =
+                tiled.chunks_exact(TILE_ROWS).map(TileRows::new).collect();
+            let Some(row_tiles) = row_tiles else {
+                return false;
+            };
+            // SAFETY: the caller guarantees AMX with the permission to use
+            // it (trait contract).
+            let mut tiles = unsafe { Tiles::new() };
+            // SAFETY: the caller guarantees the AVX-512 level's features,
+            // which the kernel needs; the tiles are configured while
+            // `tiles` lives.
+            unsafe { pairs(&mut tiles, (groups, group_bytes), &row_tiles, out) };
+            true
         };
-        let rows: [Q16Row<'_, SHIFT>; TILE_ROWS] = std::array::from_fn(|t| xs[t].x);
-        // SAFETY: the caller guarantees the AVX-512 level's features and
-        // AMX with the permission to use it (trait contract), which the
-        // kernel needs; the closure runs it on configured tiles.
-        unsafe {
-            pairs_on_tiles(groups, group_bytes, &rows, out, |tiles, a, b, rows, out| {
-                amx_pair_dot(tiles, a, b, rows, out)
-            })
-        }
+        // SAFETY: the caller guarantees the AVX-512 level's features.
+        unsafe { tiles_then_rest::<Self, SHIFT>((groups, group_bytes), (xs, &rows), out, on_tiles) }
     }
 }
 
@@ -584,5 +607,43 @@ mod tests {
         let mut rng = Rng::new(54);
         check_levels::<NARROW>(&mut rng);
         check_levels::<BYTE>(&mut rng);
+    }
+
+    /// The tile kernel takes one, three and eight tiles of rows at once,
+    /// with and without rows after the last whole tile, over two spans of
+    /// blocks and part of a third, and each row gets the AVX-512 products
+    /// of the row alone, bit for bit (see `check_tiles_take_rows`).
+    #[cfg(target_arch = "x86_64")]
+    fn check_many_tiles<const SHIFT: u32>(rng: &mut Rng) {
+        use crate::cpu::kernels::packed::tests::check_tiles_take_rows;
+        let (groups_n, nb) = (4, 2 * crate::cpu::kernels::simd::amx::SPAN + 2);
+        let (rows, cols) = (groups_n * GROUP_ROWS, nb * BLOCK);
+        let w = blocks_with_extremes(rng, rows * nb);
+        let p =
+            PackedQ8::pack(&QuantMatrix::new(QuantType::Q8_0, &w, rows, cols).unwrap()).unwrap();
+        let what = format!("q8_0 split at {SHIFT}");
+        for n in [TILE_ROWS, 21, 3 * TILE_ROWS, 8 * TILE_ROWS + 5] {
+            let act = Q16Act::<SHIFT>::quantize(&rng.vec(n * cols, 3.0));
+            let rows: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
+            let extras: Vec<(Vec<i32>, Vec<i16>)> = rows.iter().map(both_extras).collect();
+            let xs: Vec<Q8Input<'_, SHIFT>> = rows
+                .iter()
+                .zip(&extras)
+                .map(|(&x, (s, v))| Q8Input {
+                    x,
+                    hi_offsets: s,
+                    values: v,
+                })
+                .collect();
+            check_tiles_take_rows::<Q8Format<SHIFT>>((p.groups(0, groups_n), groups_n), &xs, &what);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn amx_tiles_take_many_rows() {
+        let mut rng = Rng::new(56);
+        check_many_tiles::<NARROW>(&mut rng);
+        check_many_tiles::<BYTE>(&mut rng);
     }
 }

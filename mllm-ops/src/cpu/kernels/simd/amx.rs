@@ -21,7 +21,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
-use crate::cpu::kernels::packed::GROUP_ROWS;
+use crate::cpu::kernels::packed::{vnni_pair_in_chunks, PackedFormat, WeightReads, GROUP_ROWS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE};
 
 /// Activation rows per tile product: the most rows an AMX tile holds.
@@ -501,4 +501,61 @@ pub(crate) unsafe fn pairs_on_tiles<const SHIFT: u32>(
         pair_dot(&mut tiles, a, b, &rows, out);
     }
     true
+}
+
+/// The products of the rows `xs` (whose quantized rows are `rows`) with
+/// each group pair in `groups` (of `group_bytes` each), into `out` as
+/// `PackedFormat::amx_pairs` lays them out: the whole tiles of rows by
+/// `tiles` (given those rows and `(out, xs.len())`), the rows after them
+/// (fewer than a tile) through the AVX-512 kernel of `F`; `false`
+/// (nothing written) when there is no whole tile or `tiles` declines
+/// them.
+///
+/// # Safety
+/// The CPU has the AVX-512 level's features (as `PackedFormat::vnni`).
+pub(crate) unsafe fn tiles_then_rest<F: PackedFormat, const SHIFT: u32>(
+    (groups, group_bytes): (&[u8], usize),
+    (xs, rows): (&[F::Input<'_>], &[Q16Row<'_, SHIFT>]),
+    out: &mut [[f32; GROUP_ROWS]],
+    tiles: impl FnOnce(&[Q16Row<'_, SHIFT>], (&mut [[f32; GROUP_ROWS]], usize)) -> bool,
+) -> bool {
+    let (n, tiled) = (xs.len(), xs.len() / TILE_ROWS * TILE_ROWS);
+    if tiled == 0 || !tiles(&rows[..tiled], (&mut *out, n)) {
+        return false;
+    }
+    // SAFETY: the caller guarantees the features.
+    unsafe { rest_on_vnni::<F>(groups, group_bytes, xs, tiled, out) };
+    true
+}
+
+/// The products of the rows `xs[tiled..]` (fewer than a tile, after the
+/// tiles an AMX kernel took) with each group pair in `groups` through the
+/// AVX-512 kernel of `F`, into `out` as `PackedFormat::amx_pairs` lays it
+/// out for all of `xs`.
+///
+/// # Safety
+/// The CPU has the AVX-512 level's features (as `PackedFormat::vnni`).
+unsafe fn rest_on_vnni<F: PackedFormat>(
+    groups: &[u8],
+    group_bytes: usize,
+    xs: &[F::Input<'_>],
+    tiled: usize,
+    out: &mut [[f32; GROUP_ROWS]],
+) {
+    let (n, rest) = (xs.len(), &xs[tiled..]);
+    if rest.is_empty() {
+        return;
+    }
+    let mut part = [[0.0f32; GROUP_ROWS]; 2 * TILE_ROWS];
+    let part = &mut part[..2 * rest.len()];
+    for (pair, out) in groups
+        .chunks_exact(2 * group_bytes)
+        .zip(out.chunks_exact_mut(2 * n))
+    {
+        let (a, b) = pair.split_at(group_bytes);
+        // SAFETY: the caller guarantees the features.
+        unsafe { vnni_pair_in_chunks::<F>(a, b, rest, part, WeightReads::FromCache) };
+        out[tiled..n].copy_from_slice(&part[..rest.len()]);
+        out[n + tiled..].copy_from_slice(&part[rest.len()..]);
+    }
 }

@@ -33,8 +33,8 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::amx::{even_stride, FullTiles, TILE_ROWS};
-use crate::cpu::kernels::packed::{vnni_pair_in_chunks, PackedFormat, WeightReads, GROUP_ROWS};
+use super::amx::{self, even_stride, FullTiles, TILE_ROWS};
+use crate::cpu::kernels::packed::{PackedFormat, GROUP_ROWS};
 use crate::cpu::kernels::packed_q4k::SUB_BLOCKS;
 use crate::cpu::kernels::qact::{Q16Row, BYTE, SUPER_BLOCK};
 
@@ -154,52 +154,19 @@ pub(crate) unsafe fn tiles_then_rest<F: PackedFormat, const SHIFT: u32>(
     out: &mut [[f32; GROUP_ROWS]],
     kernel: TileKernel<SHIFT>,
 ) -> bool {
-    let (n, tiled) = (xs.len(), xs.len() / TILE_ROWS * TILE_ROWS);
-    let Some(tile_rows) = RowTiles::new(&rows[..tiled]) else {
-        return false;
-    };
-    {
+    let on_tiles = |tiled: &[Q16Row<'_, SHIFT>], out: (&mut [[f32; GROUP_ROWS]], usize)| {
+        let Some(tile_rows) = RowTiles::new(tiled) else {
+            return false;
+        };
         // SAFETY: the caller guarantees AMX and the permission to use it.
         let tiles = unsafe { FullTiles::new() };
         // SAFETY: the caller guarantees the features, and `tiles` lives
         // across the call.
-        unsafe { kernel(&tiles, groups, group_bytes, &tile_rows, (&mut *out, n)) };
-    }
+        unsafe { kernel(&tiles, groups, group_bytes, &tile_rows, out) };
+        true
+    };
     // SAFETY: the caller guarantees the features.
-    unsafe { rest_on_vnni::<F>(groups, group_bytes, xs, tiled, out) };
-    true
-}
-
-/// The products of the rows `xs[tiled..]` (fewer than a tile, after the
-/// tiles an AMX kernel took) with each group pair in `groups` through the
-/// AVX-512 kernel of `F`, into `out` as `PackedFormat::amx_pairs` lays it
-/// out for all of `xs`.
-///
-/// # Safety
-/// The CPU has the AVX-512 level's features (as `PackedFormat::vnni`).
-unsafe fn rest_on_vnni<F: PackedFormat>(
-    groups: &[u8],
-    group_bytes: usize,
-    xs: &[F::Input<'_>],
-    tiled: usize,
-    out: &mut [[f32; GROUP_ROWS]],
-) {
-    let (n, rest) = (xs.len(), &xs[tiled..]);
-    if rest.is_empty() {
-        return;
-    }
-    let mut part = [[0.0f32; GROUP_ROWS]; 2 * TILE_ROWS];
-    let part = &mut part[..2 * rest.len()];
-    for (pair, out) in groups
-        .chunks_exact(2 * group_bytes)
-        .zip(out.chunks_exact_mut(2 * n))
-    {
-        let (a, b) = pair.split_at(group_bytes);
-        // SAFETY: the caller guarantees the features.
-        unsafe { vnni_pair_in_chunks::<F>(a, b, rest, part, WeightReads::FromCache) };
-        out[tiled..n].copy_from_slice(&part[..rest.len()]);
-        out[n + tiled..].copy_from_slice(&part[rest.len()..]);
-    }
+    unsafe { amx::tiles_then_rest::<F, SHIFT>((groups, group_bytes), (xs, rows), out, on_tiles) }
 }
 
 /// The sums of one A operand with a super-block's two operands (low and

@@ -1,9 +1,11 @@
 //! AMX products of two packed Q4, Q5 or Q8_0 row groups (see `packed`,
-//! `packed_q5` and `packed_q8`) with 16 activation rows: the steps of
-//! `vnni_packed`'s `scaled_block_pair_tile` and of `vnni_packed_q8`'s
-//! `pair_tile`, with the blocks' sums from tile products (`amx`), eight
-//! blocks at a time. The same integers and float steps in the same order,
-//! so the results equal the AVX-512 kernels' bit for bit.
+//! `packed_q5` and `packed_q8`) with 16 activation rows (Q8_0: with many
+//! tiles of 16 rows, each pair's B operands set once for all of them):
+//! the steps of `vnni_packed`'s `scaled_block_pair_tile` and of
+//! `vnni_packed_q8`'s `pair_tile`, with the blocks' sums from tile
+//! products (`amx`), eight blocks at a time. The same integers and float
+//! steps in the same order, so the results equal the AVX-512 kernels' bit
+//! for bit.
 //!
 //! Every function here is a safe `#[target_feature]` function that takes
 //! configured tiles: callers must only reach it after detecting the
@@ -135,50 +137,88 @@ pub(crate) mod q8 {
     use crate::cpu::kernels::simd::amx::SPAN;
     use crate::cpu::kernels::simd::avx2_i8::load32;
     use crate::cpu::kernels::simd::inline_array::from_fn;
-    use crate::cpu::kernels::simd::vnni_packed::{f16x16, join, store_pair};
+    use crate::cpu::kernels::simd::vnni_packed::{f16x16, join};
 
-    /// The outputs of groups `a` and `b` for the 16 rows of `rows`, a span
-    /// of blocks at a time, with the float steps of `vnni_packed_q8`'s
-    /// `pair_tile`.
+    /// Adds sub-block `j` of the last tile products (activation block `i`)
+    /// to the outputs `acc` of the 16 rows of `rows`, `d` the 16 weight
+    /// rows' scales: per row `acc = fma(2^SHIFT·Σ w·hi + Σ w·lo, d·d_x,
+    /// acc)`, the float step of `vnni_packed_q8`'s `pair_tile`.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub(crate) fn amx_pair_dot<const SHIFT: u32>(
-        tiles: &mut Tiles,
-        a: &[u8],
-        b: &[u8],
+    #[inline]
+    fn block_step<const SHIFT: u32>(
+        acc: &mut [__m512; TILE_ROWS],
+        tiles: &Tiles,
         rows: &TileRows<'_, SHIFT>,
-        out: &mut [[f32; GROUP_ROWS]],
+        (j, i): (usize, usize),
+        d: __m512,
     ) {
-        let nb = rows.blocks();
-        let mut acc = [_mm512_setzero_ps(); TILE_ROWS];
-        let blocks_a = a[..nb * Q8_PACKED_BLOCK_BYTES]
-            .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
-            .0;
-        let blocks_b = b[..nb * Q8_PACKED_BLOCK_BYTES]
-            .as_chunks::<Q8_PACKED_BLOCK_BYTES>()
-            .0;
-        let spans = blocks_a.chunks(SPAN).zip(blocks_b.chunks(SPAN));
-        for (span, (sa, sb)) in spans.enumerate() {
-            for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
-                let chunk = |c: usize| join(load32(&ka[16 + 32 * c..]), load32(&kb[16 + 32 * c..]));
-                tiles.set_values(j, from_fn(chunk));
-            }
-            tiles.products(rows, span * SPAN, sa.len(), true);
-            for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
-                let i = span * SPAN + j;
-                let d = f16x16(&ka[..16], &kb[..16]);
-                for (t, acc) in acc.iter_mut().enumerate() {
-                    let (hi, lo) = tiles.sums::<SHIFT>(j, t);
-                    let p = if SHIFT == BYTE {
-                        hi
-                    } else {
-                        _mm512_add_epi32(_mm512_slli_epi32::<{ NARROW }>(hi), lo)
-                    };
-                    let (dx, _) = rows.block_scale(t, i);
-                    let scale = _mm512_mul_ps(d, _mm512_set1_ps(dx));
-                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, *acc);
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let (hi, lo) = tiles.sums::<SHIFT>(j, t);
+            let p = if SHIFT == BYTE {
+                hi
+            } else {
+                _mm512_add_epi32(_mm512_slli_epi32::<{ NARROW }>(hi), lo)
+            };
+            let (dx, _) = rows.block_scale(t, i);
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(dx));
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), scale, *acc);
+        }
+    }
+
+    /// The outputs of every pair of consecutive groups in `groups` (of
+    /// `group_bytes` each) for the row tiles `row_tiles` (16 rows each;
+    /// `n` rows in all, at least the tiles'): `out[2n·p + t]` and
+    /// `out[2n·p + n + t]` for pair `p` and row `t`. Span by span of
+    /// blocks: each pair's values go into the B operands once for all the
+    /// tiles, and each row's outputs pass from span to span through `out`,
+    /// so that every row gets the float steps of `vnni_packed_q8`'s
+    /// `pair_tile` in the same order ([`block_step`]).
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+    pub(crate) fn pairs<const SHIFT: u32>(
+        tiles: &mut Tiles,
+        (groups, group_bytes): (&[u8], usize),
+        row_tiles: &[TileRows<'_, SHIFT>],
+        (out, n): (&mut [[f32; GROUP_ROWS]], usize),
+    ) {
+        use crate::cpu::kernels::simd::amx_kquant::{so_far, store_row};
+        let Some(first_tile) = row_tiles.first() else {
+            return;
+        };
+        assert!(
+            row_tiles.len() * TILE_ROWS <= n,
+            "more tile rows than outputs"
+        );
+        let nb = first_tile.blocks();
+        for first in (0..nb).step_by(SPAN) {
+            let count = SPAN.min(nb - first);
+            let at = first * Q8_PACKED_BLOCK_BYTES..(first + count) * Q8_PACKED_BLOCK_BYTES;
+            let pairs = groups.chunks_exact(2 * group_bytes);
+            for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
+                let (a, b) = pair.split_at(group_bytes);
+                let sa = a[at.clone()].as_chunks::<Q8_PACKED_BLOCK_BYTES>().0;
+                let sb = b[at.clone()].as_chunks::<Q8_PACKED_BLOCK_BYTES>().0;
+                for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
+                    let chunk =
+                        |c: usize| join(load32(&ka[16 + 32 * c..]), load32(&kb[16 + 32 * c..]));
+                    tiles.set_values(j, from_fn(chunk));
+                }
+                let d: [__m512; SPAN] = std::array::from_fn(|j| match (sa.get(j), sb.get(j)) {
+                    (Some(ka), Some(kb)) => f16x16(&ka[..16], &kb[..16]),
+                    _ => _mm512_setzero_ps(),
+                });
+                for (t, rows) in row_tiles.iter().enumerate() {
+                    assert_eq!(rows.blocks(), nb, "tiles of one width");
+                    tiles.products(rows, first, count, true);
+                    let mut acc: [__m512; TILE_ROWS] =
+                        std::array::from_fn(|r| so_far(out, n, TILE_ROWS * t + r, first));
+                    for (j, &d) in d[..count].iter().enumerate() {
+                        block_step(&mut acc, tiles, rows, (j, first + j), d);
+                    }
+                    for (r, &acc) in acc.iter().enumerate() {
+                        store_row(out, n, TILE_ROWS * t + r, acc);
+                    }
                 }
             }
         }
-        store_pair(&acc, out);
     }
 }
