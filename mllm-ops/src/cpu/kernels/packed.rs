@@ -410,14 +410,29 @@ macro_rules! simd_group_products {
 
 pub(crate) use simd_group_products;
 
-/// Implements [`PackedFormat::AMX`] and [`PackedFormat::amx_pairs`] (or
-/// the same of `packed_q4k::SubBlockBits`'s format) for activation rows of
-/// type `$input` (a `Q16Row`) whose AMX product of one group pair is
-/// `$pair_dot` (as `simd::amx_packed::q4::amx_pair_dot`), all pairs on
-/// tiles configured once (`simd::amx::pairs_on_tiles`).
+/// Implements [`PackedFormat::AMX`], [`PackedFormat::amx_rows`],
+/// [`PackedFormat::amx_span_bytes`] and [`PackedFormat::amx_pairs`] for
+/// 16-bit activation rows split at `SHIFT` (`Q16Row`), in blocks of
+/// `$block_bytes`, whose AMX kernel over many tiles of rows is `$pairs`
+/// (as `simd::amx_packed::q4::pairs`): as many tiles and group pairs per
+/// call as the K-quant kernels take (`packed_q4k::amx_rows_for` and
+/// `amx_span_bytes_for`), each pair's B operands set once for all the
+/// tiles.
 macro_rules! amx_pairs_of_rows {
-    ($input:ty, $pair_dot:path) => {
+    ($pairs:path, $block_bytes:expr) => {
         const AMX: bool = true;
+
+        #[cfg(target_arch = "x86_64")]
+        fn amx_rows(cols: usize) -> usize {
+            $crate::cpu::kernels::packed_q4k::amx_rows_for::<SHIFT>(cols)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        fn amx_span_bytes(cols: usize) -> usize {
+            use $crate::cpu::kernels::qact::{BLOCK, SUPER_BLOCK};
+            let per_super_block = SUPER_BLOCK / BLOCK * $block_bytes;
+            $crate::cpu::kernels::packed_q4k::amx_span_bytes_for(cols, per_super_block)
+        }
 
         /// # Safety
         /// The trait method's: the CPU has the features it names.
@@ -425,17 +440,16 @@ macro_rules! amx_pairs_of_rows {
         unsafe fn amx_pairs(
             groups: &[u8],
             group_bytes: usize,
-            xs: &[$input],
+            xs: &[Q16Row<'_, SHIFT>],
             out: &mut [[f32; GROUP_ROWS]],
         ) -> bool {
-            use $crate::cpu::kernels::simd::amx::pairs_on_tiles;
+            use $crate::cpu::kernels::simd::amx::row_tiles_then_rest;
+            use $pairs as tile_pairs;
+            let groups = (groups, group_bytes);
             // SAFETY: the caller guarantees the AVX-512 level's features and
-            // AMX with the permission to use it (trait contract), which the
-            // kernel needs; the closure runs it on configured tiles.
+            // AMX with the permission to use it (trait contract).
             unsafe {
-                pairs_on_tiles(groups, group_bytes, xs, out, |tiles, a, b, rows, out| {
-                    $pair_dot(tiles, a, b, rows, out)
-                })
+                row_tiles_then_rest::<Self, SHIFT>(groups, (xs, xs), out, tile_pairs::<SHIFT>)
             }
         }
     };
@@ -481,7 +495,7 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
         vnni_packed
     );
 
-    amx_pairs_of_rows!(Q16Row<'_, SHIFT>, super::simd::amx_packed::q4::amx_pair_dot);
+    amx_pairs_of_rows!(super::simd::amx_packed::q4::pairs, PACKED_BLOCK_BYTES);
 }
 
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows
@@ -1928,5 +1942,38 @@ pub(crate) mod tests {
         let mut rng = Rng::new(44);
         check_levels::<WIDE>(&mut rng);
         check_levels::<BYTE>(&mut rng);
+    }
+
+    /// Row counts for [`check_tiles_take_rows`]: one, three and eight tiles
+    /// of rows, with and without rows after the last whole tile.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) const MANY_TILE_ROWS: [usize; 4] = [16, 21, 48, 8 * 16 + 5];
+
+    /// The Q4 tile kernel takes many tiles of rows at once (see
+    /// [`MANY_TILE_ROWS`]), over two spans of blocks and part of a third.
+    #[cfg(target_arch = "x86_64")]
+    fn check_many_tiles<const SHIFT: u32>(rng: &mut Rng) {
+        let (groups_n, nb) = (4, 2 * super::super::simd::amx::SPAN + 2);
+        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+            let w = random_blocks(rng, qt, groups_n * GROUP_ROWS * nb);
+            let m = QuantMatrix::new(qt, &w, groups_n * GROUP_ROWS, nb * BLOCK).unwrap();
+            let p = PackedQ4::pack(&m).unwrap();
+            let what = format!("{qt} split at {SHIFT}");
+            for n in MANY_TILE_ROWS {
+                let act = Q16Act::<SHIFT>::quantize(&rng.vec(n * nb * BLOCK, 3.0));
+                let rows: Vec<Q16Row<'_, SHIFT>> =
+                    (0..n).map(|t| act.row().sub_row(t, nb * BLOCK)).collect();
+                let groups = (p.groups(0, groups_n), groups_n);
+                check_tiles_take_rows::<Q4Format<SHIFT>>(groups, &rows, &what);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn amx_tiles_take_many_rows() {
+        let mut rng = Rng::new(45);
+        check_many_tiles::<WIDE>(&mut rng);
+        check_many_tiles::<BYTE>(&mut rng);
     }
 }

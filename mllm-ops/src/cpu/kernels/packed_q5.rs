@@ -200,7 +200,7 @@ impl<const SHIFT: u32> PackedFormat for Q5Format<SHIFT> {
         vnni_packed_q5
     );
 
-    super::packed::amx_pairs_of_rows!(Q16Row<'_, SHIFT>, super::simd::amx_packed::q5::amx_pair_dot);
+    super::packed::amx_pairs_of_rows!(super::simd::amx_packed::q5::pairs, Q5_PACKED_BLOCK_BYTES);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`
@@ -368,6 +368,36 @@ mod tests {
         let mut rng = Rng::new(74);
         check_levels::<WIDE>(&mut rng);
         check_levels::<BYTE>(&mut rng);
+    }
+
+    /// The Q5 tile kernel takes many tiles of rows at once (see
+    /// `packed::tests::MANY_TILE_ROWS`), over two spans of blocks and part
+    /// of a third.
+    #[cfg(target_arch = "x86_64")]
+    fn check_many_tiles<const SHIFT: u32>(rng: &mut Rng) {
+        use crate::cpu::kernels::packed::tests::{check_tiles_take_rows, MANY_TILE_ROWS};
+        let (groups_n, nb) = (4, 2 * crate::cpu::kernels::simd::amx::SPAN + 2);
+        for qt in TYPES {
+            let w = random_blocks(rng, qt, groups_n * GROUP_ROWS * nb);
+            let m = QuantMatrix::new(qt, &w, groups_n * GROUP_ROWS, nb * BLOCK).unwrap();
+            let p = PackedQ5::pack(&m).unwrap();
+            let what = format!("{qt} split at {SHIFT}");
+            for n in MANY_TILE_ROWS {
+                let act = Q16Act::<SHIFT>::quantize(&rng.vec(n * nb * BLOCK, 3.0));
+                let xs: Vec<Q16Row<'_, SHIFT>> =
+                    (0..n).map(|t| act.row().sub_row(t, nb * BLOCK)).collect();
+                let groups = (p.data.groups(0, groups_n), groups_n);
+                check_tiles_take_rows::<Q5Format<SHIFT>>(groups, &xs, &what);
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn amx_tiles_take_many_rows() {
+        let mut rng = Rng::new(75);
+        check_many_tiles::<WIDE>(&mut rng);
+        check_many_tiles::<BYTE>(&mut rng);
     }
 
     #[test]

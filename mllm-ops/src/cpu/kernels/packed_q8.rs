@@ -31,8 +31,6 @@ use super::packed::{
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, NARROW, SUPER_BLOCK};
 use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use super::qmatmul::{QuantMatrix, Split};
-#[cfg(target_arch = "x86_64")]
-use super::simd::amx::TILE_ROWS;
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q8_0, QuantType};
 
@@ -261,26 +259,13 @@ impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
         xs: &[Q8Input<'_, SHIFT>],
         out: &mut [[f32; GROUP_ROWS]],
     ) -> bool {
-        use super::simd::amx::{tiles_then_rest, TileRows, Tiles};
+        use super::simd::amx::row_tiles_then_rest;
         use super::simd::amx_packed::q8::pairs;
         let rows: Vec<Q16Row<'_, SHIFT>> = xs.iter().map(|x| x.x).collect();
-        let on_tiles = |tiled: &[Q16Row<'_, SHIFT>], out: (&mut [[f32; GROUP_ROWS]], usize)| {
-            let row_tiles: Option<Vec<TileRows<'_, SHIFT>>> =
-                tiled.chunks_exact(TILE_ROWS).map(TileRows::new).collect();
-            let Some(row_tiles) = row_tiles else {
-                return false;
-            };
-            // SAFETY: the caller guarantees AMX with the permission to use
-            // it (trait contract).
-            let mut tiles = unsafe { Tiles::new() };
-            // SAFETY: the caller guarantees the AVX-512 level's features,
-            // which the kernel needs; the tiles are configured while
-            // `tiles` lives.
-            unsafe { pairs(&mut tiles, (groups, group_bytes), &row_tiles, out) };
-            true
-        };
-        // SAFETY: the caller guarantees the AVX-512 level's features.
-        unsafe { tiles_then_rest::<Self, SHIFT>((groups, group_bytes), (xs, &rows), out, on_tiles) }
+        let groups = (groups, group_bytes);
+        // SAFETY: the caller guarantees the AVX-512 level's features and
+        // AMX with the permission to use it (trait contract).
+        unsafe { row_tiles_then_rest::<Self, SHIFT>(groups, (xs, &rows), out, pairs::<SHIFT>) }
     }
 }
 
@@ -609,10 +594,10 @@ mod tests {
         check_levels::<BYTE>(&mut rng);
     }
 
-    /// The tile kernel takes one, three and eight tiles of rows at once,
-    /// with and without rows after the last whole tile, over two spans of
-    /// blocks and part of a third, and each row gets the AVX-512 products
-    /// of the row alone, bit for bit (see `check_tiles_take_rows`).
+    /// The tile kernel takes many tiles of rows at once (see
+    /// `packed::tests::MANY_TILE_ROWS`), over two spans of blocks and part
+    /// of a third, and each row gets the AVX-512 products of the row alone,
+    /// bit for bit (see `check_tiles_take_rows`).
     #[cfg(target_arch = "x86_64")]
     fn check_many_tiles<const SHIFT: u32>(rng: &mut Rng) {
         use crate::cpu::kernels::packed::tests::check_tiles_take_rows;
@@ -622,7 +607,7 @@ mod tests {
         let p =
             PackedQ8::pack(&QuantMatrix::new(QuantType::Q8_0, &w, rows, cols).unwrap()).unwrap();
         let what = format!("q8_0 split at {SHIFT}");
-        for n in [TILE_ROWS, 21, 3 * TILE_ROWS, 8 * TILE_ROWS + 5] {
+        for n in crate::cpu::kernels::packed::tests::MANY_TILE_ROWS {
             let act = Q16Act::<SHIFT>::quantize(&rng.vec(n * cols, 3.0));
             let rows: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
             let extras: Vec<(Vec<i32>, Vec<i16>)> = rows.iter().map(both_extras).collect();

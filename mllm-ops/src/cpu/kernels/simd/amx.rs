@@ -474,33 +474,51 @@ pub(crate) fn even_stride<const SHIFT: u32>(xs: &[Q16Row<'_, SHIFT>]) -> Option<
     evenly_spaced.then_some(stride)
 }
 
-/// Runs `pair_dot(tiles, a, b, rows, out)` for each pair of consecutive
-/// groups `a`, `b` in `groups` (an even number of groups of `group_bytes`
-/// each) with `xs` as tile rows, on tiles configured once for all of them,
-/// each pair's 32 outputs (16 rows of `a`, then of `b`) after the last
-/// pair's in `out`; `false` (without running it) unless `xs` are tile
-/// rows (see [`TileRows::new`]).
+/// A tile kernel over many tiles of 16 rows (as
+/// `amx_packed::pairs_by_spans`): the products of each group pair in
+/// `groups` (of `group_bytes` each) with the row tiles, into `out` with `n`
+/// rows per group (`out[2n·p + t]` and `out[2n·p + n + t]` for pair `p`
+/// and row `t`), on tiles configured for block products.
 ///
 /// # Safety
-/// [`tiles_available`] returned true in this process.
-pub(crate) unsafe fn pairs_on_tiles<const SHIFT: u32>(
-    groups: &[u8],
-    group_bytes: usize,
-    xs: &[Q16Row<'_, SHIFT>],
+/// The CPU has the AVX-512 level's features, and the tiles are configured
+/// while the `Tiles` lives.
+pub(crate) type RowTilesKernel<const SHIFT: u32> = unsafe fn(
+    &mut Tiles,
+    (&[u8], usize),
+    &[TileRows<'_, SHIFT>],
+    (&mut [[f32; GROUP_ROWS]], usize),
+);
+
+/// `PackedFormat::amx_pairs` of a format whose tile kernel is `kernel`:
+/// [`tiles_then_rest`] with each whole tile of `rows` as [`TileRows`], on
+/// tiles configured for block products; `false` (nothing written) where
+/// there is no whole tile or a tile's rows are not tile rows.
+///
+/// # Safety
+/// The CPU has the AVX-512 level's features and AMX tiles this process may
+/// use ([`tiles_available`]).
+pub(crate) unsafe fn row_tiles_then_rest<F: PackedFormat, const SHIFT: u32>(
+    groups: (&[u8], usize),
+    (xs, rows): (&[F::Input<'_>], &[Q16Row<'_, SHIFT>]),
     out: &mut [[f32; GROUP_ROWS]],
-    pair_dot: impl Fn(&mut Tiles, &[u8], &[u8], &TileRows<'_, SHIFT>, &mut [[f32; GROUP_ROWS]]),
+    kernel: RowTilesKernel<SHIFT>,
 ) -> bool {
-    let Some(rows) = TileRows::new(xs) else {
-        return false;
+    let on_tiles = |tiled: &[Q16Row<'_, SHIFT>], out: (&mut [[f32; GROUP_ROWS]], usize)| {
+        let row_tiles: Option<Vec<TileRows<'_, SHIFT>>> =
+            tiled.chunks_exact(TILE_ROWS).map(TileRows::new).collect();
+        let Some(row_tiles) = row_tiles else {
+            return false;
+        };
+        // SAFETY: the caller guarantees AMX with the permission to use it.
+        let mut tiles = unsafe { Tiles::new() };
+        // SAFETY: the caller guarantees the features, and the tiles are
+        // configured while `tiles` lives.
+        unsafe { kernel(&mut tiles, groups, &row_tiles, out) };
+        true
     };
-    // SAFETY: the caller guarantees AMX and the permission to use it.
-    let mut tiles = unsafe { Tiles::new() };
-    let pairs = groups.chunks_exact(2 * group_bytes);
-    for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * TILE_ROWS)) {
-        let (a, b) = pair.split_at(group_bytes);
-        pair_dot(&mut tiles, a, b, &rows, out);
-    }
-    true
+    // SAFETY: the caller guarantees the features.
+    unsafe { tiles_then_rest::<F, SHIFT>(groups, (xs, rows), out, on_tiles) }
 }
 
 /// The products of the rows `xs` (whose quantized rows are `rows`) with

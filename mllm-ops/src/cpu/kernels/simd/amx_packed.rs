@@ -13,9 +13,10 @@
 
 use std::arch::x86_64::*;
 
-use super::amx::{TileRows, Tiles, TILE_ROWS};
+use super::amx::{TileRows, Tiles, SPAN, TILE_ROWS};
 use super::avx2_i8::load32;
 use super::vnni_packed::{join, pair_add_block};
+use crate::cpu::kernels::packed::GROUP_ROWS;
 
 /// The values of two groups' packed Q4 blocks or Q4_K sub-blocks (`a`'s
 /// in the low halves, `b`'s in the high ones) per chunk of the packed
@@ -62,58 +63,124 @@ pub(crate) fn add_sums<const SHIFT: u32>(
     }
 }
 
-/// Defines `amx_pair_dot::<SHIFT>`, the outputs of two consecutive packed
-/// groups `a` and `b` for the 16 activation rows of `rows` (`out[t]` for
-/// `a`, `out[16 + t]` for `b`), for a layout of `$block_bytes` per block
-/// that starts with the eight rows' f16 scales and offsets, whose bits
-/// two groups give as values through `$pair_values` (as
-/// [`nibble_pair_values`]).
-macro_rules! scaled_block_amx_pair_dot {
-    ($block_bytes:expr, $pair_values:path) => {
-        use std::arch::x86_64::*;
-
-        use $crate::cpu::kernels::packed::{GROUP_ROWS, NIBBLES_AT};
-        use $crate::cpu::kernels::simd::amx::{TileRows, Tiles, SPAN, TILE_ROWS};
-
-        /// The outputs of groups `a` and `b` for the 16 rows of `rows`, a
-        /// span of blocks at a time: their values into the tiles, their
-        /// tile products, then their float steps.
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-        pub(crate) fn amx_pair_dot<const SHIFT: u32>(
-            tiles: &mut Tiles,
-            a: &[u8],
-            b: &[u8],
-            rows: &TileRows<'_, SHIFT>,
-            out: &mut [[f32; GROUP_ROWS]],
-        ) {
-            use $crate::cpu::kernels::simd::amx_packed::{add_sums, set_chunk_values};
-            use $crate::cpu::kernels::simd::vnni_packed::{f16x16, store_pair};
-            let nb = rows.blocks();
-            let mut acc = [_mm512_setzero_ps(); TILE_ROWS];
-            let blocks_a = a[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
-            let blocks_b = b[..nb * $block_bytes].as_chunks::<{ $block_bytes }>().0;
-            let spans = blocks_a.chunks(SPAN).zip(blocks_b.chunks(SPAN));
-            for (span, (sa, sb)) in spans.enumerate() {
-                for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
-                    let values = $pair_values(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..]);
-                    set_chunk_values(tiles, j, values);
+/// The outputs of every pair of consecutive groups in `groups` (of
+/// `group_bytes` each, blocks of `BLOCK_BYTES`) for the row tiles
+/// `row_tiles` (16 rows each; `n` rows in all, at least the tiles'):
+/// `out[2n·p + t]` and `out[2n·p + n + t]` for pair `p` and row `t`.
+///
+/// Span by span of blocks: `set(tiles, j, (a's block, b's block))` puts
+/// a pair's sub-block `j` into the B operands (values signed with
+/// `signed`) and gives its scales, once for all the tiles; then per tile
+/// the tile products, and `step(acc, tiles, rows, (j, i), scales)` adds
+/// sub-block `j` (activation block `i`) to the 16 rows' outputs `acc`.
+/// Each row's outputs pass from span to span through `out`, so every row
+/// gets its float steps in the order of a kernel that keeps them in
+/// registers.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+pub(crate) fn pairs_by_spans<const BLOCK_BYTES: usize, const SHIFT: u32, S: Copy>(
+    tiles: &mut Tiles,
+    (groups, group_bytes): (&[u8], usize),
+    row_tiles: &[TileRows<'_, SHIFT>],
+    (out, n): (&mut [[f32; GROUP_ROWS]], usize),
+    (set, signed): (
+        impl Fn(&mut Tiles, usize, BlockPair<'_, BLOCK_BYTES>) -> S,
+        bool,
+    ),
+    step: impl Fn(&mut [__m512; TILE_ROWS], &Tiles, &TileRows<'_, SHIFT>, (usize, usize), S),
+) {
+    use super::amx_kquant::{so_far, store_row};
+    let Some(first_tile) = row_tiles.first() else {
+        return;
+    };
+    assert!(
+        row_tiles.len() * TILE_ROWS <= n,
+        "more tile rows than outputs"
+    );
+    let nb = first_tile.blocks();
+    for first in (0..nb).step_by(SPAN) {
+        let count = SPAN.min(nb - first);
+        let at = first * BLOCK_BYTES..(first + count) * BLOCK_BYTES;
+        let pairs = groups.chunks_exact(2 * group_bytes);
+        for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
+            let (a, b) = pair.split_at(group_bytes);
+            let sa = a[at.clone()].as_chunks::<BLOCK_BYTES>().0;
+            let sb = b[at.clone()].as_chunks::<BLOCK_BYTES>().0;
+            let mut scales = [None; SPAN];
+            for (j, blocks) in sa.iter().zip(sb).enumerate() {
+                scales[j] = Some(set(tiles, j, blocks));
+            }
+            for (t, rows) in row_tiles.iter().enumerate() {
+                assert_eq!(rows.blocks(), nb, "tiles of one width");
+                tiles.products(rows, first, count, signed);
+                let mut acc: [__m512; TILE_ROWS] =
+                    std::array::from_fn(|r| so_far(out, n, TILE_ROWS * t + r, first));
+                for (j, &s) in scales.iter().flatten().enumerate() {
+                    step(&mut acc, tiles, rows, (j, first + j), s);
                 }
-                tiles.products(rows, span * SPAN, sa.len(), false);
-                for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
-                    let i = span * SPAN + j;
-                    let d = f16x16(&ka[..16], &kb[..16]);
-                    let m = f16x16(&ka[16..32], &kb[16..32]);
-                    add_sums(&mut acc, tiles, rows, (j, i), (d, m));
+                for (r, &acc) in acc.iter().enumerate() {
+                    store_row(out, n, TILE_ROWS * t + r, acc);
                 }
             }
-            store_pair(&acc, out);
+        }
+    }
+}
+
+/// One block of each of a pair's two groups.
+pub(crate) type BlockPair<'b, const BLOCK_BYTES: usize> =
+    (&'b [u8; BLOCK_BYTES], &'b [u8; BLOCK_BYTES]);
+
+/// Defines `pairs::<SHIFT>`, [`pairs_by_spans`] for a layout of
+/// `$block_bytes` per block that starts with the eight rows' f16 scales
+/// and offsets, whose bits two groups give as values through
+/// `$pair_values` (as [`nibble_pair_values`]), with the float steps of
+/// [`add_sums`].
+macro_rules! scaled_block_amx_pairs {
+    ($block_bytes:expr, $pair_values:path) => {
+        use std::arch::x86_64::__m512;
+
+        use $crate::cpu::kernels::packed::{GROUP_ROWS, NIBBLES_AT};
+        use $crate::cpu::kernels::simd::amx::{TileRows, Tiles, TILE_ROWS};
+
+        /// The outputs of every pair of consecutive groups in `groups`
+        /// for the row tiles `row_tiles`, as [`pairs_by_spans`] lays them
+        /// out.
+        ///
+        /// [`pairs_by_spans`]: $crate::cpu::kernels::simd::amx_packed::pairs_by_spans
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+        pub(crate) fn pairs<const SHIFT: u32>(
+            tiles: &mut Tiles,
+            groups: (&[u8], usize),
+            row_tiles: &[TileRows<'_, SHIFT>],
+            out: (&mut [[f32; GROUP_ROWS]], usize),
+        ) {
+            use $crate::cpu::kernels::simd::amx_packed::{
+                add_sums, pairs_by_spans, set_chunk_values, BlockPair,
+            };
+            use $crate::cpu::kernels::simd::vnni_packed::f16x16;
+            const BYTES: usize = $block_bytes;
+            let set = |tiles: &mut Tiles, j: usize, (ka, kb): BlockPair<'_, BYTES>| {
+                let values = $pair_values(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..]);
+                set_chunk_values(tiles, j, values);
+                (
+                    f16x16(&ka[..16], &kb[..16]),
+                    f16x16(&ka[16..32], &kb[16..32]),
+                )
+            };
+            let step =
+                |acc: &mut [__m512; TILE_ROWS],
+                 tiles: &Tiles,
+                 rows: &TileRows<'_, SHIFT>,
+                 at: (usize, usize),
+                 scales: (__m512, __m512)| { add_sums(acc, tiles, rows, at, scales) };
+            pairs_by_spans::<BYTES, SHIFT, _>(tiles, groups, row_tiles, out, (set, false), step);
         }
     };
 }
 
 /// Q4_0 and Q4_1 blocks.
 pub(crate) mod q4 {
-    scaled_block_amx_pair_dot!(
+    scaled_block_amx_pairs!(
         crate::cpu::kernels::packed::PACKED_BLOCK_BYTES,
         crate::cpu::kernels::simd::amx_packed::nibble_pair_values
     );
@@ -121,7 +188,7 @@ pub(crate) mod q4 {
 
 /// Q5_0 and Q5_1 blocks.
 pub(crate) mod q5 {
-    scaled_block_amx_pair_dot!(
+    scaled_block_amx_pairs!(
         crate::cpu::kernels::packed_q5::Q5_PACKED_BLOCK_BYTES,
         crate::cpu::kernels::simd::vnni_packed_q5::pair_values
     );
@@ -134,7 +201,6 @@ pub(crate) mod q8 {
     use crate::cpu::kernels::packed::GROUP_ROWS;
     use crate::cpu::kernels::packed_q8::Q8_PACKED_BLOCK_BYTES;
     use crate::cpu::kernels::qact::{BYTE, NARROW};
-    use crate::cpu::kernels::simd::amx::SPAN;
     use crate::cpu::kernels::simd::avx2_i8::load32;
     use crate::cpu::kernels::simd::inline_array::from_fn;
     use crate::cpu::kernels::simd::vnni_packed::{f16x16, join};
@@ -165,60 +231,27 @@ pub(crate) mod q8 {
         }
     }
 
-    /// The outputs of every pair of consecutive groups in `groups` (of
-    /// `group_bytes` each) for the row tiles `row_tiles` (16 rows each;
-    /// `n` rows in all, at least the tiles'): `out[2n·p + t]` and
-    /// `out[2n·p + n + t]` for pair `p` and row `t`. Span by span of
-    /// blocks: each pair's values go into the B operands once for all the
-    /// tiles, and each row's outputs pass from span to span through `out`,
-    /// so that every row gets the float steps of `vnni_packed_q8`'s
-    /// `pair_tile` in the same order ([`block_step`]).
+    /// The outputs of every pair of consecutive groups in `groups` for
+    /// the row tiles `row_tiles`, as [`pairs_by_spans`] lays them out, with
+    /// the float steps of [`block_step`].
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
     pub(crate) fn pairs<const SHIFT: u32>(
         tiles: &mut Tiles,
-        (groups, group_bytes): (&[u8], usize),
+        groups: (&[u8], usize),
         row_tiles: &[TileRows<'_, SHIFT>],
-        (out, n): (&mut [[f32; GROUP_ROWS]], usize),
+        out: (&mut [[f32; GROUP_ROWS]], usize),
     ) {
-        use crate::cpu::kernels::simd::amx_kquant::{so_far, store_row};
-        let Some(first_tile) = row_tiles.first() else {
-            return;
+        const BYTES: usize = Q8_PACKED_BLOCK_BYTES;
+        let set = |tiles: &mut Tiles, j: usize, (ka, kb): BlockPair<'_, BYTES>| {
+            let chunk = |c: usize| join(load32(&ka[16 + 32 * c..]), load32(&kb[16 + 32 * c..]));
+            tiles.set_values(j, from_fn(chunk));
+            f16x16(&ka[..16], &kb[..16])
         };
-        assert!(
-            row_tiles.len() * TILE_ROWS <= n,
-            "more tile rows than outputs"
-        );
-        let nb = first_tile.blocks();
-        for first in (0..nb).step_by(SPAN) {
-            let count = SPAN.min(nb - first);
-            let at = first * Q8_PACKED_BLOCK_BYTES..(first + count) * Q8_PACKED_BLOCK_BYTES;
-            let pairs = groups.chunks_exact(2 * group_bytes);
-            for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
-                let (a, b) = pair.split_at(group_bytes);
-                let sa = a[at.clone()].as_chunks::<Q8_PACKED_BLOCK_BYTES>().0;
-                let sb = b[at.clone()].as_chunks::<Q8_PACKED_BLOCK_BYTES>().0;
-                for (j, (ka, kb)) in sa.iter().zip(sb).enumerate() {
-                    let chunk =
-                        |c: usize| join(load32(&ka[16 + 32 * c..]), load32(&kb[16 + 32 * c..]));
-                    tiles.set_values(j, from_fn(chunk));
-                }
-                let d: [__m512; SPAN] = std::array::from_fn(|j| match (sa.get(j), sb.get(j)) {
-                    (Some(ka), Some(kb)) => f16x16(&ka[..16], &kb[..16]),
-                    _ => _mm512_setzero_ps(),
-                });
-                for (t, rows) in row_tiles.iter().enumerate() {
-                    assert_eq!(rows.blocks(), nb, "tiles of one width");
-                    tiles.products(rows, first, count, true);
-                    let mut acc: [__m512; TILE_ROWS] =
-                        std::array::from_fn(|r| so_far(out, n, TILE_ROWS * t + r, first));
-                    for (j, &d) in d[..count].iter().enumerate() {
-                        block_step(&mut acc, tiles, rows, (j, first + j), d);
-                    }
-                    for (r, &acc) in acc.iter().enumerate() {
-                        store_row(out, n, TILE_ROWS * t + r, acc);
-                    }
-                }
-            }
-        }
+        let step = |acc: &mut [__m512; TILE_ROWS],
+                    tiles: &Tiles,
+                    rows: &TileRows<'_, SHIFT>,
+                    at: (usize, usize),
+                    d: __m512| block_step(acc, tiles, rows, at, d);
+        pairs_by_spans::<BYTES, SHIFT, _>(tiles, groups, row_tiles, out, (set, true), step);
     }
 }
