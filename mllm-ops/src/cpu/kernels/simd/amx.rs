@@ -214,6 +214,34 @@ macro_rules! tile_product {
     };
 }
 
+/// The tile products `$op` of both planes of one sub-block with its
+/// values, loaded once: the high plane (`$planes.0`) into the sums
+/// `$sums.0`, the low plane (`$planes.1`) into `$sums.1`, in the registers
+/// `$ch` and `$cl` (sums), 2 and 3 (activations) and `$b` (weights).
+macro_rules! tile_plane_products {
+    ($op:literal, $ch:literal, $cl:literal, $b:literal, $planes:expr, $stride:expr, $values:expr, $sums:expr) => {
+        asm!(
+            concat!("tilezero tmm", $ch),
+            concat!("tilezero tmm", $cl),
+            concat!("tileloadd tmm", $b, ", [{b} + {row}*1]"),
+            "tileloadd tmm2, [{hi} + {stride}*1]",
+            concat!($op, " tmm", $ch, ", tmm2, tmm", $b),
+            "tileloadd tmm3, [{lo} + {stride}*1]",
+            concat!($op, " tmm", $cl, ", tmm3, tmm", $b),
+            concat!("tilestored [{c_hi} + {row}*1], tmm", $ch),
+            concat!("tilestored [{c_lo} + {row}*1], tmm", $cl),
+            hi = in(reg) $planes.0,
+            lo = in(reg) $planes.1,
+            stride = in(reg) $stride,
+            b = in(reg) $values,
+            c_hi = in(reg) $sums.0,
+            c_lo = in(reg) $sums.1,
+            row = in(reg) C_ROW_BYTES,
+            options(nostack),
+        )
+    };
+}
+
 /// One span's sums of one plane: per sub-block, one row of 16 weight rows
 /// per activation row.
 type SpanSums = [[[i32; TILE_ROWS]; TILE_ROWS]; SPAN];
@@ -323,13 +351,16 @@ impl Tiles {
                             (true, true) => tile_product!($op, "0", "2", "4", hi, stride, b, c_hi),
                             (true, false) => tile_product!($op, "1", "3", "5", hi, stride, b, c_hi),
                             (false, even) => {
-                                let lo = rows.first.lo[at..at + BLOCK].as_ptr();
+                                let planes = (hi, rows.first.lo[at..at + BLOCK].as_ptr());
+                                let sums = (c_hi, c_lo);
                                 if even {
-                                    tile_product!($op, "0", "2", "4", hi, stride, b, c_hi);
-                                    tile_product!($op, "1", "3", "4", lo, stride, b, c_lo);
+                                    tile_plane_products!(
+                                        $op, "0", "1", "4", planes, stride, b, sums
+                                    );
                                 } else {
-                                    tile_product!($op, "6", "2", "5", hi, stride, b, c_hi);
-                                    tile_product!($op, "7", "3", "5", lo, stride, b, c_lo);
+                                    tile_plane_products!(
+                                        $op, "6", "7", "5", planes, stride, b, sums
+                                    );
                                 }
                             }
                         }
