@@ -571,15 +571,7 @@ mod tests {
                 .map(|t| act.row().sub_row(t, nb * BLOCK))
                 .collect();
             let extras: Vec<(Vec<i32>, Vec<i16>)> = rows.iter().map(both_extras).collect();
-            let xs: Vec<Q8Input<'_, SHIFT>> = rows
-                .iter()
-                .zip(&extras)
-                .map(|(&x, (s, v))| Q8Input {
-                    x,
-                    hi_offsets: s,
-                    values: v,
-                })
-                .collect();
+            let xs = inputs(&rows, &extras);
             let groups = p.groups(0, 2);
             crate::cpu::kernels::packed::tests::check_tile_products::<Q8Format<SHIFT>>(
                 groups, &xs, &what,
@@ -592,6 +584,23 @@ mod tests {
         let mut rng = Rng::new(54);
         check_levels::<NARROW>(&mut rng);
         check_levels::<BYTE>(&mut rng);
+    }
+
+    /// The rows `rows` with their extras `extras` (as [`both_extras`]
+    /// gives them) as the kernels' inputs.
+    #[cfg(target_arch = "x86_64")]
+    fn inputs<'a, const SHIFT: u32>(
+        rows: &[Q16Row<'a, SHIFT>],
+        extras: &'a [(Vec<i32>, Vec<i16>)],
+    ) -> Vec<Q8Input<'a, SHIFT>> {
+        rows.iter()
+            .zip(extras)
+            .map(|(&x, (s, v))| Q8Input {
+                x,
+                hi_offsets: s,
+                values: v,
+            })
+            .collect()
     }
 
     /// The tile kernel takes many tiles of rows at once (see
@@ -611,15 +620,7 @@ mod tests {
             let act = Q16Act::<SHIFT>::quantize(&rng.vec(n * cols, 3.0));
             let rows: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
             let extras: Vec<(Vec<i32>, Vec<i16>)> = rows.iter().map(both_extras).collect();
-            let xs: Vec<Q8Input<'_, SHIFT>> = rows
-                .iter()
-                .zip(&extras)
-                .map(|(&x, (s, v))| Q8Input {
-                    x,
-                    hi_offsets: s,
-                    values: v,
-                })
-                .collect();
+            let xs = inputs(&rows, &extras);
             check_tiles_take_rows::<Q8Format<SHIFT>>((p.groups(0, groups_n), groups_n), &xs, &what);
         }
     }
