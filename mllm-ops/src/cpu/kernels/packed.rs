@@ -80,6 +80,15 @@ const ROW_BLOCK: usize = 128;
 /// every x86-64 core we run on (512 KiB on Zen 3) next to the activations.
 const SPAN_WEIGHT_BYTES: usize = 192 * 1024;
 
+/// Group pairs per call of an AMX kernel ([`PackedFormat::amx_span_bytes`]):
+/// it reads each span of activation blocks once for all of them. With two
+/// pairs per call, one thread's Q4_K products of a 1B model's down
+/// projection (16-bit rows, 8192 wide) took 1.35 times as long as with
+/// sixteen; the Q8_0 kernel with one pair per call of that projection
+/// gained nothing from its many tiles of rows.
+#[cfg(target_arch = "x86_64")]
+const AMX_SPAN_PAIRS: usize = 16;
+
 /// Where a packed matrix's bytes live.
 enum PackedBytes {
     /// Made at load.
@@ -317,11 +326,11 @@ pub(crate) trait PackedFormat {
         super::simd::amx::TILE_ROWS
     }
     /// Bytes of weights per call of [`PackedFormat::amx_pairs`] for rows
-    /// of `cols` values: [`SPAN_WEIGHT_BYTES`], a span whose weights stay
-    /// in cache while each tile of rows goes over it.
+    /// of `cols` values: those of [`AMX_SPAN_PAIRS`] group pairs, whose
+    /// span of activation blocks serves all of them while it is in cache.
     #[cfg(target_arch = "x86_64")]
-    fn amx_span_bytes(_cols: usize) -> usize {
-        SPAN_WEIGHT_BYTES
+    fn amx_span_bytes(cols: usize) -> usize {
+        AMX_SPAN_PAIRS * 2 * cols / BLOCK * Self::BLOCK_BYTES
     }
     /// [`PackedFormat::vnni_pair`] of the activation rows `xs` (as many as
     /// [`PackedFormat::amx_rows`] says) on AMX tiles (`simd::amx`), with
@@ -410,28 +419,19 @@ macro_rules! simd_group_products {
 
 pub(crate) use simd_group_products;
 
-/// Implements [`PackedFormat::AMX`], [`PackedFormat::amx_rows`],
-/// [`PackedFormat::amx_span_bytes`] and [`PackedFormat::amx_pairs`] for
-/// 16-bit activation rows split at `SHIFT` (`Q16Row`), in blocks of
-/// `$block_bytes`, whose AMX kernel over many tiles of rows is `$pairs`
-/// (as `simd::amx_packed::q4::pairs`): as many tiles and group pairs per
-/// call as the K-quant kernels take (`packed_q4k::amx_rows_for` and
-/// `amx_span_bytes_for`), each pair's B operands set once for all the
-/// tiles.
+/// Implements [`PackedFormat::AMX`], [`PackedFormat::amx_rows`] and
+/// [`PackedFormat::amx_pairs`] for 16-bit activation rows split at `SHIFT`
+/// (`Q16Row`) whose AMX kernel over many tiles of rows is `$pairs` (as
+/// `simd::amx_packed::q4::pairs`): as many tiles per call as the K-quant
+/// kernels take (`packed_q4k::amx_rows_for`), each pair's B operands set
+/// once for all of them.
 macro_rules! amx_pairs_of_rows {
-    ($pairs:path, $block_bytes:expr) => {
+    ($pairs:path) => {
         const AMX: bool = true;
 
         #[cfg(target_arch = "x86_64")]
         fn amx_rows(cols: usize) -> usize {
             $crate::cpu::kernels::packed_q4k::amx_rows_for::<SHIFT>(cols)
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        fn amx_span_bytes(cols: usize) -> usize {
-            use $crate::cpu::kernels::qact::{BLOCK, SUPER_BLOCK};
-            let per_super_block = SUPER_BLOCK / BLOCK * $block_bytes;
-            $crate::cpu::kernels::packed_q4k::amx_span_bytes_for(cols, per_super_block)
         }
 
         /// # Safety
@@ -495,7 +495,7 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
         vnni_packed
     );
 
-    amx_pairs_of_rows!(super::simd::amx_packed::q4::pairs, PACKED_BLOCK_BYTES);
+    amx_pairs_of_rows!(super::simd::amx_packed::q4::pairs);
 }
 
 /// A Q4_0 or Q4_1 matrix `[rows, cols]` repacked in groups of eight rows

@@ -51,7 +51,7 @@ use super::qmatmul::QuantMatrix;
 #[cfg(target_arch = "x86_64")]
 use super::simd::amx::{FullTiles, TILE_ROWS};
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx_kquant::{tiles_then_rest, RowTiles, MAX_TILES};
+use super::simd::amx_kquant::{full_tiles_then_rest, RowTiles, MAX_TILES};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q4_k, QuantType};
 
@@ -333,21 +333,6 @@ pub(crate) fn amx_rows_for<const SHIFT: u32>(cols: usize) -> usize {
     tiles.clamp(1, MAX_TILES) * TILE_ROWS
 }
 
-/// Group pairs per call of the AMX kernel: it reads each super-block's
-/// activation blocks once for all of them. With two pairs per call, one
-/// thread's Q4_K products of a 1B model's down projection (16-bit rows,
-/// 8192 wide) took 1.35 times as long as with sixteen.
-#[cfg(target_arch = "x86_64")]
-const AMX_SPAN_PAIRS: usize = 16;
-
-/// Bytes of weights per call of an AMX K-quant kernel for rows of `cols`
-/// values in a layout of `super_bytes` per group and super-block: those
-/// of [`AMX_SPAN_PAIRS`] group pairs.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn amx_span_bytes_for(cols: usize, super_bytes: usize) -> usize {
-    AMX_SPAN_PAIRS * 2 * cols / SUPER_BLOCK * super_bytes
-}
-
 /// The packed layout of sub-block bits `B` as a [`PackedFormat`] for
 /// activation rows split at `SHIFT` ([`WIDE`] or [`BYTE`]).
 pub(crate) struct KQuantFormat<B, const SHIFT: u32>(PhantomData<B>);
@@ -426,13 +411,7 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
         amx_rows_for::<SHIFT>(cols)
     }
 
-    /// See [`amx_span_bytes_for`].
-    #[cfg(target_arch = "x86_64")]
-    fn amx_span_bytes(cols: usize) -> usize {
-        amx_span_bytes_for(cols, B::SUPER_BYTES)
-    }
-
-    /// See `amx_kquant::tiles_then_rest`.
+    /// See `amx_kquant::full_tiles_then_rest`.
     ///
     /// # Safety
     /// The trait method's: the CPU has the features it names.
@@ -446,7 +425,7 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
         let groups = (groups, group_bytes);
         // SAFETY: the caller guarantees the features, AMX among them
         // (trait contract).
-        unsafe { tiles_then_rest::<Self, SHIFT>(groups, (xs, xs), out, B::amx_pairs::<SHIFT>) }
+        unsafe { full_tiles_then_rest::<Self, SHIFT>(groups, (xs, xs), out, B::amx_pairs::<SHIFT>) }
     }
 }
 

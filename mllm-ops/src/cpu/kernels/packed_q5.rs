@@ -200,7 +200,7 @@ impl<const SHIFT: u32> PackedFormat for Q5Format<SHIFT> {
         vnni_packed_q5
     );
 
-    super::packed::amx_pairs_of_rows!(super::simd::amx_packed::q5::pairs, Q5_PACKED_BLOCK_BYTES);
+    super::packed::amx_pairs_of_rows!(super::simd::amx_packed::q5::pairs);
 }
 
 /// The eight outputs of one packed group for each activation row of `xs`

@@ -51,7 +51,7 @@ use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, SUPER_BLOCK, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
 use super::qmatmul::{QuantMatrix, Split};
 #[cfg(target_arch = "x86_64")]
-use super::simd::amx_kquant::{tiles_then_rest, TileKernel};
+use super::simd::amx_kquant::{full_tiles_then_rest, TileKernel};
 use super::weight_memory::{WeightArena, WeightMemory};
 use crate::quant::{q6_k, QuantType};
 
@@ -278,13 +278,7 @@ impl<const SHIFT: u32> PackedFormat for Q6KFormat<SHIFT> {
         super::packed_q4k::amx_rows_for::<SHIFT>(cols)
     }
 
-    /// See `packed_q4k::amx_span_bytes_for`.
-    #[cfg(target_arch = "x86_64")]
-    fn amx_span_bytes(cols: usize) -> usize {
-        super::packed_q4k::amx_span_bytes_for(cols, SUPER_BYTES)
-    }
-
-    /// `amx_kquant::tiles_then_rest` with `simd::amx_q6k`'s kernel.
+    /// `amx_kquant::full_tiles_then_rest` with `simd::amx_q6k`'s kernel.
     ///
     /// # Safety
     /// The trait method's: the CPU has the features it names.
@@ -299,7 +293,9 @@ impl<const SHIFT: u32> PackedFormat for Q6KFormat<SHIFT> {
         let kernel: TileKernel<SHIFT> = super::simd::amx_q6k::pairs::<SHIFT>;
         // SAFETY: the caller guarantees the features, AMX among them
         // (trait contract).
-        unsafe { tiles_then_rest::<Self, SHIFT>((groups, group_bytes), (xs, &rows), out, kernel) }
+        unsafe {
+            full_tiles_then_rest::<Self, SHIFT>((groups, group_bytes), (xs, &rows), out, kernel)
+        }
     }
 }
 

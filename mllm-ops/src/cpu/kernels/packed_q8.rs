@@ -28,7 +28,7 @@ use super::packed::{
     by_row_blocks, fill_by_rows, pack_blocks, packed_group_outputs, quantize_rows, PackedData,
     PackedFormat, SourceRows, GROUP_ROWS, WIDE_TILE_TOKENS,
 };
-use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, NARROW, SUPER_BLOCK};
+use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, NARROW};
 use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use super::qmatmul::{QuantMatrix, Split};
 use super::weight_memory::{WeightArena, WeightMemory};
@@ -239,15 +239,6 @@ impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
     #[cfg(target_arch = "x86_64")]
     fn amx_rows(cols: usize) -> usize {
         super::packed_q4k::amx_rows_for::<SHIFT>(cols)
-    }
-
-    /// As many group pairs as a K-quant call takes
-    /// (`packed_q4k::amx_span_bytes_for`): each span of blocks of the
-    /// activation rows serves all of them while it is in cache.
-    #[cfg(target_arch = "x86_64")]
-    fn amx_span_bytes(cols: usize) -> usize {
-        let per_super_block = SUPER_BLOCK / BLOCK * Q8_PACKED_BLOCK_BYTES;
-        super::packed_q4k::amx_span_bytes_for(cols, per_super_block)
     }
 
     /// # Safety

@@ -140,15 +140,16 @@ pub(crate) type TileKernel<const SHIFT: u32> = unsafe fn(
 );
 
 /// `PackedFormat::amx_pairs` of a K-quant format `F` whose tile kernel is
-/// `kernel`: the whole tiles of the rows `xs` (whose quantized rows are
-/// `rows`) on AMX tiles, and the rows after them (fewer than a tile)
-/// through the AVX-512 kernel; `false` (nothing written) when there is no
-/// whole tile or the rows are not tile rows ([`RowTiles::new`]).
+/// `kernel`: `amx::tiles_then_rest` with the whole tiles of the rows `xs`
+/// (whose quantized rows are `rows`) as [`RowTiles`] on [`FullTiles`],
+/// the rows after them (fewer than a tile) through the AVX-512 kernel;
+/// `false` (nothing written) when there is no whole tile or the rows are
+/// not tile rows ([`RowTiles::new`]).
 ///
 /// # Safety
 /// The CPU has the AVX-512 level's features and AMX tiles this process may
 /// use (`amx::tiles_available`).
-pub(crate) unsafe fn tiles_then_rest<F: PackedFormat, const SHIFT: u32>(
+pub(crate) unsafe fn full_tiles_then_rest<F: PackedFormat, const SHIFT: u32>(
     (groups, group_bytes): (&[u8], usize),
     (xs, rows): (&[F::Input<'_>], &[Q16Row<'_, SHIFT>]),
     out: &mut [[f32; GROUP_ROWS]],

@@ -1,6 +1,6 @@
 //! AMX products of two packed Q4, Q5 or Q8_0 row groups (see `packed`,
-//! `packed_q5` and `packed_q8`) with 16 activation rows (Q8_0: with many
-//! tiles of 16 rows, each pair's B operands set once for all of them):
+//! `packed_q5` and `packed_q8`) with many tiles of 16 activation rows,
+//! each pair's B operands set once for all of them ([`pairs_by_spans`]):
 //! the steps of `vnni_packed`'s `scaled_block_pair_tile` and of
 //! `vnni_packed_q8`'s `pair_tile`, with the blocks' sums from tile
 //! products (`amx`), eight blocks at a time. The same integers and float
@@ -98,6 +98,10 @@ pub(crate) fn pairs_by_spans<const BLOCK_BYTES: usize, const SHIFT: u32, S: Copy
         "more tile rows than outputs"
     );
     let nb = first_tile.blocks();
+    assert!(
+        row_tiles.iter().all(|rows| rows.blocks() == nb),
+        "tiles of one width"
+    );
     for first in (0..nb).step_by(SPAN) {
         let count = SPAN.min(nb - first);
         let at = first * BLOCK_BYTES..(first + count) * BLOCK_BYTES;
@@ -111,7 +115,6 @@ pub(crate) fn pairs_by_spans<const BLOCK_BYTES: usize, const SHIFT: u32, S: Copy
                 scales[j] = Some(set(tiles, j, blocks));
             }
             for (t, rows) in row_tiles.iter().enumerate() {
-                assert_eq!(rows.blocks(), nb, "tiles of one width");
                 tiles.products(rows, first, count, signed);
                 let mut acc: [__m512; TILE_ROWS] =
                     std::array::from_fn(|r| so_far(out, n, TILE_ROWS * t + r, first));
