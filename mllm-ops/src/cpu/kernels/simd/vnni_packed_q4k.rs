@@ -129,7 +129,10 @@ macro_rules! q4k_pair_tile {
             let len = nb / SUB_BLOCKS * SUPER_BYTES;
             let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
             let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
-            let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, reads);
+            let mut ahead = {
+                use $crate::cpu::kernels::simd::prefetch::{Streams, K_QUANT_PAIR_AHEAD};
+                Streams::with_ahead(a, 2, reads, K_QUANT_PAIR_AHEAD)
+            };
             for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
                 let mut sums_hi = [_mm512_setzero_si512(); T];
                 let mut sums_lo = [_mm512_setzero_si512(); T];

@@ -156,7 +156,10 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     let len = nb / BLOCKS * SUPER_BYTES;
     let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
     let supers_b = b[..len].as_chunks::<SUPER_BYTES>().0;
-    let mut ahead = super::prefetch::Streams::new(a, 2, reads);
+    let mut ahead = {
+        use super::prefetch::{Streams, K_QUANT_PAIR_AHEAD};
+        Streams::with_ahead(a, 2, reads, K_QUANT_PAIR_AHEAD)
+    };
     for (s, (sa, sb)) in supers_a.iter().zip(supers_b).enumerate() {
         let mut sums_hi = [_mm512_setzero_si512(); T];
         let mut sums_lo = [_mm512_setzero_si512(); T];
