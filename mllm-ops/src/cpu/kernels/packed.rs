@@ -1949,24 +1949,40 @@ pub(crate) mod tests {
     #[cfg(target_arch = "x86_64")]
     pub(crate) const MANY_TILE_ROWS: [usize; 4] = [16, 21, 48, 8 * 16 + 5];
 
-    /// The Q4 tile kernel takes many tiles of rows at once (see
-    /// [`MANY_TILE_ROWS`]), over two spans of blocks and part of a third.
+    /// The tile kernel of `F`, a format of `types`' blocks whose groups
+    /// `pack` gives (all `groups_n` of a matrix), takes many tiles of rows
+    /// at once (see [`MANY_TILE_ROWS`]), over two spans of blocks and part
+    /// of a third ([`check_tiles_take_rows`]).
     #[cfg(target_arch = "x86_64")]
-    fn check_many_tiles<const SHIFT: u32>(rng: &mut Rng) {
+    pub(crate) fn check_blocks_take_many_tiles<F, const SHIFT: u32>(
+        rng: &mut Rng,
+        types: &[QuantType],
+        pack: impl Fn(&QuantMatrix<'_>, usize) -> Vec<u8>,
+    ) where
+        F: for<'a> PackedFormat<Input<'a> = Q16Row<'a, SHIFT>>,
+    {
         let (groups_n, nb) = (4, 2 * super::super::simd::amx::SPAN + 2);
-        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+        for &qt in types {
             let w = random_blocks(rng, qt, groups_n * GROUP_ROWS * nb);
             let m = QuantMatrix::new(qt, &w, groups_n * GROUP_ROWS, nb * BLOCK).unwrap();
-            let p = PackedQ4::pack(&m).unwrap();
+            let groups = pack(&m, groups_n);
             let what = format!("{qt} split at {SHIFT}");
             for n in MANY_TILE_ROWS {
                 let act = Q16Act::<SHIFT>::quantize(&rng.vec(n * nb * BLOCK, 3.0));
                 let rows: Vec<Q16Row<'_, SHIFT>> =
                     (0..n).map(|t| act.row().sub_row(t, nb * BLOCK)).collect();
-                let groups = (p.groups(0, groups_n), groups_n);
-                check_tiles_take_rows::<Q4Format<SHIFT>>(groups, &rows, &what);
+                check_tiles_take_rows::<F>((&groups, groups_n), &rows, &what);
             }
         }
+    }
+
+    /// The Q4 tile kernel takes many tiles of rows at once.
+    #[cfg(target_arch = "x86_64")]
+    fn check_many_tiles<const SHIFT: u32>(rng: &mut Rng) {
+        let types = [QuantType::Q4_0, QuantType::Q4_1];
+        check_blocks_take_many_tiles::<Q4Format<SHIFT>, SHIFT>(rng, &types, |m, groups_n| {
+            PackedQ4::pack(m).unwrap().groups(0, groups_n).to_vec()
+        });
     }
 
     #[cfg(target_arch = "x86_64")]

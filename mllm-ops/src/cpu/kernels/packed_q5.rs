@@ -371,25 +371,13 @@ mod tests {
     }
 
     /// The Q5 tile kernel takes many tiles of rows at once (see
-    /// `packed::tests::MANY_TILE_ROWS`), over two spans of blocks and part
-    /// of a third.
+    /// `packed::tests::check_blocks_take_many_tiles`).
     #[cfg(target_arch = "x86_64")]
     fn check_many_tiles<const SHIFT: u32>(rng: &mut Rng) {
-        use crate::cpu::kernels::packed::tests::{check_tiles_take_rows, MANY_TILE_ROWS};
-        let (groups_n, nb) = (4, 2 * crate::cpu::kernels::simd::amx::SPAN + 2);
-        for qt in TYPES {
-            let w = random_blocks(rng, qt, groups_n * GROUP_ROWS * nb);
-            let m = QuantMatrix::new(qt, &w, groups_n * GROUP_ROWS, nb * BLOCK).unwrap();
-            let p = PackedQ5::pack(&m).unwrap();
-            let what = format!("{qt} split at {SHIFT}");
-            for n in MANY_TILE_ROWS {
-                let act = Q16Act::<SHIFT>::quantize(&rng.vec(n * nb * BLOCK, 3.0));
-                let xs: Vec<Q16Row<'_, SHIFT>> =
-                    (0..n).map(|t| act.row().sub_row(t, nb * BLOCK)).collect();
-                let groups = (p.data.groups(0, groups_n), groups_n);
-                check_tiles_take_rows::<Q5Format<SHIFT>>(groups, &xs, &what);
-            }
-        }
+        use crate::cpu::kernels::packed::tests::check_blocks_take_many_tiles;
+        check_blocks_take_many_tiles::<Q5Format<SHIFT>, SHIFT>(rng, &TYPES, |m, groups_n| {
+            PackedQ5::pack(m).unwrap().data.groups(0, groups_n).to_vec()
+        });
     }
 
     #[cfg(target_arch = "x86_64")]
