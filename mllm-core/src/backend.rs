@@ -29,6 +29,13 @@ pub trait Backend {
         false
     }
 
+    /// Whether a gated MLP's gate and up layers with `dtype` weights and
+    /// their gated activation run faster as one [`OpDesc::GatedLinear`] on
+    /// this backend (see [`crate::gating`]). No by default.
+    fn fuses_gated_linears(&self, _dtype: DType) -> bool {
+        false
+    }
+
     /// Where the executor runs each step (`None`: on the calling thread).
     fn step_runner(&self) -> Option<Arc<dyn StepRunner>> {
         None

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, StepRunner};
+use crate::gating::fuse_gated_linears;
 use crate::graph::{Graph, Value};
 use crate::line_buffer::LineBuffer;
 use crate::op::{LinearParams, Op, OpInput, ValueKind};
@@ -143,10 +144,12 @@ impl Executor {
 
     /// Creates node `i`'s op on `backends[placement[i]]` and loads the
     /// weights; activations that cross devices are copied (see
-    /// [`Executor::copies`]), and the output is copied to device 0. Sibling
-    /// linear layers on one device are stacked first, those of each weight
-    /// dtype that device's backend [stacks](Backend::stacks_linears) into
-    /// one node.
+    /// [`Executor::copies`]), and the output is copied to device 0. First
+    /// a gated MLP's gate and up layers and their activation become one
+    /// node where the device's backend [fuses](Backend::fuses_gated_linears)
+    /// their weights' dtype, then sibling linear layers on one device are
+    /// stacked, those of each weight dtype that device's backend
+    /// [stacks](Backend::stacks_linears) into one node.
     pub fn with_placement(
         graph: Graph,
         backends: &[&dyn Backend],
@@ -170,7 +173,12 @@ impl Executor {
                 backends.len()
             )));
         }
-        let (graph, placement) = stack_sibling_linears(graph, placement, |d, layer| {
+        let (graph, placement) = fuse_gated_linears(graph, placement, |d, gate, up| {
+            let backend = backends[d];
+            let (g, u) = (weight_dtype(gate, weights), weight_dtype(up, weights));
+            g.is_some() && g == u && g.is_some_and(|dtype| backend.fuses_gated_linears(dtype))
+        })?;
+        let (graph, placement) = stack_sibling_linears(graph, &placement, |d, layer| {
             stack_class(backends[d], layer, weights)
         })?;
         let placement = &placement[..];
@@ -657,9 +665,15 @@ fn stack_class(
     layer: &LinearParams,
     weights: &dyn WeightSource,
 ) -> Option<DType> {
-    let shape = [layer.out_features, layer.in_features];
-    let dtype = weights.weight(&layer.weight, &shape).ok()?.dtype();
+    let dtype = weight_dtype(layer, weights)?;
     backend.stacks_linears(dtype).then_some(dtype)
+}
+
+/// The dtype of `layer`'s weight, `None` when it cannot be read (left to
+/// the layer's own load to report).
+fn weight_dtype(layer: &LinearParams, weights: &dyn WeightSource) -> Option<DType> {
+    let shape = [layer.out_features, layer.in_features];
+    Some(weights.weight(&layer.weight, &shape).ok()?.dtype())
 }
 
 /// Adds the node name to shape errors, which otherwise lack context.

@@ -14,6 +14,7 @@ pub mod dtype;
 pub mod error;
 pub mod executor;
 pub mod file;
+pub mod gating;
 pub mod graph;
 pub mod kv_dtype;
 pub mod layers;

@@ -18,6 +18,15 @@ pub struct LinearParams {
     pub bias: Option<String>,
 }
 
+/// A gated MLP's gate and up layers (one shape, no bias) and the gated
+/// activation after them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GatedLinearParams {
+    pub gate: LinearParams,
+    pub up: LinearParams,
+    pub act: Activation,
+}
+
 /// A token-embedding lookup in a `[vocab, dim]` table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EmbeddingParams {
@@ -138,6 +147,10 @@ pub enum OpDesc {
     /// the output holds each layer's outputs in turn, `[rows, Σ
     /// out_features]`.
     StackedLinear(Vec<LinearParams>),
+    /// A gated MLP's gate and up layers with their gated activation (see
+    /// [`crate::gating`]): `act(x Wg^T) * (x Wu^T)`, `[rows,
+    /// gate.out_features]`.
+    GatedLinear(GatedLinearParams),
     RmsNorm(NormParams),
     LayerNorm(NormParams),
     Rope(RopeParams),
@@ -182,6 +195,7 @@ impl OpDesc {
             OpDesc::PositionEmbedding(_) => "position_embedding",
             OpDesc::Linear(_) => "linear",
             OpDesc::StackedLinear(_) => "stacked_linear",
+            OpDesc::GatedLinear(_) => "gated_linear",
             OpDesc::RmsNorm(_) => "rms_norm",
             OpDesc::LayerNorm(_) => "layer_norm",
             OpDesc::Rope(_) => "rope",

@@ -19,6 +19,8 @@
 //! no longer write its output over its input, so a long prompt's step
 //! would hold the whole stacked output next to the `Glu`'s (17 MiB more
 //! at 512 tokens of a 1B model), for no speed that could be measured.
+//! Where the backend's kernels can apply the activation themselves, the
+//! three become one node instead (see [`crate::gating`]).
 
 use std::hash::Hash;
 
@@ -167,7 +169,7 @@ fn linear(graph: &Graph, i: usize) -> &LinearParams {
 
 /// `a.b.q_proj+k_proj+v_proj` for layers `a.b.q_proj`, `a.b.k_proj` and
 /// `a.b.v_proj`; the full names joined by `+` when their parents differ.
-fn stacked_name(names: &[&str]) -> String {
+pub(crate) fn stacked_name(names: &[&str]) -> String {
     let parent = |n: &'_ str| n.rsplit_once('.').map(|(p, _)| p.to_string());
     let first = parent(names[0]);
     match first {

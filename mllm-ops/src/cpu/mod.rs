@@ -8,8 +8,10 @@ pub mod weights;
 use std::sync::Arc;
 
 use mllm_core::backend::StepRunner;
-use mllm_core::op::{LinearParams, Op, OpDesc};
+use mllm_core::op::{GatedLinearParams, LinearParams, Op, OpDesc};
 use mllm_core::{Backend, DType, Error, KvDtype, Result};
+
+use crate::quant::QuantType;
 use rayon::ThreadPool;
 
 use kernels::{ActivationScratch, QuantPath, SimdLevel, WeightArena};
@@ -74,7 +76,12 @@ impl CpuBackend {
     /// A linear op for `layers` (stacked when more than one) with this
     /// backend's pool, arena, activation path and SIMD cap.
     fn linear(&self, layers: Vec<LinearParams>) -> LinearOp {
-        let mut op = LinearOp::stacked(layers, Arc::clone(&self.pool))
+        self.configured(LinearOp::stacked(layers, Arc::clone(&self.pool)))
+    }
+
+    /// `op` with this backend's arena, activation path and SIMD cap.
+    fn configured(&self, op: LinearOp) -> LinearOp {
+        let mut op = op
             .with_weight_arena(Arc::clone(&self.arena))
             .with_activation_scratch(Arc::clone(&self.scratch));
         if let Some(path) = self.quant_path {
@@ -84,6 +91,13 @@ impl CpuBackend {
             op = op.with_max_simd(max);
         }
         op
+    }
+
+    /// A gated linear op (see [`LinearOp::gated`]) set up as [`Self::linear`]
+    /// sets up a linear op.
+    fn gated_linear(&self, p: &GatedLinearParams) -> LinearOp {
+        let op = LinearOp::gated(p.gate.clone(), p.up.clone(), p.act, Arc::clone(&self.pool));
+        self.configured(op)
     }
 
     /// Number of worker threads.
@@ -104,6 +118,7 @@ impl Backend for CpuBackend {
             OpDesc::PositionEmbedding(p) => Box::new(PositionEmbeddingOp::new(p.clone())),
             OpDesc::Linear(p) => Box::new(self.linear(vec![p.clone()])),
             OpDesc::StackedLinear(layers) => Box::new(self.linear(layers.clone())),
+            OpDesc::GatedLinear(p) => Box::new(self.gated_linear(p)),
             OpDesc::RmsNorm(p) => Box::new(RmsNormOp::new(p.clone(), pool())),
             OpDesc::LayerNorm(p) => Box::new(LayerNormOp::new(p.clone(), pool())),
             OpDesc::Rope(p) => {
@@ -132,6 +147,14 @@ impl Backend for CpuBackend {
     /// [`LinearOp::stacked`]): one packed call then replaces several.
     fn stacks_linears(&self, dtype: DType) -> bool {
         self.linear(Vec::new()).repacks(dtype)
+    }
+
+    /// Where the integer kernels repack `dtype` weights: their products
+    /// then meet the gated activation in the cache (see
+    /// [`LinearOp::gated`]). Not for f16/bf16, whose kernels write each
+    /// product.
+    fn fuses_gated_linears(&self, dtype: DType) -> bool {
+        QuantType::from_dtype(dtype).is_some() && self.stacks_linears(dtype)
     }
 
     /// Steps run on a worker of the pool, with the other workers kept

@@ -117,6 +117,18 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
+/// The gated activation `out = act(gate) · up` of `act` (SwiGLU, GeGLU
+/// or ReGLU), each value as the op over a whole tensor gives it.
+pub fn glu(act: mllm_core::op::Activation, gate: &[f32], up: &[f32], out: &mut [f32]) {
+    use mllm_core::op::Activation;
+    match act {
+        Activation::Silu => swiglu(gate, up, out),
+        Activation::GeluTanh => geglu_tanh(gate, up, out),
+        Activation::Gelu => geglu(gate, up, out),
+        Activation::Relu => reglu(gate, up, out),
+    }
+}
+
 /// SiLU and SwiGLU 8 lanes at a time (within 2e-7 relative of the scalar
 /// forms), the tail in scalar code.
 #[cfg(target_arch = "x86_64")]

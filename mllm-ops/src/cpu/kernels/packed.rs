@@ -17,10 +17,12 @@ use std::ops::Range;
 
 use half::f16;
 use mllm_core::file::TensorData;
+use mllm_core::op::Activation;
 use mllm_core::{DType, Error, Result};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
+use super::activation::glu;
 use super::qact::{ActivationScratch, BlockScales, Q16Act, Q16Row, BLOCK, BYTE, WIDE};
 use super::qkernel::{QuantKernel, QuantPath, SimdLevel};
 use super::qmatmul::{add_bias_rows, QuantMatrix, Split};
@@ -106,6 +108,31 @@ pub(crate) struct PackedData {
     rows: usize,
     cols: usize,
     block_bytes: usize,
+    outputs: RowOutputs,
+}
+
+/// What the products of a packed matrix give for each activation row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RowOutputs {
+    /// One output per weight row.
+    Each,
+    /// `act(gate) · up` per pair of groups, for a gated MLP's gate and up
+    /// weights packed as one matrix group by group in turn (a gate group,
+    /// the up group of the same rows, and so on): one output per pair of
+    /// weight rows, in the gate rows' order. The products stay in the
+    /// cache from the kernel to the gated activation, and the layer's
+    /// output is half as wide.
+    Gated(Activation),
+}
+
+impl RowOutputs {
+    /// Weight rows per output.
+    pub(crate) fn rows_per_output(self) -> usize {
+        match self {
+            RowOutputs::Each => 1,
+            RowOutputs::Gated(_) => 2,
+        }
+    }
 }
 
 impl PackedData {
@@ -116,6 +143,7 @@ impl PackedData {
             rows,
             cols,
             block_bytes,
+            outputs: RowOutputs::Each,
         }
     }
 
@@ -152,6 +180,7 @@ impl PackedData {
             rows,
             cols,
             block_bytes,
+            outputs: RowOutputs::Each,
         })
     }
 
@@ -171,6 +200,25 @@ impl PackedData {
     /// Values per row.
     pub(crate) fn cols(&self) -> usize {
         self.cols
+    }
+
+    /// What the products give per activation row.
+    pub(crate) fn outputs(&self) -> RowOutputs {
+        self.outputs
+    }
+
+    /// Makes the products give `act(gate) · up` (see [`RowOutputs::Gated`]):
+    /// for a matrix packed from a gate and an up weight group by group in
+    /// turn. Fails unless the rows are whole pairs of groups.
+    pub(crate) fn gate(&mut self, act: Activation) -> Result<()> {
+        if !self.rows.is_multiple_of(2 * GROUP_ROWS) {
+            return Err(Error::InvalidInput(format!(
+                "{} rows are not whole pairs of {GROUP_ROWS}-row groups, gate and up",
+                self.rows
+            )));
+        }
+        self.outputs = RowOutputs::Gated(act);
+        Ok(())
     }
 
     /// The packed blocks of the `n` row groups from group `g` on.
@@ -505,6 +553,13 @@ pub struct PackedQ4 {
 }
 
 impl PackedQ4 {
+    /// Makes the products give `act(gate) · up` (see
+    /// `packed::RowOutputs::Gated`): for a matrix packed from a gate and an
+    /// up weight group by group in turn.
+    pub(crate) fn gate(&mut self, act: mllm_core::op::Activation) -> Result<()> {
+        self.data.gate(act)
+    }
+
     /// Repacks `w`; fails when it is not Q4_0 or Q4_1, when its row count
     /// is not a multiple of eight, or when a Q4_0 offset `-8·d` overflows
     /// f16.
@@ -588,6 +643,8 @@ impl PackedQ4 {
 #[derive(Clone, Copy)]
 pub(crate) struct SourceRows<'p, 'a> {
     parts: &'p [QuantMatrix<'a>],
+    /// The rows of each part when all have as many (a direct lookup).
+    uniform_rows: Option<usize>,
 }
 
 impl<'p, 'a> SourceRows<'p, 'a> {
@@ -629,7 +686,11 @@ impl<'p, 'a> SourceRows<'p, 'a> {
                 )));
             }
         }
-        Ok(SourceRows { parts })
+        let uniform_rows = Some(first.rows()).filter(|&n| parts.iter().all(|w| w.rows() == n));
+        Ok(SourceRows {
+            parts,
+            uniform_rows,
+        })
     }
 
     /// The block type.
@@ -649,6 +710,9 @@ impl<'p, 'a> SourceRows<'p, 'a> {
 
     /// The blocks of row `r` of the stack.
     pub(crate) fn row(&self, r: usize) -> &'a [u8] {
+        if let Some(n) = self.uniform_rows.filter(|&n| n > 0) {
+            return self.parts[r / n].row(r % n);
+        }
         let (part, r) = stacked_row(self.parts.iter().map(|w| w.rows()), r);
         self.parts[part].row(r)
     }
@@ -801,34 +865,53 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
 ) where
     F: for<'a> PackedFormat<Input<'a> = Q16Row<'a, SHIFT>>,
 {
-    let (in_f, out_f) = (w.cols(), w.rows());
+    let (in_f, out_f, outputs) = (w.cols(), w.rows(), w.outputs());
     let groups = |g, n| w.groups(g, n);
-    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, (xb, in_f, F::PER_SCALE), split, scratch, |xs| {
-            packed_group_outputs::<F>(k, &groups, in_f, xs, split, yt);
-        });
-    });
+    by_row_blocks(
+        x,
+        rows,
+        [in_f, out_f],
+        outputs,
+        bias,
+        y,
+        pool,
+        |xb, split, yt| {
+            quantize_rows::<SHIFT>(k, (xb, in_f, F::PER_SCALE), split, scratch, |xs| {
+                packed_group_outputs::<F>(k, (&groups, outputs), in_f, xs, split, yt);
+            });
+        },
+    );
 }
 
-/// The frame of a packed linear layer with `[in_f, out_f]` weights:
+/// The frame of a packed linear layer with `[in_f, w_rows]` weights whose
+/// products give `outputs`, `out_f` per row (a gated layer's half of
+/// `w_rows`):
 /// `product(x rows, split, out)` writes the outputs of the given
 /// activation rows into `out` (`[rows, out_f]`); this runs it over blocks
-/// of at most [`ROW_BLOCK`] rows of `y` and adds the bias.
+/// of at most [`ROW_BLOCK`] rows of `y` and adds the bias (`out_f`
+/// values; none for gated outputs).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn by_row_blocks(
     x: &[f32],
     rows: usize,
-    [in_f, out_f]: [usize; 2],
+    [in_f, w_rows]: [usize; 2],
+    outputs: RowOutputs,
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
     product: impl Fn(&[f32], &Split<'_>, &mut [f32]) + Sync,
 ) {
+    let out_f = w_rows / outputs.rows_per_output();
     debug_assert_eq!(x.len(), rows * in_f, "x must be [rows, in_f]");
     debug_assert_eq!(y.len(), rows * out_f, "y must be [rows, out_f]");
+    debug_assert!(
+        bias.is_none() || outputs == RowOutputs::Each,
+        "no bias with gated outputs"
+    );
     if rows == 0 || out_f == 0 {
         return;
     }
-    let split = Split::new(pool, rows * in_f * out_f);
+    let split = Split::new(pool, rows * in_f * w_rows);
     let mut run = || {
         for (xb, yb) in x
             .chunks(ROW_BLOCK * in_f)
@@ -961,7 +1044,7 @@ pub(crate) fn fill_by_rows<R: Sync, T: Send>(
 ///
 /// [`packed_half::HALF_TILE_TOKENS`]: super::packed_half::HALF_TILE_TOKENS
 pub(crate) fn group_outputs<'g, A: Sync>(
-    groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
+    groups: (&(impl Fn(usize, usize) -> &'g [u8] + Sync), RowOutputs),
     cols: usize,
     xs: &[A],
     tile: usize,
@@ -977,7 +1060,7 @@ pub(crate) fn group_outputs<'g, A: Sync>(
 /// (outputs group after group): for kernels with a fixed cost per call
 /// (the AMX level's tile configuration).
 pub(crate) fn group_outputs_by_spans<'g, A: Sync>(
-    groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
+    groups: (&(impl Fn(usize, usize) -> &'g [u8] + Sync), RowOutputs),
     cols: usize,
     xs: &[A],
     (tile, span_bytes): (usize, usize),
@@ -990,9 +1073,11 @@ pub(crate) fn group_outputs_by_spans<'g, A: Sync>(
 
 /// [`group_outputs`], calling `dot` with a span's groups two at a time,
 /// or all at once with `whole_spans` (the bytes of weights per span).
+/// Gated outputs go through a per-thread stage: each row's gate and up
+/// products of a span, then `act(gate) · up` of them into the row at once.
 #[allow(clippy::too_many_arguments)]
 fn outputs_by_calls<'g, A: Sync>(
-    groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
+    (groups, outputs): (&(impl Fn(usize, usize) -> &'g [u8] + Sync), RowOutputs),
     cols: usize,
     xs: &[A],
     tile: usize,
@@ -1004,23 +1089,28 @@ fn outputs_by_calls<'g, A: Sync>(
     let Some(out_f) = dst.len().checked_div(xs.len()) else {
         return;
     };
+    let rows_per_output = outputs.rows_per_output();
     let per_task = split
-        .outputs_per_task(out_f, cols, xs.len())
+        .outputs_per_task(rows_per_output * out_f, cols, xs.len())
         .div_ceil(GROUP_ROWS)
         .next_multiple_of(2);
     split.for_column_blocks(
         dst,
         out_f,
-        per_task * GROUP_ROWS,
-        || vec![[0.0f32; GROUP_ROWS]; 2 * tile],
-        |tile_out, c, rows_out| {
-            let task_groups = rows_out[0].len() / GROUP_ROWS;
+        per_task * GROUP_ROWS / rows_per_output,
+        || (vec![[0.0f32; GROUP_ROWS]; 2 * tile], Vec::new()),
+        |(tile_out, stage), c, rows_out| {
+            let task_groups = rows_per_output * rows_out[0].len() / GROUP_ROWS;
             let pair_bytes = 2 * groups(c * per_task, 1).len();
             let span_bytes = whole_spans.unwrap_or(SPAN_WEIGHT_BYTES);
             let span = 2 * (span_bytes / pair_bytes.max(1)).max(1);
             let per_call = if whole_spans.is_some() { span } else { 2 };
             for first in (0..task_groups).step_by(span) {
                 let last = task_groups.min(first + span);
+                let staged = (last - first) / 2 * GROUP_ROWS;
+                if let RowOutputs::Gated(_) = outputs {
+                    stage.resize(2 * staged * xs.len(), 0.0);
+                }
                 for (ti, rows) in xs.chunks(tile).enumerate() {
                     let rows_out = &mut rows_out[ti * tile..];
                     let reads = WeightReads::FromMemory.of_pass(ti);
@@ -1031,15 +1121,43 @@ fn outputs_by_calls<'g, A: Sync>(
                         }
                         let out = &mut tile_out[..n * rows.len()];
                         dot(groups(c * per_task + call, n), rows, out, reads);
+                        let group_out = |gi: usize, t: usize| &out[gi * rows.len() + t];
+                        if let RowOutputs::Gated(_) = outputs {
+                            // Row by row, gate products then up products.
+                            let at = (call - first) / 2 * GROUP_ROWS;
+                            let stage = &mut stage[2 * staged * ti * tile..];
+                            for (t, row) in stage
+                                .chunks_exact_mut(2 * staged)
+                                .take(rows.len())
+                                .enumerate()
+                            {
+                                let (gate, up) = row.split_at_mut(staged);
+                                let pairs = gate[at..at + n / 2 * GROUP_ROWS]
+                                    .chunks_exact_mut(GROUP_ROWS)
+                                    .zip(up[at..].chunks_exact_mut(GROUP_ROWS));
+                                for (p, (g, u)) in pairs.enumerate() {
+                                    g.copy_from_slice(group_out(2 * p, t));
+                                    u.copy_from_slice(group_out(2 * p + 1, t));
+                                }
+                            }
+                            continue;
+                        }
                         // Row by row, so that each row's outputs are written
                         // in one run (the rows lie far apart in `dst`).
                         let at = call * GROUP_ROWS;
                         for (t, row_out) in rows_out.iter_mut().take(rows.len()).enumerate() {
                             let row_out = &mut row_out[at..at + n * GROUP_ROWS];
                             for (gi, o) in row_out.chunks_exact_mut(GROUP_ROWS).enumerate() {
-                                o.copy_from_slice(&out[gi * rows.len() + t]);
+                                o.copy_from_slice(group_out(gi, t));
                             }
                         }
+                    }
+                }
+                if let RowOutputs::Gated(act) = outputs {
+                    let at = first / 2 * GROUP_ROWS;
+                    for (row, row_out) in stage.chunks_exact(2 * staged).zip(rows_out.iter_mut()) {
+                        let (gate, up) = row.split_at(staged);
+                        glu(act, gate, up, &mut row_out[at..at + staged]);
                     }
                 }
             }
@@ -1052,7 +1170,7 @@ fn outputs_by_calls<'g, A: Sync>(
 /// level), each through `k`'s group products.
 pub(crate) fn packed_group_outputs<'g, F: PackedFormat>(
     k: QuantKernel,
-    groups: &(impl Fn(usize, usize) -> &'g [u8] + Sync),
+    groups: (&(impl Fn(usize, usize) -> &'g [u8] + Sync), RowOutputs),
     cols: usize,
     xs: &[F::Input<'_>],
     split: &Split<'_>,
@@ -1651,7 +1769,7 @@ pub(crate) mod tests {
                 let mut dst = vec![0.0f32; rows * n_groups * GROUP_ROWS];
                 let seen = std::sync::Mutex::new(Vec::new());
                 group_outputs(
-                    &groups,
+                    (&groups, RowOutputs::Each),
                     64,
                     &xs,
                     TILE_TOKENS,

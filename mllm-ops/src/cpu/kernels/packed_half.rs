@@ -28,8 +28,8 @@ use rayon::ThreadPool;
 
 use super::matmul::HalfBits;
 use super::packed::{
-    by_row_blocks, group_outputs, pack_blocks, stacked_row, PackedData, PackedFormat, WeightReads,
-    GROUP_ROWS,
+    by_row_blocks, group_outputs, pack_blocks, stacked_row, PackedData, PackedFormat, RowOutputs,
+    WeightReads, GROUP_ROWS,
 };
 use super::qact::BLOCK;
 use super::qkernel::{QuantKernel, SimdLevel};
@@ -311,24 +311,44 @@ pub fn packed_half_linear(
 ) {
     let (in_f, out_f) = (w.cols(), w.rows());
     let groups = |g, n| w.data.groups(g, n);
-    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        #[cfg(target_arch = "x86_64")]
-        if matches!(k.level(), SimdLevel::Avx512 | SimdLevel::Amx) {
-            return panels::panel_products(w, xb, split, yt);
-        }
-        let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();
-        let tile = HALF_TILE_TOKENS;
-        match w.kind {
-            HalfBits::F16 => group_outputs(&groups, in_f, &xs, tile, split, yt, |g, xs, out, r| {
-                k.packed_dot::<HalfFormat<false>>(g, xs, out, r)
-            }),
-            HalfBits::Bf16 => {
-                group_outputs(&groups, in_f, &xs, tile, split, yt, |g, xs, out, r| {
-                    k.packed_dot::<HalfFormat<true>>(g, xs, out, r)
-                })
+    let each = RowOutputs::Each;
+    by_row_blocks(
+        x,
+        rows,
+        [in_f, out_f],
+        each,
+        bias,
+        y,
+        pool,
+        |xb, split, yt| {
+            #[cfg(target_arch = "x86_64")]
+            if matches!(k.level(), SimdLevel::Avx512 | SimdLevel::Amx) {
+                return panels::panel_products(w, xb, split, yt);
             }
-        }
-    });
+            let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();
+            let tile = HALF_TILE_TOKENS;
+            match w.kind {
+                HalfBits::F16 => group_outputs(
+                    (&groups, each),
+                    in_f,
+                    &xs,
+                    tile,
+                    split,
+                    yt,
+                    |g, xs, out, r| k.packed_dot::<HalfFormat<false>>(g, xs, out, r),
+                ),
+                HalfBits::Bf16 => group_outputs(
+                    (&groups, each),
+                    in_f,
+                    &xs,
+                    tile,
+                    split,
+                    yt,
+                    |g, xs, out, r| k.packed_dot::<HalfFormat<true>>(g, xs, out, r),
+                ),
+            }
+        },
+    );
 }
 
 #[cfg(test)]

@@ -161,6 +161,13 @@ pub struct PackedQ4K {
 }
 
 impl PackedQ4K {
+    /// Makes the products give `act(gate) · up` (see
+    /// `packed::RowOutputs::Gated`): for a matrix packed from a gate and an
+    /// up weight group by group in turn.
+    pub(crate) fn gate(&mut self, act: mllm_core::op::Activation) -> Result<()> {
+        self.packed.gate(act)
+    }
+
     /// Repacks `w`; fails when it is not Q4_K or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ4K> {
@@ -178,6 +185,13 @@ impl PackedQ4K {
 }
 
 impl<B: SubBlockBits> PackedKQuant<B> {
+    /// Makes the products give `act(gate) · up` (see
+    /// `packed::RowOutputs::Gated`): for a matrix packed from a gate and an
+    /// up weight group by group in turn.
+    pub(crate) fn gate(&mut self, act: mllm_core::op::Activation) -> Result<()> {
+        self.data.gate(act)
+    }
+
     /// Repacks `w`; fails when it is not of `B`'s block type or when its
     /// row count is not a multiple of eight.
     #[cfg(test)]

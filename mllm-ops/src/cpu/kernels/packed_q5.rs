@@ -40,6 +40,13 @@ pub struct PackedQ5 {
 }
 
 impl PackedQ5 {
+    /// Makes the products give `act(gate) · up` (see
+    /// `packed::RowOutputs::Gated`): for a matrix packed from a gate and an
+    /// up weight group by group in turn.
+    pub(crate) fn gate(&mut self, act: mllm_core::op::Activation) -> Result<()> {
+        self.data.gate(act)
+    }
+
     /// Repacks `w`; fails when it is not Q5_0 or Q5_1, when its row count
     /// is not a multiple of eight, or when a Q5_0 offset `−16·d` overflows
     /// f16.

@@ -75,6 +75,13 @@ pub struct PackedQ6K {
 }
 
 impl PackedQ6K {
+    /// Makes the products give `act(gate) · up` (see
+    /// `packed::RowOutputs::Gated`): for a matrix packed from a gate and an
+    /// up weight group by group in turn.
+    pub(crate) fn gate(&mut self, act: mllm_core::op::Activation) -> Result<()> {
+        self.data.gate(act)
+    }
+
     /// Repacks `w`; fails when it is not Q6_K or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ6K> {
@@ -377,19 +384,35 @@ fn q6k_linear<const SHIFT: u32>(
     pool: &ThreadPool,
     scratch: &ActivationScratch,
 ) {
-    let (in_f, out_f) = (w.cols(), w.rows());
+    let (in_f, out_f, outputs) = (w.cols(), w.rows(), w.data.outputs());
     let groups = |g, n| w.groups(g, n);
-    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, (xb, in_f, SUPER_BLOCK), split, scratch, |rows| {
-            let offsets = half_offsets(rows, in_f, split);
-            let xs: Vec<Q6KInput<'_, SHIFT>> = rows
-                .iter()
-                .zip(offsets.chunks_exact(in_f / 16))
-                .map(|(&x, half_offsets)| Q6KInput { x, half_offsets })
-                .collect();
-            packed_group_outputs::<Q6KFormat<SHIFT>>(k, &groups, in_f, &xs, split, yt);
-        });
-    });
+    by_row_blocks(
+        x,
+        rows,
+        [in_f, out_f],
+        outputs,
+        bias,
+        y,
+        pool,
+        |xb, split, yt| {
+            quantize_rows::<SHIFT>(k, (xb, in_f, SUPER_BLOCK), split, scratch, |rows| {
+                let offsets = half_offsets(rows, in_f, split);
+                let xs: Vec<Q6KInput<'_, SHIFT>> = rows
+                    .iter()
+                    .zip(offsets.chunks_exact(in_f / 16))
+                    .map(|(&x, half_offsets)| Q6KInput { x, half_offsets })
+                    .collect();
+                packed_group_outputs::<Q6KFormat<SHIFT>>(
+                    k,
+                    (&groups, outputs),
+                    in_f,
+                    &xs,
+                    split,
+                    yt,
+                );
+            });
+        },
+    );
 }
 
 #[cfg(test)]

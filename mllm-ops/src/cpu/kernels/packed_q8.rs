@@ -44,6 +44,13 @@ pub struct PackedQ8 {
 }
 
 impl PackedQ8 {
+    /// Makes the products give `act(gate) · up` (see
+    /// `packed::RowOutputs::Gated`): for a matrix packed from a gate and an
+    /// up weight group by group in turn.
+    pub(crate) fn gate(&mut self, act: mllm_core::op::Activation) -> Result<()> {
+        self.data.gate(act)
+    }
+
     /// Repacks `w`; fails when it is not Q8_0 or when its row count is not
     /// a multiple of eight.
     pub fn pack(w: &QuantMatrix<'_>) -> Result<PackedQ8> {
@@ -343,19 +350,35 @@ fn split_q8_linear<const SHIFT: u32>(
     pool: &ThreadPool,
     scratch: &ActivationScratch,
 ) {
-    let (in_f, out_f) = (w.cols(), w.rows());
+    let (in_f, out_f, outputs) = (w.cols(), w.rows(), w.data.outputs());
     let groups = |g, n| w.groups(g, n);
-    by_row_blocks(x, rows, [in_f, out_f], bias, y, pool, |xb, split, yt| {
-        quantize_rows::<SHIFT>(k, (xb, in_f, BLOCK), split, scratch, |rows| {
-            let extras = Q8Extras::for_kernel(k, rows, in_f, split);
-            let xs: Vec<Q8Input<'_, SHIFT>> = rows
-                .iter()
-                .enumerate()
-                .map(|(t, &x)| extras.input(x, t, in_f))
-                .collect();
-            packed_group_outputs::<Q8Format<SHIFT>>(k, &groups, in_f, &xs, split, yt);
-        });
-    });
+    by_row_blocks(
+        x,
+        rows,
+        [in_f, out_f],
+        outputs,
+        bias,
+        y,
+        pool,
+        |xb, split, yt| {
+            quantize_rows::<SHIFT>(k, (xb, in_f, BLOCK), split, scratch, |rows| {
+                let extras = Q8Extras::for_kernel(k, rows, in_f, split);
+                let xs: Vec<Q8Input<'_, SHIFT>> = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(t, &x)| extras.input(x, t, in_f))
+                    .collect();
+                packed_group_outputs::<Q8Format<SHIFT>>(
+                    k,
+                    (&groups, outputs),
+                    in_f,
+                    &xs,
+                    split,
+                    yt,
+                );
+            });
+        },
+    );
 }
 
 #[cfg(test)]

@@ -148,6 +148,17 @@ impl<'a> QuantMatrix<'a> {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
 
+    /// Rows `first..first + n` as a matrix of their own, or `None` past
+    /// the last row.
+    pub(crate) fn rows_range(&self, first: usize, n: usize) -> Option<QuantMatrix<'a>> {
+        let end = first.checked_add(n).filter(|&end| end <= self.rows)?;
+        Some(QuantMatrix {
+            data: &self.data[first * self.row_bytes..end * self.row_bytes],
+            rows: n,
+            ..*self
+        })
+    }
+
     /// The blocks of rows `r0..r0 + n`.
     fn rows_bytes(&self, r0: usize, n: usize) -> &'a [u8] {
         &self.data[r0 * self.row_bytes..(r0 + n) * self.row_bytes]

@@ -96,12 +96,7 @@ impl GluOp {
     }
 
     fn apply(&self, gate: &[f32], up: &[f32], output: &mut [f32]) {
-        match self.act {
-            Activation::Silu => activation::swiglu(gate, up, output),
-            Activation::GeluTanh => activation::geglu_tanh(gate, up, output),
-            Activation::Gelu => activation::geglu(gate, up, output),
-            Activation::Relu => activation::reglu(gate, up, output),
-        }
+        activation::glu(self.act, gate, up, output)
     }
 }
 

@@ -3,16 +3,17 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use mllm_core::op::{LinearParams, Op, OpInput};
+use mllm_core::op::{Activation, LinearParams, Op, OpInput};
 use mllm_core::step::StepLayout;
 use mllm_core::weights::WeightSource;
 use mllm_core::{DType, Error, Result, Shape};
 use rayon::ThreadPool;
 
 use super::expect_rows;
+use crate::cpu::kernels::activation::glu;
 use crate::cpu::kernels::columns::place_columns;
 use crate::cpu::kernels::matmul::{linear_at, HalfBits};
-use crate::cpu::kernels::packed::{packed_linear, stacked_ranges, PackedQ4};
+use crate::cpu::kernels::packed::{packed_linear, stacked_ranges, PackedQ4, GROUP_ROWS};
 use crate::cpu::kernels::packed_half::{packed_half_linear, PackedHalf};
 use crate::cpu::kernels::packed_q4k::{packed_kquant_linear, packed_q4k_linear, PackedQ4K};
 use crate::cpu::kernels::packed_q5::{packed_q5_linear, PackedQ5};
@@ -81,6 +82,23 @@ impl PackedWeight {
         packed.ok()
     }
 
+    /// Makes the products give `act(gate) · up` (see `RowOutputs::Gated`):
+    /// for a matrix packed from a gate and an up weight group by group in
+    /// turn. The f16/bf16 layout has no gated products.
+    fn gate(&mut self, act: Activation) -> Result<()> {
+        match self {
+            PackedWeight::Q4(w) => w.gate(act),
+            PackedWeight::Q5(w) => w.gate(act),
+            PackedWeight::Q8(w) => w.gate(act),
+            PackedWeight::Q4K(w) => w.gate(act),
+            PackedWeight::Q5K(w) => w.gate(act),
+            PackedWeight::Q6K(w) => w.gate(act),
+            PackedWeight::Half(_) => Err(Error::UnsupportedDType(
+                "f16/bf16 weights have no gated packed products".into(),
+            )),
+        }
+    }
+
     /// Whether block type `qt` has a packed layout.
     fn has_layout(qt: QuantType) -> bool {
         match qt {
@@ -120,16 +138,24 @@ impl PackedWeight {
     }
 }
 
-/// The CPU linear layer, or several stacked into one.
+/// The CPU linear layer, several stacked into one, or a gated MLP's gate
+/// and up layers with their gated activation.
 pub struct LinearOp {
-    /// The layer, or the stacked layers in output order.
+    /// The layer, or the stacked layers in output order (gate and up for a
+    /// gated op).
     layers: Vec<LinearParams>,
     in_features: usize,
-    /// The output width: every layer's outputs.
+    /// The output width: every layer's outputs (one layer's for a gated
+    /// op).
     out_features: usize,
+    /// The gated activation `act(gate) · up` of a gated op.
+    gated: Option<Activation>,
     weight: Option<LinearWeight>,
-    /// One part's outputs, before they go to their columns (`Parts` only).
+    /// One part's outputs, before they go to their columns (`Parts` only;
+    /// a gated op's gate products).
     part_out: Vec<f32>,
+    /// A gated op's up products (`Parts` only).
+    up_out: Vec<f32>,
     bias: Option<Vec<f32>>,
     pool: Arc<ThreadPool>,
     /// The variant used for quantized weights, chosen once for this CPU.
@@ -168,8 +194,10 @@ impl LinearOp {
             layers,
             in_features,
             out_features,
+            gated: None,
             weight: None,
             part_out: Vec::new(),
+            up_out: Vec::new(),
             bias: None,
             pool,
             quant: QuantKernel::new(QuantPath::Int16Activations),
@@ -178,6 +206,26 @@ impl LinearOp {
             arena: None,
             scratch: Arc::default(),
         }
+    }
+
+    /// One op for a gated MLP's `gate` and `up` layers (same shape, no
+    /// bias) and the gated activation `act(gate) · up` after them, its
+    /// output `gate.out_features` wide: at load, weights of one type that
+    /// the integer kernels repack are packed as one matrix, a group of gate
+    /// rows then the up group of the same rows, and the kernels' products
+    /// meet in the cache (see `RowOutputs::Gated`); otherwise both layers
+    /// run on their own and the activation after them.
+    pub fn gated(
+        gate: LinearParams,
+        up: LinearParams,
+        act: Activation,
+        pool: Arc<ThreadPool>,
+    ) -> Self {
+        let out_features = gate.out_features;
+        let mut op = Self::stacked(vec![gate, up], pool);
+        op.out_features = out_features;
+        op.gated = Some(act);
+        op
     }
 
     /// Repacks weights into buffers from `arena`, shared with the model's
@@ -244,6 +292,9 @@ impl Op for LinearOp {
                 ),
             ));
         }
+        if self.gated.is_some() {
+            self.check_gated()?;
+        }
         let mut matrices = Vec::with_capacity(self.layers.len());
         for p in &self.layers {
             let shape = [p.out_features, in_f];
@@ -251,9 +302,11 @@ impl Op for LinearOp {
         }
         let arena = self.arena.as_deref();
         let (kernel, pool) = (self.quant, &*self.pool);
-        self.weight = Some(match <[_; 1]>::try_from(matrices) {
-            Ok([(m, shape)]) => bind(m, shape, kernel, arena, pool),
-            Err(parts) => bind_stacked(parts, in_f, kernel, arena, pool),
+        self.weight = Some(match (self.gated, <[_; 1]>::try_from(matrices)) {
+            (None, Ok([(m, shape)])) => bind(m, shape, kernel, arena, pool),
+            (None, Err(parts)) => bind_stacked(parts, in_f, kernel, arena, pool),
+            (Some(act), Err(parts)) => bind_gated(parts, act, kernel, arena, pool),
+            (Some(_), Ok(_)) => unreachable!("a gated op has two layers"),
         });
         self.bias = self.load_bias(weights)?;
         Ok(())
@@ -294,8 +347,20 @@ impl Op for LinearOp {
             pool: &self.pool,
             scratch: &self.scratch,
         };
+        if let (Some(act), LinearWeight::Parts(parts)) = (self.gated, w) {
+            let [(gate, out_f), (up, _)] = &parts[..] else {
+                unreachable!("a gated op's parts are its gate and up weights")
+            };
+            let shape = [*out_f, self.in_features];
+            self.part_out.resize(rows * out_f, 0.0);
+            self.up_out.resize(rows * out_f, 0.0);
+            kernels.product(gate, x.data, rows, shape, None, &mut self.part_out);
+            kernels.product(up, x.data, rows, shape, None, &mut self.up_out);
+            glu(act, &self.part_out, &self.up_out, output);
+            return Ok(());
+        }
         let LinearWeight::Parts(parts) = w else {
-            let shape = [self.out_features, self.in_features];
+            let shape = [self.layers_rows(), self.in_features];
             kernels.product(w, x.data, rows, shape, bias, output);
             return Ok(());
         };
@@ -313,6 +378,38 @@ impl Op for LinearOp {
 }
 
 impl LinearOp {
+    /// Weight rows of every layer (a gated op's gate and up rows).
+    fn layers_rows(&self) -> usize {
+        self.layers.iter().map(|p| p.out_features).sum()
+    }
+
+    /// Fails unless a gated op's gate and up layers have one shape and no
+    /// bias.
+    fn check_gated(&self) -> Result<()> {
+        let [gate, up] = &self.layers[..] else {
+            return Err(Error::InvalidInput(format!(
+                "a gated linear op takes a gate and an up layer, not {}",
+                self.layers.len()
+            )));
+        };
+        if gate.out_features != up.out_features {
+            return Err(Error::shape(
+                format!("gated linear '{}' + '{}'", gate.weight, up.weight),
+                format!(
+                    "gate has {} outputs, up {}",
+                    gate.out_features, up.out_features
+                ),
+            ));
+        }
+        if let Some(p) = self.layers.iter().find(|p| p.bias.is_some()) {
+            return Err(Error::InvalidInput(format!(
+                "gated linear '{}': gate and up layers with a bias are not fused",
+                p.weight
+            )));
+        }
+        Ok(())
+    }
+
     /// Every layer's bias, stacked, or `None` when no layer has one; a
     /// stack of layers with and without bias is refused.
     fn load_bias(&self, weights: &dyn WeightSource) -> Result<Option<Vec<f32>>> {
@@ -429,6 +526,82 @@ fn bind_stacked(
         packed,
         parts.into_iter().filter_map(|(m, _)| m.into_plain()),
     )
+}
+
+/// A gated op's gate and up weights (`[rows, in_f]` each) as one packed
+/// matrix, a group of gate rows then the up group of the same rows, with
+/// gated products (`RowOutputs::Gated`) where [`pack_weights`] can make
+/// one of them; otherwise each bound on its own and run in turn (`Parts`).
+fn bind_gated(
+    parts: Vec<(AnyMatrix, [usize; 2])>,
+    act: Activation,
+    kernel: QuantKernel,
+    arena: Option<&WeightArena>,
+    pool: &ThreadPool,
+) -> LinearWeight {
+    let packed = match &parts[..] {
+        [(gate, [rows, _]), (up, _)] => gate
+            .plain()
+            .zip(up.plain())
+            .and_then(|(g, u)| pool.install(|| pack_interleaved([g, u], *rows, kernel, arena)))
+            .and_then(|mut p| p.gate(act).ok().map(|()| p)),
+        _ => None,
+    };
+    let Some(packed) = packed else {
+        let parts = parts
+            .into_iter()
+            .map(|(m, shape)| (bind(m, shape, kernel, arena, pool), shape[0]));
+        return LinearWeight::Parts(parts.collect());
+    };
+    repacked(
+        packed,
+        parts.into_iter().filter_map(|(m, _)| m.into_plain()),
+    )
+}
+
+/// Quantized `gate` and `up` weights of `rows` rows each repacked as one
+/// matrix group by group in turn (gate rows `8g..8g + 8`, then the same up
+/// rows), as [`pack_weights`] packs stacked layers; `None` where it would
+/// not pack them, or for float weights.
+fn pack_interleaved(
+    [gate, up]: [&MatrixWeight; 2],
+    rows: usize,
+    kernel: QuantKernel,
+    arena: Option<&WeightArena>,
+) -> Option<PackedWeight> {
+    if !kernel.repacks_weights() || !rows.is_multiple_of(GROUP_ROWS) {
+        return None;
+    }
+    let (MatrixSlice::Quant(g), MatrixSlice::Quant(u)) = (gate.slice(), up.slice()) else {
+        return None;
+    };
+    let groups = (0..rows / GROUP_ROWS).map(|k| {
+        let first = k * GROUP_ROWS;
+        Some([
+            g.rows_range(first, GROUP_ROWS)?,
+            u.rows_range(first, GROUP_ROWS)?,
+        ])
+    });
+    let parts: Vec<QuantMatrix<'_>> = groups.collect::<Option<Vec<_>>>()?.concat();
+    let row_bytes = g.row_bytes();
+    // Gives back the mapped bytes of every group wholly inside the packed
+    // rows `r` (group `v` of the packed matrix is group `v / 2` of the gate
+    // weight for even `v`, of the up weight for odd `v`).
+    let release = |r: Range<usize>| {
+        let (first, end) = (r.start.div_ceil(GROUP_ROWS), r.end / GROUP_ROWS);
+        for (source, w) in [gate, up].into_iter().enumerate() {
+            let local_first = (first + 1 - source) / 2;
+            let local_end = (end + 1 - source) / 2;
+            if local_first < local_end {
+                let bytes = GROUP_ROWS * row_bytes;
+                w.release_range(local_first * bytes..local_end * bytes);
+            }
+        }
+    };
+    let packed = PackedWeight::pack(&parts, arena, &release)?;
+    gate.release_pages();
+    up.release_pages();
+    Some(packed)
 }
 
 /// A repacked weight, kept with the mapped weights it was copied from.

@@ -5,7 +5,7 @@
 //! pair it broadcasts at a fixed offset from one pointer.
 
 use super::{PackedHalf, COLUMN_BYTES, HALF_TILE_TOKENS};
-use crate::cpu::kernels::packed::{group_outputs, GROUP_ROWS};
+use crate::cpu::kernels::packed::{group_outputs, RowOutputs, GROUP_ROWS};
 use crate::cpu::kernels::qmatmul::Split;
 use crate::cpu::kernels::simd;
 
@@ -35,7 +35,8 @@ pub(super) fn panel_products(w: &PackedHalf, xb: &[f32], split: &Split<'_>, yt: 
                 simd::avx512_packed_half::panel_dot(w.kind, g, group_bytes, panel, out, reads)
             }
         };
-        group_outputs(&groups, in_f, &tiles, HALF_TILE_TOKENS, split, yc, dot);
+        let groups = (&groups, RowOutputs::Each);
+        group_outputs(groups, in_f, &tiles, HALF_TILE_TOKENS, split, yc, dot);
     }
 }
 
