@@ -865,42 +865,30 @@ pub(crate) fn wide_packed_linear<F, const SHIFT: u32>(
 ) where
     F: for<'a> PackedFormat<Input<'a> = Q16Row<'a, SHIFT>>,
 {
-    let (in_f, out_f, outputs) = (w.cols(), w.rows(), w.outputs());
-    let groups = |g, n| w.groups(g, n);
-    by_row_blocks(
-        x,
-        rows,
-        [in_f, out_f],
-        outputs,
-        bias,
-        y,
-        pool,
-        |xb, split, yt| {
-            quantize_rows::<SHIFT>(k, (xb, in_f, F::PER_SCALE), split, scratch, |xs| {
-                packed_group_outputs::<F>(k, (&groups, outputs), in_f, xs, split, yt);
-            });
-        },
-    );
+    let in_f = w.cols();
+    by_row_blocks(w, x, rows, bias, y, pool, |xb, split, yt| {
+        quantize_rows::<SHIFT>(k, (xb, in_f, F::PER_SCALE), split, scratch, |xs| {
+            packed_group_outputs::<F>(k, w, xs, split, yt);
+        });
+    });
 }
 
-/// The frame of a packed linear layer with `[in_f, w_rows]` weights whose
-/// products give `outputs`, `out_f` per row (a gated layer's half of
-/// `w_rows`):
-/// `product(x rows, split, out)` writes the outputs of the given
-/// activation rows into `out` (`[rows, out_f]`); this runs it over blocks
-/// of at most [`ROW_BLOCK`] rows of `y` and adds the bias (`out_f`
-/// values; none for gated outputs).
-#[allow(clippy::too_many_arguments)]
+/// The frame of a packed linear layer over the `[w_rows, in_f]` matrix
+/// `w`, `out_f` outputs per row (`w_rows`, or half of them for gated
+/// outputs, see [`RowOutputs`]): `product(x rows, split, out)` writes the
+/// outputs of the given activation rows into `out` (`[rows, out_f]`);
+/// this runs it over blocks of at most [`ROW_BLOCK`] rows of `y` and adds
+/// the bias (`out_f` values; none for gated outputs).
 pub(crate) fn by_row_blocks(
+    w: &PackedData,
     x: &[f32],
     rows: usize,
-    [in_f, w_rows]: [usize; 2],
-    outputs: RowOutputs,
     bias: Option<&[f32]>,
     y: &mut [f32],
     pool: &ThreadPool,
     product: impl Fn(&[f32], &Split<'_>, &mut [f32]) + Sync,
 ) {
+    let (in_f, w_rows, outputs) = (w.cols(), w.rows(), w.outputs());
     let out_f = w_rows / outputs.rows_per_output();
     debug_assert_eq!(x.len(), rows * in_f, "x must be [rows, in_f]");
     debug_assert_eq!(y.len(), rows * out_f, "y must be [rows, out_f]");
@@ -1165,17 +1153,18 @@ fn outputs_by_calls<'g, A: Sync>(
     );
 }
 
-/// [`group_outputs`] over groups of the packed format `F`, [`TILE_TOKENS`]
+/// [`group_outputs`] over the groups of `w`, of the packed format `F`, [`TILE_TOKENS`]
 /// rows per tile ([`PackedFormat::PAIR_TILE_TOKENS`] at the AVX-512
 /// level), each through `k`'s group products.
-pub(crate) fn packed_group_outputs<'g, F: PackedFormat>(
+pub(crate) fn packed_group_outputs<F: PackedFormat>(
     k: QuantKernel,
-    groups: (&(impl Fn(usize, usize) -> &'g [u8] + Sync), RowOutputs),
-    cols: usize,
+    w: &PackedData,
     xs: &[F::Input<'_>],
     split: &Split<'_>,
     dst: &mut [f32],
 ) {
+    let cols = w.cols();
+    let groups = (&|g, n| w.groups(g, n), w.outputs());
     let dot = |g: &[u8], xs: &[F::Input<'_>], out: &mut [[f32; GROUP_ROWS]], reads| {
         k.packed_dot::<F>(g, xs, out, reads)
     };

@@ -33,6 +33,7 @@ use super::packed::{
 };
 use super::qact::BLOCK;
 use super::qkernel::{QuantKernel, SimdLevel};
+use super::qmatmul::Split;
 #[cfg(target_arch = "x86_64")]
 use super::simd;
 use super::weight_memory::{WeightArena, WeightMemory};
@@ -309,46 +310,35 @@ pub fn packed_half_linear(
     y: &mut [f32],
     pool: &ThreadPool,
 ) {
-    let (in_f, out_f) = (w.cols(), w.rows());
+    let in_f = w.cols();
+    by_row_blocks(&w.data, x, rows, bias, y, pool, |xb, split, yt| {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(k.level(), SimdLevel::Avx512 | SimdLevel::Amx) {
+            return panels::panel_products(w, xb, split, yt);
+        }
+        let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();
+        match w.kind {
+            HalfBits::F16 => half_group_outputs::<false>(k, w, &xs, split, yt),
+            HalfBits::Bf16 => half_group_outputs::<true>(k, w, &xs, split, yt),
+        }
+    });
+}
+
+/// `packed::group_outputs` of the rows `xs` over the groups of `w`
+/// (bf16 with `BF16`), [`HALF_TILE_TOKENS`] rows per tile.
+fn half_group_outputs<const BF16: bool>(
+    k: QuantKernel,
+    w: &PackedHalf,
+    xs: &[&[f32]],
+    split: &Split<'_>,
+    dst: &mut [f32],
+) {
     let groups = |g, n| w.data.groups(g, n);
-    let each = RowOutputs::Each;
-    by_row_blocks(
-        x,
-        rows,
-        [in_f, out_f],
-        each,
-        bias,
-        y,
-        pool,
-        |xb, split, yt| {
-            #[cfg(target_arch = "x86_64")]
-            if matches!(k.level(), SimdLevel::Avx512 | SimdLevel::Amx) {
-                return panels::panel_products(w, xb, split, yt);
-            }
-            let xs: Vec<&[f32]> = xb.chunks_exact(in_f).collect();
-            let tile = HALF_TILE_TOKENS;
-            match w.kind {
-                HalfBits::F16 => group_outputs(
-                    (&groups, each),
-                    in_f,
-                    &xs,
-                    tile,
-                    split,
-                    yt,
-                    |g, xs, out, r| k.packed_dot::<HalfFormat<false>>(g, xs, out, r),
-                ),
-                HalfBits::Bf16 => group_outputs(
-                    (&groups, each),
-                    in_f,
-                    &xs,
-                    tile,
-                    split,
-                    yt,
-                    |g, xs, out, r| k.packed_dot::<HalfFormat<true>>(g, xs, out, r),
-                ),
-            }
-        },
-    );
+    let dot = |g: &[u8], xs: &[&[f32]], out: &mut [[f32; GROUP_ROWS]], reads| {
+        k.packed_dot::<HalfFormat<BF16>>(g, xs, out, reads)
+    };
+    let groups = (&groups, RowOutputs::Each);
+    group_outputs(groups, w.cols(), xs, HALF_TILE_TOKENS, split, dst, dot);
 }
 
 #[cfg(test)]

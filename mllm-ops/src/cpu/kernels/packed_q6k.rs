@@ -139,11 +139,6 @@ impl PackedQ6K {
     pub fn cols(&self) -> usize {
         self.data.cols()
     }
-
-    /// The packed bytes of the `n` row groups from group `g` on.
-    pub(crate) fn groups(&self, g: usize, n: usize) -> &[u8] {
-        self.data.groups(g, n)
-    }
 }
 
 /// Where the bits of column `col` (`0..32`) of row `r` live in a block's
@@ -384,35 +379,18 @@ fn q6k_linear<const SHIFT: u32>(
     pool: &ThreadPool,
     scratch: &ActivationScratch,
 ) {
-    let (in_f, out_f, outputs) = (w.cols(), w.rows(), w.data.outputs());
-    let groups = |g, n| w.groups(g, n);
-    by_row_blocks(
-        x,
-        rows,
-        [in_f, out_f],
-        outputs,
-        bias,
-        y,
-        pool,
-        |xb, split, yt| {
-            quantize_rows::<SHIFT>(k, (xb, in_f, SUPER_BLOCK), split, scratch, |rows| {
-                let offsets = half_offsets(rows, in_f, split);
-                let xs: Vec<Q6KInput<'_, SHIFT>> = rows
-                    .iter()
-                    .zip(offsets.chunks_exact(in_f / 16))
-                    .map(|(&x, half_offsets)| Q6KInput { x, half_offsets })
-                    .collect();
-                packed_group_outputs::<Q6KFormat<SHIFT>>(
-                    k,
-                    (&groups, outputs),
-                    in_f,
-                    &xs,
-                    split,
-                    yt,
-                );
-            });
-        },
-    );
+    let in_f = w.cols();
+    by_row_blocks(&w.data, x, rows, bias, y, pool, |xb, split, yt| {
+        quantize_rows::<SHIFT>(k, (xb, in_f, SUPER_BLOCK), split, scratch, |rows| {
+            let offsets = half_offsets(rows, in_f, split);
+            let xs: Vec<Q6KInput<'_, SHIFT>> = rows
+                .iter()
+                .zip(offsets.chunks_exact(in_f / 16))
+                .map(|(&x, half_offsets)| Q6KInput { x, half_offsets })
+                .collect();
+            packed_group_outputs::<Q6KFormat<SHIFT>>(k, &w.data, &xs, split, yt);
+        });
+    });
 }
 
 #[cfg(test)]
@@ -439,7 +417,7 @@ mod tests {
         let cols = supers * q6_k::BLOCK_LEN;
         let w = random_blocks(&mut rng, QT, rows * supers);
         let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
-        let groups = |g| p.groups(g, 1);
+        let groups = |g| p.data.groups(g, 1);
         check_unpacked_rows(QT, &w, [rows, cols], &groups, PackedQ6K::unpack_row);
     }
 
@@ -557,7 +535,7 @@ mod tests {
             SimdLevel::Avx512,
         ];
         let what = format!("q6_k split at {SHIFT}");
-        check_group_products::<Q6KFormat<SHIFT>>(p.groups(0, 2), &xs, &levels, &what);
+        check_group_products::<Q6KFormat<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
     }
 
     #[test]
@@ -586,9 +564,9 @@ mod tests {
             let offsets = offsets_of(&xs);
             let xs = inputs(&xs, &offsets);
             if n == TILE_ROWS {
-                check_tile_products::<Q6KFormat<SHIFT>>(p.groups(0, 2), &xs, &what);
+                check_tile_products::<Q6KFormat<SHIFT>>(p.data.groups(0, 2), &xs, &what);
             }
-            let groups = (p.groups(0, groups_n), groups_n);
+            let groups = (p.data.groups(0, groups_n), groups_n);
             check_tiles_take_rows::<Q6KFormat<SHIFT>>(groups, &xs, &what);
         }
     }

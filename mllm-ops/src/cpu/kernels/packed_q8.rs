@@ -350,35 +350,18 @@ fn split_q8_linear<const SHIFT: u32>(
     pool: &ThreadPool,
     scratch: &ActivationScratch,
 ) {
-    let (in_f, out_f, outputs) = (w.cols(), w.rows(), w.data.outputs());
-    let groups = |g, n| w.groups(g, n);
-    by_row_blocks(
-        x,
-        rows,
-        [in_f, out_f],
-        outputs,
-        bias,
-        y,
-        pool,
-        |xb, split, yt| {
-            quantize_rows::<SHIFT>(k, (xb, in_f, BLOCK), split, scratch, |rows| {
-                let extras = Q8Extras::for_kernel(k, rows, in_f, split);
-                let xs: Vec<Q8Input<'_, SHIFT>> = rows
-                    .iter()
-                    .enumerate()
-                    .map(|(t, &x)| extras.input(x, t, in_f))
-                    .collect();
-                packed_group_outputs::<Q8Format<SHIFT>>(
-                    k,
-                    (&groups, outputs),
-                    in_f,
-                    &xs,
-                    split,
-                    yt,
-                );
-            });
-        },
-    );
+    let in_f = w.cols();
+    by_row_blocks(&w.data, x, rows, bias, y, pool, |xb, split, yt| {
+        quantize_rows::<SHIFT>(k, (xb, in_f, BLOCK), split, scratch, |rows| {
+            let extras = Q8Extras::for_kernel(k, rows, in_f, split);
+            let xs: Vec<Q8Input<'_, SHIFT>> = rows
+                .iter()
+                .enumerate()
+                .map(|(t, &x)| extras.input(x, t, in_f))
+                .collect();
+            packed_group_outputs::<Q8Format<SHIFT>>(k, &w.data, &xs, split, yt);
+        });
+    });
 }
 
 #[cfg(test)]

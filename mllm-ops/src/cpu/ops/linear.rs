@@ -516,6 +516,18 @@ fn bind_stacked(
     let packed = (weights.len() == parts.len())
         .then(|| pool.install(|| pack_weights(&weights, in_f, kernel, arena)))
         .flatten();
+    packed_or_parts(packed, parts, kernel, arena, pool)
+}
+
+/// `packed`, kept with the weights of `parts` it was copied from, or
+/// without it each part bound on its own, to run in turn (`Parts`).
+fn packed_or_parts(
+    packed: Option<PackedWeight>,
+    parts: Vec<(AnyMatrix, [usize; 2])>,
+    kernel: QuantKernel,
+    arena: Option<&WeightArena>,
+    pool: &ThreadPool,
+) -> LinearWeight {
     let Some(packed) = packed else {
         let parts = parts
             .into_iter()
@@ -547,16 +559,7 @@ fn bind_gated(
             .and_then(|mut p| p.gate(act).ok().map(|()| p)),
         _ => None,
     };
-    let Some(packed) = packed else {
-        let parts = parts
-            .into_iter()
-            .map(|(m, shape)| (bind(m, shape, kernel, arena, pool), shape[0]));
-        return LinearWeight::Parts(parts.collect());
-    };
-    repacked(
-        packed,
-        parts.into_iter().filter_map(|(m, _)| m.into_plain()),
-    )
+    packed_or_parts(packed, parts, kernel, arena, pool)
 }
 
 /// Quantized `gate` and `up` weights of `rows` rows each repacked as one
