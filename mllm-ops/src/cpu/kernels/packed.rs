@@ -556,7 +556,7 @@ impl PackedQ4 {
     /// Makes the products give `act(gate) · up` (see
     /// `packed::RowOutputs::Gated`): for a matrix packed from a gate and an
     /// up weight group by group in turn.
-    pub(crate) fn gate(&mut self, act: mllm_core::op::Activation) -> Result<()> {
+    pub(crate) fn gate(&mut self, act: Activation) -> Result<()> {
         self.data.gate(act)
     }
 
@@ -1016,8 +1016,9 @@ pub(crate) fn fill_by_rows<R: Sync, T: Send>(
 }
 
 /// Writes the outputs of every row group (`groups(g, n)`: the `n` groups
-/// from `g` on, each of `cols` weights per row) for the activation rows
-/// `xs` into `dst` (`[xs.len(), out_f]`, row-major), parallel over blocks
+/// from `g` on, each of `cols` weights per row, whose products give the
+/// outputs that come with them, see [`RowOutputs`]) for the activation
+/// rows `xs` into `dst` (`[xs.len(), out_f]`, row-major), parallel over blocks
 /// of groups, each task writing its columns of every row; `dot`
 /// multiplies one or two consecutive groups with one to `tile` rows
 /// (outputs of the second group after those of the first):
