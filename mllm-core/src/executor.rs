@@ -176,7 +176,7 @@ impl Executor {
         let (graph, placement) = fuse_gated_linears(graph, placement, |d, gate, up| {
             let backend = backends[d];
             let (g, u) = (weight_dtype(gate, weights), weight_dtype(up, weights));
-            g.is_some() && g == u && g.is_some_and(|dtype| backend.fuses_gated_linears(dtype))
+            g == u && g.is_some_and(|dtype| backend.fuses_gated_linears(dtype))
         })?;
         let (graph, placement) = stack_sibling_linears(graph, &placement, |d, layer| {
             stack_class(backends[d], layer, weights)

@@ -33,10 +33,10 @@ pub fn fuse_gated_linears(
     // For each node: fused away (a gate or up layer), or the `Glu` whose
     // place the gated node takes (with its triple).
     let mut role = vec![None; graph.nodes().len()];
-    for (t, &(gate, up, glu)) in triples.iter().enumerate() {
-        role[gate] = Some(None);
-        role[up] = Some(None);
-        role[glu] = Some(Some(t));
+    for (t, triple) in triples.iter().enumerate() {
+        role[triple.gate] = Some(None);
+        role[triple.up] = Some(None);
+        role[triple.glu] = Some(Some(t));
     }
     let (mut out, tokens) = Graph::new();
     let mut new_placement = Vec::with_capacity(placement.len());
@@ -50,23 +50,11 @@ pub fn fuse_gated_linears(
             Some(None) => continue,
             None => (node.desc.clone(), node.name.clone(), node.inputs.clone()),
             Some(Some(t)) => {
-                let (gate, up, _) = triples[t];
-                let OpDesc::Glu(act) = node.desc else {
-                    unreachable!("a triple ends in its Glu")
-                };
-                let layers = [gate, up].map(|m| linear(&graph, m).clone());
+                let GatedTriple { gate, up, .. } = triples[t];
                 let names = [gate, up].map(|m| graph.nodes()[m].name.as_str());
-                let [gate_params, up_params] = layers;
-                let desc = OpDesc::GatedLinear(GatedLinearParams {
-                    gate: gate_params,
-                    up: up_params,
-                    act,
-                });
-                (
-                    desc,
-                    stacked_name(&names),
-                    graph.nodes()[gate].inputs.clone(),
-                )
+                let desc = OpDesc::GatedLinear(triples[t].params.clone());
+                let inputs = graph.nodes()[gate].inputs.clone();
+                (desc, stacked_name(&names), inputs)
             }
         };
         let inputs: Vec<Value> = inputs.iter().map(|&v| mapped(&remap, v)).collect();
@@ -79,12 +67,21 @@ pub fn fuse_gated_linears(
     Ok((out, new_placement))
 }
 
-/// The `(gate, up, glu)` node triples that qualify and that `fuse` accepts.
+/// A gate layer, an up layer and the `Glu` that reads them (node indices),
+/// with the gated node's parameters.
+struct GatedTriple {
+    gate: usize,
+    up: usize,
+    glu: usize,
+    params: GatedLinearParams,
+}
+
+/// The triples that qualify and that `fuse` accepts.
 fn gated_triples(
     graph: &Graph,
     placement: &[usize],
     fuse: impl Fn(usize, &LinearParams, &LinearParams) -> bool,
-) -> Vec<(usize, usize, usize)> {
+) -> Vec<GatedTriple> {
     let mut readers = vec![0usize; graph.n_values()];
     for node in graph.nodes() {
         for &v in &node.inputs {
@@ -104,7 +101,7 @@ fn gated_triples(
     };
     let mut triples = Vec::new();
     for (glu, node) in nodes.iter().enumerate() {
-        let (OpDesc::Glu(_), &[g, u]) = (&node.desc, &node.inputs[..]) else {
+        let (&OpDesc::Glu(act), &[g, u]) = (&node.desc, &node.inputs[..]) else {
             continue;
         };
         if g == u {
@@ -122,18 +119,20 @@ fn gated_triples(
             && gp.bias.is_none()
             && upp.bias.is_none();
         if qualifies && fuse(device, gp, upp) {
-            triples.push((gate, up, glu));
+            let params = GatedLinearParams {
+                gate: gp.clone(),
+                up: upp.clone(),
+                act,
+            };
+            triples.push(GatedTriple {
+                gate,
+                up,
+                glu,
+                params,
+            });
         }
     }
     triples
-}
-
-/// The parameters of linear node `i`.
-fn linear(graph: &Graph, i: usize) -> &LinearParams {
-    match &graph.nodes()[i].desc {
-        OpDesc::Linear(p) => p,
-        _ => unreachable!("gate and up are linear nodes"),
-    }
 }
 
 #[cfg(test)]

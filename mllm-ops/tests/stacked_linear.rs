@@ -124,14 +124,16 @@ fn layer(n: &str, rows: usize, bias: bool) -> LinearParams {
     }
 }
 
+/// A pool of two threads for one op.
+fn two_threads() -> Arc<rayon::ThreadPool> {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build();
+    Arc::new(pool.unwrap())
+}
+
 /// A linear op over `layers` at SIMD level `level` or below, on two
 /// threads.
 fn linear(layers: &[LinearParams], level: SimdLevel) -> LinearOp {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .unwrap();
-    LinearOp::stacked(layers.to_vec(), Arc::new(pool)).with_max_simd(level)
+    LinearOp::stacked(layers.to_vec(), two_threads()).with_max_simd(level)
 }
 
 /// The stack of `layers` equals each layer alone, bit for bit, for 1, 3
@@ -303,11 +305,7 @@ const ACTS: [Activation; 4] = [
 /// A gated op over `gate` and `up` with `act`, at SIMD level `level` or
 /// below, on two threads.
 fn gated(gate: &LinearParams, up: &LinearParams, act: Activation, level: SimdLevel) -> LinearOp {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .unwrap();
-    LinearOp::gated(gate.clone(), up.clone(), act, Arc::new(pool)).with_max_simd(level)
+    LinearOp::gated(gate.clone(), up.clone(), act, two_threads()).with_max_simd(level)
 }
 
 /// The gated op over `gate` and `up` equals `act(gate) · up` of the layers

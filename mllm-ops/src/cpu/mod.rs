@@ -10,9 +10,9 @@ use std::sync::Arc;
 use mllm_core::backend::StepRunner;
 use mllm_core::op::{GatedLinearParams, LinearParams, Op, OpDesc};
 use mllm_core::{Backend, DType, Error, KvDtype, Result};
+use rayon::ThreadPool;
 
 use crate::quant::QuantType;
-use rayon::ThreadPool;
 
 use kernels::{ActivationScratch, QuantPath, SimdLevel, WeightArena};
 use ops::*;
