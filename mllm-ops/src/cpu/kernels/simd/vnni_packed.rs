@@ -106,7 +106,7 @@ pub(crate) fn f16x16(a: &[u8], b: &[u8]) -> __m512 {
 
 /// The 4-byte word at `at` of a 32-byte activation block in every lane of
 /// a 512-bit vector, in a kernel of `T` activation rows. With one row the
-/// broadcast load is written out (see [`dpbusd_word`]).
+/// broadcast load is written out (see [`dpbusd_words`]).
 #[target_feature(enable = "avx512f")]
 #[inline]
 pub(crate) fn word16<const T: usize>(x: &[i8; BLOCK], at: usize) -> __m512i {
@@ -130,14 +130,66 @@ pub(crate) fn word16<const T: usize>(x: &[i8; BLOCK], at: usize) -> __m512i {
     out
 }
 
+/// `acc` plus the products of `ws[c]` with the 4-byte word at
+/// `FIRST + 4·c` of activation block `x` (the word in every lane), in a
+/// kernel of `T` activation rows. `written_out` (always with one row, in
+/// decode) makes the four `vpdpbusd` read their words themselves, as
+/// embedded broadcasts at the block's address plus constant offsets: the
+/// compiler would load such words into general registers and broadcast
+/// them from there (an extra vector instruction per product, which cost
+/// the one-row loops a third of their speed), and compute each address
+/// with an integer instruction of its own (5 % of the Q4_1 one-row loop).
+/// With more rows the compiler folds most broadcasts itself, with
+/// addresses the written-out form would need registers for (with three or
+/// four rows, spills); the Q5_0 and Q5_1 tiles still write out their first
+/// row's products (see `vnni_packed_q5`).
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[inline]
+pub(crate) fn dpbusd_words<const T: usize, const FIRST: usize>(
+    acc: __m512i,
+    ws: [__m512i; 4],
+    x: &[i8; BLOCK],
+    written_out: bool,
+) -> __m512i {
+    const { assert!(FIRST + 16 <= BLOCK, "the four words lie inside the block") };
+    if !written_out {
+        return ws.iter().enumerate().fold(acc, |acc, (c, &w)| {
+            _mm512_dpbusd_epi32(acc, w, word16::<T>(x, FIRST + 4 * c))
+        });
+    }
+    let mut acc = acc;
+    // SAFETY: the instructions read the 16 bytes at offsets `FIRST` to
+    // `FIRST + 16` of `x`, inside its `BLOCK` bytes (asserted above at
+    // compile time; no alignment needed), and write only `acc`; the
+    // enclosing function requires AVX-512F and AVX-512 VNNI, which
+    // `vpdpbusd` on 512-bit registers needs.
+    unsafe {
+        std::arch::asm!(
+            "vpdpbusd {acc}, {w0}, dword ptr [{p} + {at0}]{{1to16}}",
+            "vpdpbusd {acc}, {w1}, dword ptr [{p} + {at1}]{{1to16}}",
+            "vpdpbusd {acc}, {w2}, dword ptr [{p} + {at2}]{{1to16}}",
+            "vpdpbusd {acc}, {w3}, dword ptr [{p} + {at3}]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            w0 = in(zmm_reg) ws[0],
+            w1 = in(zmm_reg) ws[1],
+            w2 = in(zmm_reg) ws[2],
+            w3 = in(zmm_reg) ws[3],
+            p = in(reg) x.as_ptr(),
+            at0 = const FIRST,
+            at1 = const FIRST + 4,
+            at2 = const FIRST + 8,
+            at3 = const FIRST + 12,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
 /// `_mm512_dpbusd_epi32(acc, w, word16::<T>(x, at))` in a kernel of `T`
-/// activation rows. With one row (decode) the `vpdpbusd` reads the word
-/// itself (an embedded broadcast), written out because the compiler loads
-/// such words into general registers and broadcasts them from there: an
-/// extra vector instruction per product, which cost the one-row loops a
-/// third of their speed. With more rows the compiler folds most of the
-/// broadcasts itself, with addresses that the written-out form would need
-/// an extra instruction for (and, with three or four rows, spills).
+/// activation rows, one word at a time, with one row written out as in
+/// [`dpbusd_words`] (but with the word's address in a register). The
+/// packed Q8_0 tile takes it: its one-row loop ran 2-4 % slower with its
+/// high plane's products four words at a time.
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
 pub(crate) fn dpbusd_word<const T: usize>(
@@ -149,37 +201,6 @@ pub(crate) fn dpbusd_word<const T: usize>(
     if T > 1 {
         return _mm512_dpbusd_epi32(acc, w, word16::<T>(x, at));
     }
-    dpbusd_word_written_out(acc, w, x, at)
-}
-
-/// [`dpbusd_word`] for activation row `row` of a tile of `T` rows, with
-/// row 0's broadcast written out as well. The packed Q5_0 and Q5_1 tiles
-/// take it: there the compiler broadcasts the first row's words from
-/// general registers (32 extra instructions per block of a group pair
-/// with 16-bit rows), and with them written out the Q5_0 tile ran 1.15x
-/// faster (8-bit rows 1.08x). The other kernels keep `dpbusd_word`: the
-/// same change cost the Q4_1 tile with 8-bit rows a quarter of its speed
-/// and the Q8_0 tile half of it, and the Q5_K, Q4_K and Q6_K tiles
-/// compile without such broadcasts.
-#[target_feature(enable = "avx512f,avx512vnni")]
-#[inline]
-pub(crate) fn dpbusd_word_in_row<const T: usize>(
-    acc: __m512i,
-    w: __m512i,
-    x: &[i8; BLOCK],
-    at: usize,
-    row: usize,
-) -> __m512i {
-    if row == 0 {
-        return dpbusd_word_written_out(acc, w, x, at);
-    }
-    dpbusd_word::<T>(acc, w, x, at)
-}
-
-/// `vpdpbusd acc, w, dword ptr [x + at]{1to16}`, written out.
-#[target_feature(enable = "avx512f,avx512vnni")]
-#[inline]
-fn dpbusd_word_written_out(acc: __m512i, w: __m512i, x: &[i8; BLOCK], at: usize) -> __m512i {
     let word = &x[at..at + 4];
     let mut acc = acc;
     // SAFETY: the instruction reads the 4 bytes of `word` (sliced above,
@@ -267,25 +288,30 @@ macro_rules! nibble_pair_block_sums {
             b: &[u8],
             x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
         ) -> ([__m512i; T], [__m512i; T]) {
+            use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_i8::load32;
             use $crate::cpu::kernels::simd::avx2_packed::BlockPlanes;
-            use $crate::cpu::kernels::simd::vnni_packed::{dpbusd_word, join};
+            use $crate::cpu::kernels::simd::vnni_packed::{dpbusd_words, join};
             let nibble = _mm512_set1_epi8(0x0F);
+            let v: [__m512i; 4] =
+                std::array::from_fn(|j| join(load32(&a[32 * j..]), load32(&b[32 * j..])));
+            // The high nibbles stay in place: 16 times their values, whose
+            // products still fit `dpbusd`'s exact 32-bit sums, so that each
+            // plane's sum needs one shift instead of each chunk.
+            let w_lo = v.map(|v| _mm512_and_si512(v, nibble));
+            let w_hi16 = v.map(|v| _mm512_andnot_si512(nibble, v));
+            let plane = |x: &[i8; BLOCK]| {
+                let zero = _mm512_setzero_si512();
+                let low = dpbusd_words::<T, 0>(zero, w_lo, x, T == 1);
+                let high16 = dpbusd_words::<T, 16>(zero, w_hi16, x, T == 1);
+                _mm512_add_epi32(low, _mm512_srai_epi32::<4>(high16))
+            };
             let mut sum_hi = [_mm512_setzero_si512(); T];
             let mut sum_lo = [_mm512_setzero_si512(); T];
-            for j in 0..4 {
-                let v = join(load32(&a[32 * j..]), load32(&b[32 * j..]));
-                let w_lo = _mm512_and_si512(v, nibble);
-                let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
-                for t in 0..T {
-                    let h = x.his[t];
-                    sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_lo, h, 4 * j);
-                    sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_hi, h, 16 + 4 * j);
-                    if BlockPlanes::<T, SHIFT>::HAS_LO {
-                        let l = x.los[t];
-                        sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_lo, l, 4 * j);
-                        sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_hi, l, 16 + 4 * j);
-                    }
+            for t in 0..T {
+                sum_hi[t] = plane(x.his[t]);
+                if BlockPlanes::<T, SHIFT>::HAS_LO {
+                    sum_lo[t] = plane(x.los[t]);
                 }
             }
             (sum_hi, sum_lo)

@@ -109,7 +109,7 @@ pub(crate) fn pair_values(a: &[u8], b: &[u8]) -> [[__m512i; 2]; 4] {
 /// calling module: each packed format's kernels get their own copy, so
 /// that each instance has one caller, its tile, and is inlined into it.
 /// `first_row_written_out` (a `bool`) says whether the first activation
-/// row's products take `dpbusd_word_in_row`'s written-out form: the Q5_0
+/// row's products take `dpbusd_words`'s written-out form: the Q5_0
 /// and Q5_1 tiles need it, the Q5_K tiles compile without the broadcasts
 /// from general registers it removes.
 macro_rules! five_bit_pair_block_sums {
@@ -123,23 +123,16 @@ macro_rules! five_bit_pair_block_sums {
         ) -> ([__m512i; T], [__m512i; T]) {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_packed::BlockPlanes;
-            use $crate::cpu::kernels::simd::vnni_packed::{dpbusd_word, dpbusd_word_in_row};
+            use $crate::cpu::kernels::simd::vnni_packed::dpbusd_words;
             use $crate::cpu::kernels::simd::vnni_packed_q5::pair_values;
             let w = pair_values(a, b);
+            let (w_lo, w_hi) = (w.map(|[lo, _]| lo), w.map(|[_, hi]| hi));
             let mut sum_hi = [_mm512_setzero_si512(); T];
             let mut sum_lo = [_mm512_setzero_si512(); T];
-            let product = |sum, w, x: &[i8; BLOCK], at, t| {
-                if $first_row_written_out {
-                    dpbusd_word_in_row::<T>(sum, w, x, at, t)
-                } else {
-                    dpbusd_word::<T>(sum, w, x, at)
-                }
-            };
             let plane = |x: &[i8; BLOCK], sum: __m512i, t: usize| {
-                w.iter().enumerate().fold(sum, |sum, (c, [w_lo, w_hi])| {
-                    let sum = product(sum, *w_lo, x, 4 * c, t);
-                    product(sum, *w_hi, x, 16 + 4 * c, t)
-                })
+                let written_out = T == 1 || ($first_row_written_out && t == 0);
+                let sum = dpbusd_words::<T, 0>(sum, w_lo, x, written_out);
+                dpbusd_words::<T, 16>(sum, w_hi, x, written_out)
             };
             for t in 0..T {
                 sum_hi[t] = plane(x.his[t], sum_hi[t], t);
