@@ -12,6 +12,7 @@
 
 use crate::graph::{Graph, Value};
 use crate::op::{GatedLinearParams, LinearParams, OpDesc};
+use crate::rebuild::Rebuild;
 use crate::stacking::stacked_name;
 use crate::Result;
 
@@ -38,33 +39,22 @@ pub fn fuse_gated_linears(
         role[triple.up] = Some(None);
         role[triple.glu] = Some(Some(t));
     }
-    let (mut out, tokens) = Graph::new();
-    let mut new_placement = Vec::with_capacity(placement.len());
-    let mut remap: Vec<Option<Value>> = vec![None; graph.n_values()];
-    remap[0] = Some(tokens);
-    let mapped = |remap: &[Option<Value>], v: Value| {
-        remap[v.index()].expect("a node's inputs come before it")
-    };
+    let mut rebuild = Rebuild::new(&graph);
     for (i, node) in graph.nodes().iter().enumerate() {
-        let (desc, name, inputs) = match role[i] {
-            Some(None) => continue,
-            None => (node.desc.clone(), node.name.clone(), node.inputs.clone()),
+        match role[i] {
+            Some(None) => {}
+            None => rebuild.keep(i, placement[i])?,
             Some(Some(t)) => {
                 let GatedTriple { gate, up, .. } = triples[t];
                 let names = [gate, up].map(|m| graph.nodes()[m].name.as_str());
                 let desc = OpDesc::GatedLinear(triples[t].params.clone());
-                let inputs = graph.nodes()[gate].inputs.clone();
-                (desc, stacked_name(&names), inputs)
+                let inputs = rebuild.values(&graph.nodes()[gate].inputs);
+                let gated = rebuild.add(stacked_name(&names), desc, &inputs, placement[i])?;
+                rebuild.map(node.output, gated);
             }
-        };
-        let inputs: Vec<Value> = inputs.iter().map(|&v| mapped(&remap, v)).collect();
-        remap[node.output.index()] = Some(out.add_node(name, desc, &inputs)?);
-        new_placement.push(placement[i]);
+        }
     }
-    if let Some(v) = graph.output() {
-        out.set_output(mapped(&remap, v))?;
-    }
-    Ok((out, new_placement))
+    rebuild.finish()
 }
 
 /// A gate layer, an up layer and the `Glu` that reads them (node indices),

@@ -22,6 +22,7 @@ pub mod line_buffer;
 pub mod npy;
 pub mod op;
 pub mod placement;
+mod rebuild;
 pub mod shape;
 pub mod stacking;
 pub mod step;

@@ -28,6 +28,7 @@ use indexmap::IndexMap;
 
 use crate::graph::{Graph, Value};
 use crate::op::{ColumnSlice, LinearParams, OpDesc};
+use crate::rebuild::Rebuild;
 use crate::Result;
 
 /// Linear nodes that may share one stacked node: same input, device,
@@ -63,24 +64,10 @@ pub fn stack_sibling_linears<C: Eq + Hash>(
             member_of[i] = Some((g, k == 0));
         }
     }
-    let (mut out, tokens) = Graph::new();
-    let mut new_placement = Vec::with_capacity(placement.len() + groups.len());
-    let mut remap: Vec<Option<Value>> = vec![None; graph.n_values()];
-    remap[0] = Some(tokens);
-    let mapped = |remap: &[Option<Value>], v: Value| {
-        remap[v.index()].expect("a node's inputs come before it")
-    };
+    let mut rebuild = Rebuild::new(&graph);
     for (i, node) in graph.nodes().iter().enumerate() {
-        let inputs = |remap: &[Option<Value>]| -> Vec<Value> {
-            node.inputs.iter().map(|&v| mapped(remap, v)).collect()
-        };
         match member_of[i] {
-            None => {
-                let inputs = inputs(&remap);
-                remap[node.output.index()] =
-                    Some(out.add_node(node.name.clone(), node.desc.clone(), &inputs)?);
-                new_placement.push(placement[i]);
-            }
+            None => rebuild.keep(i, placement[i])?,
             Some((_, false)) => {}
             Some((g, true)) => {
                 let members = &groups[g];
@@ -90,29 +77,23 @@ pub fn stack_sibling_linears<C: Eq + Hash>(
                     .iter()
                     .map(|&m| graph.nodes()[m].name.as_str())
                     .collect();
-                let stacked = out.add_node(
-                    stacked_name(&names),
-                    OpDesc::StackedLinear(layers.clone()),
-                    &inputs(&remap),
-                )?;
-                new_placement.push(placement[i]);
+                let inputs = rebuild.values(&node.inputs);
+                let desc = OpDesc::StackedLinear(layers.clone());
+                let stacked = rebuild.add(stacked_name(&names), desc, &inputs, placement[i])?;
                 let mut start = 0;
                 for (&m, layer) in members.iter().zip(&layers) {
                     let len = layer.out_features;
                     let slice = OpDesc::SliceColumns(ColumnSlice { start, len });
-                    let name = format!("{}.columns", graph.nodes()[m].name);
-                    remap[graph.nodes()[m].output.index()] =
-                        Some(out.add_node(name, slice, &[stacked])?);
-                    new_placement.push(placement[i]);
+                    let member = &graph.nodes()[m];
+                    let name = format!("{}.columns", member.name);
+                    let columns = rebuild.add(name, slice, &[stacked], placement[i])?;
+                    rebuild.map(member.output, columns);
                     start += len;
                 }
             }
         }
     }
-    if let Some(v) = graph.output() {
-        out.set_output(mapped(&remap, v))?;
-    }
-    Ok((out, new_placement))
+    rebuild.finish()
 }
 
 /// The groups of two or more sibling linear nodes of one class (see
