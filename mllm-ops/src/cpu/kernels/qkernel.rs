@@ -507,6 +507,15 @@ impl QuantKernel {
         per_scale: usize,
     ) {
         #[cfg(target_arch = "x86_64")]
+        if matches!(self.level, SimdLevel::Avx512 | SimdLevel::Amx)
+            && self.path != QuantPath::F32Activations
+        {
+            // SAFETY: both levels of the integer paths include AVX-512F and
+            // AVX-512BW, detected when the kernel was made.
+            unsafe { simd::avx512_i8::quantize_row_q16::<SHIFT>(x, hi, lo, scales, per_scale) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
         if self.level.includes_avx2() {
             // SAFETY: every x86 level includes AVX2 and FMA, detected when
             // the kernel was made.

@@ -5,7 +5,8 @@
 //! * [`avx2_i8`] and [`vnni`]: integer dot products of Q8_0, Q4_0 and Q4_1
 //!   weights with 8-bit activations, AVX2 (`maddubs`) and AVX-512 VNNI
 //!   (`dpbusd`); [`vnni_i8`]: Q8_0 rows with several 16-bit activation
-//!   rows at once (AVX-512 VNNI);
+//!   rows at once (AVX-512 VNNI); [`avx512_i8`]: the activation rows'
+//!   16-bit quantizer on 512-bit vectors (`avx2_i8` has AVX2's);
 //! * [`avx2_kv`]: decoders of f16, Q8_0 and Q4_1 KV-cache rows and the
 //!   f16 and Q8_0 encoders of the rows a step writes (AVX2 + F16C,
 //!   bit-exact with the portable ones);
@@ -77,6 +78,8 @@ pub(crate) mod avx2_packed_q6k;
 pub(crate) mod avx2_packed_q8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512_i8;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512_packed_half;
 #[cfg(target_arch = "x86_64")]
