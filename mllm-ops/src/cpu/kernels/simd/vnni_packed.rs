@@ -188,8 +188,9 @@ pub(crate) fn dpbusd_words<const T: usize, const FIRST: usize>(
 /// `_mm512_dpbusd_epi32(acc, w, word16::<T>(x, at))` in a kernel of `T`
 /// activation rows, one word at a time, with one row written out as in
 /// [`dpbusd_words`] (but with the word's address in a register). The
-/// packed Q8_0 tile takes it: its one-row loop ran 2-4 % slower with its
-/// high plane's products four words at a time.
+/// packed Q8_0 tile takes it (its one-row loop ran 2-4 % slower with its
+/// high plane's products four words at a time), and so do the packed Q4
+/// tiles of several rows, chunk by chunk.
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
 pub(crate) fn dpbusd_word<const T: usize>(
@@ -291,28 +292,48 @@ macro_rules! nibble_pair_block_sums {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_i8::load32;
             use $crate::cpu::kernels::simd::avx2_packed::BlockPlanes;
-            use $crate::cpu::kernels::simd::vnni_packed::{dpbusd_words, join};
+            use $crate::cpu::kernels::simd::vnni_packed::{dpbusd_word, dpbusd_words, join};
             let nibble = _mm512_set1_epi8(0x0F);
+            let mut sum_hi = [_mm512_setzero_si512(); T];
+            let mut sum_lo = [_mm512_setzero_si512(); T];
+            if T > 1 {
+                // Chunk by chunk, each row's sums taking its products.
+                for j in 0..4 {
+                    let v = join(load32(&a[32 * j..]), load32(&b[32 * j..]));
+                    let w_lo = _mm512_and_si512(v, nibble);
+                    let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
+                    for t in 0..T {
+                        let h = x.his[t];
+                        sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_lo, h, 4 * j);
+                        sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_hi, h, 16 + 4 * j);
+                        if BlockPlanes::<T, SHIFT>::HAS_LO {
+                            let l = x.los[t];
+                            sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_lo, l, 4 * j);
+                            sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_hi, l, 16 + 4 * j);
+                        }
+                    }
+                }
+                return (sum_hi, sum_lo);
+            }
+            // One row (decode): four written-out products per plane and
+            // nibble half, and the high nibbles kept in place, 16 times
+            // their values (whose products still fit `dpbusd`'s exact
+            // 32-bit sums), so that each plane's sum takes one shift
+            // instead of each chunk. With more rows each row's sums would
+            // take shifts of their own, and the chunks as above ran faster.
             let v: [__m512i; 4] =
                 std::array::from_fn(|j| join(load32(&a[32 * j..]), load32(&b[32 * j..])));
-            // The high nibbles stay in place: 16 times their values, whose
-            // products still fit `dpbusd`'s exact 32-bit sums, so that each
-            // plane's sum needs one shift instead of each chunk.
             let w_lo = v.map(|v| _mm512_and_si512(v, nibble));
             let w_hi16 = v.map(|v| _mm512_andnot_si512(nibble, v));
             let plane = |x: &[i8; BLOCK]| {
                 let zero = _mm512_setzero_si512();
-                let low = dpbusd_words::<T, 0>(zero, w_lo, x, T == 1);
-                let high16 = dpbusd_words::<T, 16>(zero, w_hi16, x, T == 1);
+                let low = dpbusd_words::<T, 0>(zero, w_lo, x, true);
+                let high16 = dpbusd_words::<T, 16>(zero, w_hi16, x, true);
                 _mm512_add_epi32(low, _mm512_srai_epi32::<4>(high16))
             };
-            let mut sum_hi = [_mm512_setzero_si512(); T];
-            let mut sum_lo = [_mm512_setzero_si512(); T];
-            for t in 0..T {
-                sum_hi[t] = plane(x.his[t]);
-                if BlockPlanes::<T, SHIFT>::HAS_LO {
-                    sum_lo[t] = plane(x.los[t]);
-                }
+            sum_hi[0] = plane(x.his[0]);
+            if BlockPlanes::<T, SHIFT>::HAS_LO {
+                sum_lo[0] = plane(x.los[0]);
             }
             (sum_hi, sum_lo)
         }
