@@ -8,17 +8,8 @@
 
 use std::arch::x86_64::*;
 
+use super::avx512::{load, LANES};
 use crate::cpu::kernels::qact::{q16_max, BlockScales, BLOCK, WIDE};
-
-/// Sixteen floats from the start of `x`.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn load16(x: &[f32]) -> __m512 {
-    let x = &x[..16];
-    // SAFETY: `x` holds 16 floats (sliced above) and `loadu` has no
-    // alignment requirement.
-    unsafe { _mm512_loadu_ps(x.as_ptr()) }
-}
 
 /// Saturates the 32 values of `v` to bytes and stores them at the start
 /// of `dst`, as AVX2's two signed packs do.
@@ -26,7 +17,7 @@ fn load16(x: &[f32]) -> __m512 {
 #[inline]
 fn store_bytes(dst: &mut [i8], v: [__m512i; 2]) {
     let dst = &mut dst[..BLOCK];
-    for (half, v) in dst.chunks_exact_mut(16).zip(v) {
+    for (half, v) in dst.chunks_exact_mut(LANES).zip(v) {
         // SAFETY: `half` holds 16 bytes (sliced above) and `storeu` has no
         // alignment requirement.
         unsafe { _mm_storeu_si128(half.as_mut_ptr().cast(), _mm512_cvtsepi32_epi8(v)) };
@@ -49,15 +40,15 @@ pub(crate) fn quantize_row_q16<const SHIFT: u32>(
     // `hi = (q + round) >> SHIFT`, `lo = q − (hi << SHIFT)`.
     let round = _mm512_set1_epi32(if SHIFT == WIDE { 128 } else { 0 });
     for (c, xc) in x.chunks_exact(per_scale).enumerate() {
-        let amax = xc.chunks_exact(16).fold(_mm512_setzero_ps(), |m, v| {
-            _mm512_max_ps(m, _mm512_abs_ps(load16(v)))
+        let amax = xc.chunks_exact(LANES).fold(_mm512_setzero_ps(), |m, v| {
+            _mm512_max_ps(m, _mm512_abs_ps(load(v)))
         });
         let dv = _mm512_reduce_max_ps(amax) / q16_max(SHIFT);
         let id = _mm512_set1_ps(if dv == 0.0 { 0.0 } else { 1.0 / dv });
         for (i, xb) in xc.chunks_exact(BLOCK).enumerate() {
             let b = c * per_scale / BLOCK + i;
             let q: [__m512i; 2] = std::array::from_fn(|j| {
-                let v = _mm512_mul_ps(load16(&xb[16 * j..]), id);
+                let v = _mm512_mul_ps(load(&xb[LANES * j..]), id);
                 _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
             });
             let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
