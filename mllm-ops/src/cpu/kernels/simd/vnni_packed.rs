@@ -189,8 +189,9 @@ pub(crate) fn dpbusd_words<const T: usize, const FIRST: usize>(
 /// activation rows, one word at a time, with one row written out as in
 /// [`dpbusd_words`] (but with the word's address in a register). The
 /// packed Q8_0 tile takes it (its one-row loop ran 2-4 % slower with its
-/// high plane's products four words at a time), and so do the packed Q4
-/// tiles of several rows, chunk by chunk.
+/// high plane's products four words at a time), and so do the packed Q6_K
+/// tile (the same speed either way) and the packed Q4 tiles of several
+/// rows, chunk by chunk.
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
 pub(crate) fn dpbusd_word<const T: usize>(

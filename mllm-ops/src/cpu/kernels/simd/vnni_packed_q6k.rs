@@ -17,12 +17,11 @@ use std::arch::x86_64::*;
 use super::avx2::store;
 use super::avx2_i8::load32;
 use super::avx2_packed::{BlockPlanes, ByteConsts, RowPlanes};
-use super::vnni_packed::{dpbusd_words, f16x16, join, store_pair};
+use super::vnni_packed::{dpbusd_word, f16x16, join, store_pair};
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
     Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
 };
-use crate::cpu::kernels::qact::BLOCK;
 
 /// The `vpternlog` truth table of `a | (b & c)`.
 const A_OR_B_AND_C: i32 = 0xF8;
@@ -183,24 +182,19 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
             let scales = [scale(2 * j), scale(2 * j + 1)];
             super::per_row!(T, |t| {
                 let (h, l) = (block.his[t], block.los[t]);
-                // Each half's sums start at its offsets `−32·Σ hi` and
-                // `−32·Σ lo`, which turn `Σ q·x` into `Σ (q − 32)·x`.
-                let offsets = [0, 1].map(|half| xs[t].half_offsets[2 * i + half]);
-                let halves = |x: &[i8; BLOCK], plane: usize| {
-                    let start = offsets.map(|o| _mm512_set1_epi32(o[plane]));
-                    [
-                        dpbusd_words::<T, 0>(start[0], w[0], x, T == 1),
-                        dpbusd_words::<T, 16>(start[1], w[1], x, T == 1),
-                    ]
-                };
-                let sums_hi_halves = halves(h, 0);
-                let sums_lo_halves = if BlockPlanes::<T, SHIFT>::HAS_LO {
-                    halves(l, 1)
-                } else {
-                    [_mm512_setzero_si512(); 2]
-                };
-                for (half, sc) in scales.into_iter().enumerate() {
-                    let (sum_hi, sum_lo) = (sums_hi_halves[half], sums_lo_halves[half]);
+                for (half, (w, sc)) in w.iter().zip(scales).enumerate() {
+                    // Each half's sums start at its offsets `−32·Σ hi` and
+                    // `−32·Σ lo`, which turn `Σ q·x` into `Σ (q − 32)·x`.
+                    let [off_hi, off_lo] = xs[t].half_offsets[2 * i + half];
+                    let mut sum_hi = _mm512_set1_epi32(off_hi);
+                    let mut sum_lo = _mm512_set1_epi32(off_lo);
+                    for (c, &w) in w.iter().enumerate() {
+                        let at = 16 * half + 4 * c;
+                        sum_hi = dpbusd_word::<T>(sum_hi, w, h, at);
+                        if BlockPlanes::<T, SHIFT>::HAS_LO {
+                            sum_lo = dpbusd_word::<T>(sum_lo, w, l, at);
+                        }
+                    }
                     sums_hi[t] = _mm512_add_epi32(sums_hi[t], _mm512_mullo_epi32(sum_hi, sc));
                     if BlockPlanes::<T, SHIFT>::HAS_LO {
                         sums_lo[t] = _mm512_add_epi32(sums_lo[t], _mm512_mullo_epi32(sum_lo, sc));
