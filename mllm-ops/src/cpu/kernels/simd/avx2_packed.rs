@@ -65,9 +65,7 @@ macro_rules! scaled_block_tile {
             let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, reads);
             for (i, blk) in blocks.iter().enumerate() {
                 ahead.next($block_bytes);
-                if T > 1 {
-                    $crate::cpu::kernels::simd::prefetch::block_into_l1(blk, $block_bytes);
-                }
+                $crate::cpu::kernels::simd::prefetch::block_into_l1(blk, $block_bytes);
                 let (sum_hi, sum_lo) = $sums(&blk[NIBBLES_AT..], planes.block(i));
                 let scales = block_scales(blk);
                 for t in 0..T {

@@ -86,7 +86,7 @@ fn tile<const T: usize, const BF16: bool>(
     for k in 0..n {
         let two = &columns[k];
         ahead.next(PAIR_BYTES);
-        if T > 1 && k % 2 == 0 {
+        if k % 2 == 0 {
             super::prefetch::into_l1(two);
         }
         let w_lo = four_rows::<BF16>(&two[..PAIR_BYTES / 2]);
@@ -162,7 +162,7 @@ fn pair_tile<const T: usize, const BF16: bool>(
     for k in 0..n {
         let (ta, tb) = (&columns_a[k], &columns_b[k]);
         ahead.next(PAIR_BYTES);
-        if T > 1 && k % 2 == 0 {
+        if k % 2 == 0 {
             super::prefetch::into_l1(ta);
             super::prefetch::into_l1(tb);
         }

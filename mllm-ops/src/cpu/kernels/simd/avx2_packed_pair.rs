@@ -91,10 +91,8 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     let mut ahead = super::prefetch::Streams::new(a, 2, reads);
     for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
         ahead.next(PACKED_BLOCK_BYTES);
-        if T > 1 {
-            super::prefetch::block_into_l1(ka, PACKED_BLOCK_BYTES);
-            super::prefetch::block_into_l1(kb, PACKED_BLOCK_BYTES);
-        }
+        super::prefetch::block_into_l1(ka, PACKED_BLOCK_BYTES);
+        super::prefetch::block_into_l1(kb, PACKED_BLOCK_BYTES);
         let sums = pair_block_sums(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..], planes.block(i));
         for ((acc, (sum_hi, sum_lo)), blk) in acc.iter_mut().zip(sums).zip([ka, kb]) {
             let scales = block_scales(blk);

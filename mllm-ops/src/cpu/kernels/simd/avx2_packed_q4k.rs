@@ -52,9 +52,7 @@ macro_rules! q4k_tile {
                     let block_bytes = SUPER_BYTES / SUB_BLOCKS;
                     ahead.next(block_bytes);
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..];
-                    if T > 1 {
-                        $crate::cpu::kernels::simd::prefetch::block_into_l1(bits, BLOCK_BITS);
-                    }
+                    $crate::cpu::kernels::simd::prefetch::block_into_l1(bits, BLOCK_BITS);
                     let (sum_hi, sum_lo) = $sums(bits, planes.block(i));
                     let sc = u8x8(&sb[SCALES_AT + GROUP_ROWS * j..]);
                     for t in 0..T {

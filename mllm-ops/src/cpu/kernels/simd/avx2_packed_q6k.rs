@@ -57,9 +57,7 @@ macro_rules! q6k_tile {
                     ahead.next(block_bytes);
                     let block = planes.block(i);
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
-                    if T > 1 {
-                        $crate::cpu::kernels::simd::prefetch::block_into_l1(bits, BLOCK_BITS);
-                    }
+                    $crate::cpu::kernels::simd::prefetch::block_into_l1(bits, BLOCK_BITS);
                     // One half at a time: its four registers of values, its
                     // scale and the sums stay in registers. Written out
                     // twice by a macro: a closure called twice was left out

@@ -71,9 +71,7 @@ fn tile<const SHIFT: u32, const T: usize>(
     let mut ahead = super::prefetch::Streams::new(group, 1, reads);
     for (i, blk) in blocks.iter().enumerate() {
         ahead.next(Q8_PACKED_BLOCK_BYTES);
-        if T > 1 {
-            super::prefetch::block_into_l1(blk, Q8_PACKED_BLOCK_BYTES);
-        }
+        super::prefetch::block_into_l1(blk, Q8_PACKED_BLOCK_BYTES);
         let mut rows03 = [_mm256_setzero_si256(); T];
         let mut rows47 = [_mm256_setzero_si256(); T];
         // A trip count the compiler cannot see keeps it from unrolling the

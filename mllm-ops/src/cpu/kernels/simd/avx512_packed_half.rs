@@ -84,7 +84,7 @@ fn tile<const G: usize, const T: usize, const BF16: bool>(
     for k in 0..n {
         let xk = &steps[k];
         ahead.next(PAIR_BYTES);
-        if T > 1 && k % 2 == 0 {
+        if k % 2 == 0 {
             for c in &columns {
                 super::prefetch::into_l1(&c[k]);
             }

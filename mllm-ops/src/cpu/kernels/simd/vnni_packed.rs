@@ -252,11 +252,9 @@ macro_rules! scaled_block_pair_tile {
             let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, reads);
             for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
                 ahead.next($block_bytes);
-                if T > 1 {
-                    use $crate::cpu::kernels::simd::prefetch::block_into_l1;
-                    block_into_l1(ka, $block_bytes);
-                    block_into_l1(kb, $block_bytes);
-                }
+                use $crate::cpu::kernels::simd::prefetch::block_into_l1;
+                block_into_l1(ka, $block_bytes);
+                block_into_l1(kb, $block_bytes);
                 let (sum_hi, sum_lo) =
                     $pair_sums(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..], planes.block(i));
                 let d = f16x16(&ka[..16], &kb[..16]);

@@ -141,11 +141,9 @@ macro_rules! q4k_pair_tile {
                     let block_bytes = SUPER_BYTES / SUB_BLOCKS;
                     ahead.next(block_bytes);
                     let at = BITS_AT + BLOCK_BITS * j;
-                    if T > 1 {
-                        use $crate::cpu::kernels::simd::prefetch::block_into_l1;
-                        block_into_l1(&sa[at..], BLOCK_BITS);
-                        block_into_l1(&sb[at..], BLOCK_BITS);
-                    }
+                    use $crate::cpu::kernels::simd::prefetch::block_into_l1;
+                    block_into_l1(&sa[at..], BLOCK_BITS);
+                    block_into_l1(&sb[at..], BLOCK_BITS);
                     let (sum_hi, sum_lo) = $pair_sums(&sa[at..], &sb[at..], planes.block(i));
                     let sc_at = SCALES_AT + GROUP_ROWS * j;
                     let sc = u8x16(&sa[sc_at..], &sb[sc_at..]);

@@ -170,10 +170,8 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
             ahead.next(block_bytes);
             let at = BITS_AT + BLOCK_BITS * j;
             let (ba, bb) = (&sa[at..at + BLOCK_BITS], &sb[at..at + BLOCK_BITS]);
-            if T > 1 {
-                super::prefetch::block_into_l1(ba, BLOCK_BITS);
-                super::prefetch::block_into_l1(bb, BLOCK_BITS);
-            }
+            super::prefetch::block_into_l1(ba, BLOCK_BITS);
+            super::prefetch::block_into_l1(bb, BLOCK_BITS);
             let w = pair_block_values(ba, bb);
             let scale = |h: usize| {
                 let at = SCALES_AT + GROUP_ROWS * h;

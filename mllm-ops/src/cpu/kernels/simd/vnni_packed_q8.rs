@@ -66,9 +66,7 @@ macro_rules! q8_tile {
             let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(group, 1, reads);
             for (i, blk) in blocks.iter().enumerate() {
                 ahead.next(Q8_PACKED_BLOCK_BYTES);
-                if T > 1 {
-                    $crate::cpu::kernels::simd::prefetch::block_into_l1(blk, Q8_PACKED_BLOCK_BYTES);
-                }
+                $crate::cpu::kernels::simd::prefetch::block_into_l1(blk, Q8_PACKED_BLOCK_BYTES);
                 let mut sum_hi = [_mm256_setzero_si256(); T];
                 let mut sum_lo = [_mm256_setzero_si256(); T];
                 for j in 0..BLOCK / 4 {
@@ -139,10 +137,8 @@ fn pair_tile<const SHIFT: u32, const T: usize>(
     let mut ahead = super::prefetch::Streams::new(a, 2, reads);
     for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
         ahead.next(Q8_PACKED_BLOCK_BYTES);
-        if T > 1 {
-            super::prefetch::block_into_l1(ka, Q8_PACKED_BLOCK_BYTES);
-            super::prefetch::block_into_l1(kb, Q8_PACKED_BLOCK_BYTES);
-        }
+        super::prefetch::block_into_l1(ka, Q8_PACKED_BLOCK_BYTES);
+        super::prefetch::block_into_l1(kb, Q8_PACKED_BLOCK_BYTES);
         let mut sum_hi = [_mm512_setzero_si512(); T];
         let mut sum_lo = [_mm512_setzero_si512(); T];
         for j in 0..BLOCK / 4 {
