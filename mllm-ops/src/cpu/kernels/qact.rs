@@ -230,6 +230,16 @@ pub(crate) const fn q16_max(shift: u32) -> f32 {
     }
 }
 
+/// The scale `d` of values whose largest magnitude is `amax`, quantized
+/// for the plane split `SHIFT`, and its inverse (zero for an all-zero
+/// scale): every level's quantizer of 16-bit rows takes both from here,
+/// so that their values agree bit for bit.
+#[inline(always)]
+pub(crate) fn q16_scale<const SHIFT: u32>(amax: f32) -> (f32, f32) {
+    let d = amax / q16_max(SHIFT);
+    (d, if d == 0.0 { 0.0 } else { 1.0 / d })
+}
+
 /// Splits a 16-bit value into its planes `(hi, lo)`.
 fn split<const SHIFT: u32>(q: i32) -> (i8, i8) {
     let round = if SHIFT == WIDE { 128 } else { 0 };
@@ -450,8 +460,7 @@ pub(crate) fn quantize_q16_into<const SHIFT: u32>(
     let max = q16_max(SHIFT);
     for (c, xc) in x.chunks_exact(per_scale).enumerate() {
         let amax = xc.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let dc = amax / max;
-        let id = if dc == 0.0 { 0.0 } else { 1.0 / dc };
+        let (dc, id) = q16_scale::<SHIFT>(amax);
         for (i, xb) in xc.chunks_exact(BLOCK).enumerate() {
             let b = c * per_scale / BLOCK + i;
             let mut sum = 0i32;

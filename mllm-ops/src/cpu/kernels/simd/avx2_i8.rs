@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::hsum;
-use crate::cpu::kernels::qact::{q16_max, BlockScales, Int8Type, Q16Row, Q8Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::{q16_scale, BlockScales, Int8Type, Q16Row, Q8Row, BLOCK, WIDE};
 use crate::quant::{q4_0, q4_1, q8_0};
 
 /// The first 32 bytes of `b`.
@@ -364,8 +364,8 @@ pub(crate) fn quantize_row_q16<const SHIFT: u32>(
         let amax = xc
             .chunks_exact(BLOCK)
             .fold(0.0f32, |m, xb| m.max(block_amax(load(xb))));
-        let dv = amax / q16_max(SHIFT);
-        let id = _mm256_set1_ps(if dv == 0.0 { 0.0 } else { 1.0 / dv });
+        let (dv, id) = q16_scale::<SHIFT>(amax);
+        let id = _mm256_set1_ps(id);
         for (i, xb) in xc.chunks_exact(BLOCK).enumerate() {
             let b = c * per_scale / BLOCK + i;
             let q = load(xb).map(|v| {

@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::avx512::{load, LANES};
-use crate::cpu::kernels::qact::{q16_max, BlockScales, BLOCK, WIDE};
+use crate::cpu::kernels::qact::{q16_scale, BlockScales, BLOCK, WIDE};
 
 /// Saturates the 32 values of `v` to bytes and stores them at the start
 /// of `dst`, as AVX2's two signed packs do.
@@ -43,8 +43,8 @@ pub(crate) fn quantize_row_q16<const SHIFT: u32>(
         let amax = xc.chunks_exact(LANES).fold(_mm512_setzero_ps(), |m, v| {
             _mm512_max_ps(m, _mm512_abs_ps(load(v)))
         });
-        let dv = _mm512_reduce_max_ps(amax) / q16_max(SHIFT);
-        let id = _mm512_set1_ps(if dv == 0.0 { 0.0 } else { 1.0 / dv });
+        let (dv, id) = q16_scale::<SHIFT>(_mm512_reduce_max_ps(amax));
+        let id = _mm512_set1_ps(id);
         for (i, xb) in xc.chunks_exact(BLOCK).enumerate() {
             let b = c * per_scale / BLOCK + i;
             let q: [__m512i; 2] = std::array::from_fn(|j| {
