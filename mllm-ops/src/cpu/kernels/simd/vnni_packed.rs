@@ -242,6 +242,7 @@ macro_rules! scaled_block_pair_tile {
         ) -> [__m512; T] {
             use $crate::cpu::kernels::packed::NIBBLES_AT;
             use $crate::cpu::kernels::simd::avx2_packed::{ByteConsts, RowPlanes};
+            use $crate::cpu::kernels::simd::prefetch::block_into_l1;
             use $crate::cpu::kernels::simd::vnni_packed::{f16x16, pair_add_block};
             let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
@@ -252,7 +253,6 @@ macro_rules! scaled_block_pair_tile {
             let mut ahead = $crate::cpu::kernels::simd::prefetch::Streams::new(a, 2, reads);
             for (i, (ka, kb)) in blocks_a.iter().zip(blocks_b).enumerate() {
                 ahead.next($block_bytes);
-                use $crate::cpu::kernels::simd::prefetch::block_into_l1;
                 block_into_l1(ka, $block_bytes);
                 block_into_l1(kb, $block_bytes);
                 let (sum_hi, sum_lo) =

@@ -116,6 +116,7 @@ macro_rules! q4k_pair_tile {
         ) -> [__m512; T] {
             use $crate::cpu::kernels::packed_q4k::{SubBlockBits, BITS_AT, SCALES_AT, SUB_BLOCKS};
             use $crate::cpu::kernels::simd::avx2_packed::{ByteConsts, RowPlanes};
+            use $crate::cpu::kernels::simd::prefetch::block_into_l1;
             use $crate::cpu::kernels::simd::vnni_packed::f16x16;
             use $crate::cpu::kernels::simd::vnni_packed_q4k::{
                 pair_add_super, pair_neg_dmin, pair_super_mins, u8x16,
@@ -141,7 +142,6 @@ macro_rules! q4k_pair_tile {
                     let block_bytes = SUPER_BYTES / SUB_BLOCKS;
                     ahead.next(block_bytes);
                     let at = BITS_AT + BLOCK_BITS * j;
-                    use $crate::cpu::kernels::simd::prefetch::block_into_l1;
                     block_into_l1(&sa[at..], BLOCK_BITS);
                     block_into_l1(&sb[at..], BLOCK_BITS);
                     let (sum_hi, sum_lo) = $pair_sums(&sa[at..], &sb[at..], planes.block(i));
