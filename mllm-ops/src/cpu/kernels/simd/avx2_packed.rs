@@ -103,6 +103,9 @@ pub(crate) struct ByteConsts {
     pub bit4: __m256i,
     /// `1` in every 16-bit lane: `madd` with it widens pair sums.
     pub ones: __m256i,
+    /// `256` in every 16-bit lane: `madd` with it widens the high plane's
+    /// pair sums of [`WIDE`] rows and weights them in the same step.
+    pub wide_hi: __m256i,
 }
 
 impl ByteConsts {
@@ -113,6 +116,7 @@ impl ByteConsts {
             low4: _mm256_set1_epi8(0x0F),
             bit4: _mm256_set1_epi8(0x10),
             ones: _mm256_set1_epi16(1),
+            wide_hi: _mm256_set1_epi16(1 << WIDE),
         })
     }
 }
@@ -248,9 +252,21 @@ pub(crate) fn add_block<const SHIFT: u32>(
     (d, m): (__m256, __m256),
     hi: __m256i,
     lo: __m256i,
+    x: (f32, f32),
+) -> __m256 {
+    add_block_sum(acc, (d, m), combine::<SHIFT>(hi, lo), x)
+}
+
+/// [`add_block`] from a block's combined sums `s` (`256·hi + lo`, or `hi`
+/// for [`BYTE`] rows).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(crate) fn add_block_sum(
+    acc: __m256,
+    (d, m): (__m256, __m256),
+    s: __m256i,
     (dx, sx): (f32, f32),
 ) -> __m256 {
-    let s = combine::<SHIFT>(hi, lo);
     let scale = _mm256_mul_ps(d, _mm256_set1_ps(dx));
     let acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), scale, acc);
     _mm256_fmadd_ps(m, _mm256_set1_ps(sx), acc)
