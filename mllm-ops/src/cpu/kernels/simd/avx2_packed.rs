@@ -182,16 +182,34 @@ impl<'a, const T: usize, const SHIFT: u32> BlockPlanes<'a, T, SHIFT> {
 /// caller, its tile, and is inlined into it.
 macro_rules! nibble_block_sums {
     () => {
+        $crate::cpu::kernels::simd::avx2_packed::nibble_block_sums!(sixteen);
+
         #[target_feature(enable = "avx2,fma,f16c")]
         #[inline]
         fn block_sums<const T: usize, const SHIFT: u32>(
             nibbles: &[u8],
             x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
         ) -> ([__m256i; T], [__m256i; T]) {
+            let ones = x.consts.ones;
+            let (sum_hi, sum_lo) = block_sums16(nibbles, x);
+            (
+                sum_hi.map(|s| _mm256_madd_epi16(s, ones)),
+                sum_lo.map(|s| _mm256_madd_epi16(s, ones)),
+            )
+        }
+    };
+    // `block_sums16` alone: the sums as the 16-bit pair sums of each row
+    // before `madd` widens them.
+    (sixteen) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        #[inline]
+        fn block_sums16<const T: usize, const SHIFT: u32>(
+            nibbles: &[u8],
+            x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+        ) -> ([__m256i; T], [__m256i; T]) {
             use $crate::cpu::kernels::qact::BLOCK;
             use $crate::cpu::kernels::simd::avx2_i8::load32;
             use $crate::cpu::kernels::simd::avx2_packed::{split_nibbles, word, BlockPlanes};
-            let ones = x.consts.ones;
             let mut sum_hi = [_mm256_setzero_si256(); T];
             let mut sum_lo = [_mm256_setzero_si256(); T];
             for j in 0..4 {
@@ -209,10 +227,7 @@ macro_rules! nibble_block_sums {
                     }
                 }
             }
-            (
-                sum_hi.map(|s| _mm256_madd_epi16(s, ones)),
-                sum_lo.map(|s| _mm256_madd_epi16(s, ones)),
-            )
+            (sum_hi, sum_lo)
         }
     };
 }
