@@ -106,6 +106,10 @@ pub(crate) struct ByteConsts {
     /// `256` in every 16-bit lane: `madd` with it widens the high plane's
     /// pair sums of [`WIDE`] rows and weights them in the same step.
     pub wide_hi: __m256i,
+    /// The shuffle of `avx2_packed_q4k::scale_pairs`: 32-bit lane `r`
+    /// takes byte `r` of the eight bytes (held in both 128-bit halves)
+    /// twice, as 16-bit integers (`-1` leaves a zero byte).
+    pub scale_lanes: __m256i,
 }
 
 impl ByteConsts {
@@ -117,6 +121,10 @@ impl ByteConsts {
             bit4: _mm256_set1_epi8(0x10),
             ones: _mm256_set1_epi16(1),
             wide_hi: _mm256_set1_epi16(1 << WIDE),
+            scale_lanes: _mm256_setr_epi8(
+                0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1, //
+                4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,
+            ),
         })
     }
 }

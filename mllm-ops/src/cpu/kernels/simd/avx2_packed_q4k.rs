@@ -24,22 +24,26 @@ use crate::cpu::kernels::qact::{Q16Row, BYTE};
 ///
 /// Each sub-block's sums are weighted by its eight 6-bit scales as 32-bit
 /// integers (`mullo` with [`u8x8`]), or, where a module's sums are still
-/// 16-bit pair sums, given as `$sums, $scales, $weigh` (as the AVX2 Q4_K
-/// kernel does: [`scale_pairs`] and `madd`, one instruction that widens
-/// and weighs).
+/// 16-bit pair sums, given as `$sums, |bytes, consts| scales, $weigh` (as
+/// the AVX2 Q4_K kernel does: [`scale_pairs`] with the tile's
+/// `ByteConsts` and `madd`, one instruction that widens and weighs).
 macro_rules! q4k_tile {
     ($features:literal, $sums:path, $bits:ty) => {
         $crate::cpu::kernels::simd::avx2_packed_q4k::q4k_tile!(
             $features,
             [
                 $sums,
-                $crate::cpu::kernels::simd::avx2_packed_q4k::u8x8,
+                |bytes, _consts| $crate::cpu::kernels::simd::avx2_packed_q4k::u8x8(bytes),
                 _mm256_mullo_epi32
             ],
             $bits
         );
     };
-    ($features:literal, [$sums:path, $scales:path, $weigh:path], $bits:ty) => {
+    (
+        $features:literal,
+        [$sums:path, |$bytes:ident, $consts:ident| $scales:expr, $weigh:path],
+        $bits:ty
+    ) => {
         /// The eight outputs of one packed group for `T` activation rows.
         #[target_feature(enable = $features)]
         #[inline]
@@ -55,7 +59,8 @@ macro_rules! q4k_tile {
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
             let xs: [Q16Row<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].d.len();
-            let planes = RowPlanes::new(xs, nb, ByteConsts::new());
+            let consts = ByteConsts::new();
+            let planes = RowPlanes::new(xs, nb, consts);
             let mut acc = [_mm256_setzero_ps(); T];
             let supers = group[..nb / SUB_BLOCKS * SUPER_BYTES]
                 .as_chunks::<SUPER_BYTES>()
@@ -71,7 +76,10 @@ macro_rules! q4k_tile {
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..];
                     $crate::cpu::kernels::simd::prefetch::block_into_l1(bits, BLOCK_BITS);
                     let (sum_hi, sum_lo) = $sums(bits, planes.block(i));
-                    let sc = $scales(&sb[SCALES_AT + GROUP_ROWS * j..]);
+                    let sc = {
+                        let ($bytes, $consts) = (&sb[SCALES_AT + GROUP_ROWS * j..], consts);
+                        $scales
+                    };
                     for t in 0..T {
                         let scaled = $weigh(sum_hi[t], sc);
                         sums_hi[t] = _mm256_add_epi32(sums_hi[t], scaled);
@@ -101,12 +109,17 @@ super::avx2_packed::nibble_block_sums!(sixteen);
 
 q4k_tile!(
     "avx2,fma,f16c",
-    [block_sums16, scale_pairs, _mm256_madd_epi16],
+    [
+        block_sums16,
+        |bytes, consts| scale_pairs(bytes, consts.scale_lanes),
+        _mm256_madd_epi16
+    ],
     crate::cpu::kernels::packed_q4k::Nibbles
 );
 
 /// The eight bytes at the start of `b` as 16-bit integers, each twice in
-/// its row's 32-bit lane: `madd` of a row's 16-bit pair sums with them
+/// its row's 32-bit lane (`lanes` is [`ByteConsts::scale_lanes`], the
+/// shuffle that places them): `madd` of a row's 16-bit pair sums with them
 /// gives the pair's 32-bit sum times the row's byte, the integers that
 /// `madd` with ones and then `mullo` gave, in one instruction instead of
 /// two. On a Zen 3, with both builds running at once, one per core: the
@@ -116,15 +129,9 @@ q4k_tile!(
 /// Q4_K_M's decode moved within the noise.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-pub(crate) fn scale_pairs(b: &[u8]) -> __m256i {
+pub(crate) fn scale_pairs(b: &[u8], lanes: __m256i) -> __m256i {
     let bytes: [u8; 8] = b[..8].try_into().expect("eight bytes");
-    let twice = _mm256_set1_epi64x(i64::from_le_bytes(bytes));
-    // Lane r takes byte r of either 128-bit half (`-1`: a zero byte).
-    let lanes = _mm256_setr_epi8(
-        0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1, //
-        4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,
-    );
-    _mm256_shuffle_epi8(twice, lanes)
+    _mm256_shuffle_epi8(_mm256_set1_epi64x(i64::from_le_bytes(bytes)), lanes)
 }
 
 /// The eight bytes at the start of `b` as 32-bit integers.
