@@ -88,11 +88,11 @@ def side_by_side(a, b, case, rounds, label):
     core, the cores swapped every round."""
     ratios = []
     args = ["--bench", "--noplot", "--warm-up-time", "1", "--measurement-time", "4", case]
+    # Each process keeps its criterion data apart, so that neither reads
+    # or overwrites the other's files mid-run.
+    homes = [AB_DIR / f"criterion-{side}" for side in ("old", "new")]
     for r in range(rounds):
         cores = (0, 1) if r % 2 == 0 else (1, 0)
-        # Each process keeps its criterion data apart, so that neither
-        # reads or overwrites the other's files mid-run.
-        homes = [AB_DIR / f"criterion-{side}" for side in ("old", "new")]
         procs = [subprocess.Popen(["taskset", "-c", str(core), str(binary), *args],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, env=dict(os.environ, CRITERION_HOME=str(home)))
@@ -132,11 +132,12 @@ def main():
         p.error("give at most one of --new and --new-bin")
     if shutil.which("taskset") is None or (os.cpu_count() or 1) < 2:
         sys.exit("needs `taskset` and at least two cores")
+    # Named binaries are checked before any build, which takes minutes.
+    for path in (a.old_bin, a.new_bin):
+        if path is not None and not path.is_file():
+            sys.exit(f"no bench binary at {path}")
     old = a.old_bin if a.old_bin is not None else build(a.old)
     new = a.new_bin if a.new_bin is not None else build(a.new)
-    for path in (old, new):
-        if not pathlib.Path(path).is_file():
-            sys.exit(f"no bench binary at {path}")
     lines = [summary("new/old", side_by_side(old, new, a.case, a.rounds, "A/B"))]
     if not a.no_control:
         lines.append(summary("old/old (control)",
