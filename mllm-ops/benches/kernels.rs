@@ -294,7 +294,9 @@ fn bench_streaming_decode(c: &mut Criterion) {
 /// One-row products of the packed Q4_1, Q5_0, Q4_K, Q6_K and Q8_0
 /// kernels at each level this CPU has, in bytes of weights per second, to
 /// set against `examples/membw`: with the weights in L2 on one thread
-/// (what a core computes when reads cost nothing), and on two threads
+/// (what a core computes when reads cost nothing; 192 x 2048, and for the
+/// formats of 32-value blocks SmolLM2's 576 x 576 attention output, whose
+/// short rows show a call's fixed costs), and on two threads
 /// through a round of 1B-model FFN matrices (8192 x 2048) that together
 /// exceed 768 MiB, so that every call reads its matrix from memory, as
 /// decode does.
@@ -302,10 +304,10 @@ fn bench_decode_roofline(c: &mut Criterion) {
     let scratch = ActivationScratch::default();
     let mut g = c.benchmark_group("decode_roofline");
     g.sample_size(20);
-    let in_f = 2048;
     let cases = [
-        ("in L2, 1 thread", 1, 512),
-        ("from memory, 2 threads", 2, 8192),
+        ("in L2, 1 thread", 1, 192, 2048),
+        ("in L2, 1 thread", 1, 576, 576),
+        ("from memory, 2 threads", 2, 8192, 2048),
     ];
     for dtype in [
         DType::Q4_1,
@@ -315,7 +317,10 @@ fn bench_decode_roofline(c: &mut Criterion) {
         DType::Q8_0,
     ] {
         let qt = QuantType::from_dtype(dtype).expect("quantized dtype");
-        for (case, threads, out_f) in cases {
+        for (case, threads, out_f, in_f) in cases {
+            if in_f % qt.block_len() != 0 {
+                continue;
+            }
             let (w, x) = linear_case(dtype, out_f, in_f, 1);
             let m = QuantMatrix::new(qt, &w, out_f, in_f).expect("matrix");
             let copies = if threads == 1 {

@@ -296,6 +296,30 @@ pub(crate) trait PackedFormat {
             },
         );
     }
+    /// Whether one activation row (a decode step) at the AVX2 level goes
+    /// through [`PackedFormat::avx2_row_run`], a span of groups per call,
+    /// instead of two groups per call.
+    const AVX2_ROW_RUN: bool = false;
+    /// The outputs of the consecutive groups in `groups` for the one
+    /// activation row `x` with AVX2 (`out[g]` for group `g`), with the bits
+    /// of [`PackedFormat::avx2`]; by default group by group through it.
+    ///
+    /// # Safety
+    /// As [`PackedFormat::avx2`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_row_run(
+        groups: &[u8],
+        x: Self::Input<'_>,
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
+        let group_bytes = Self::blocks(&x) * Self::BLOCK_BYTES;
+        each_group(groups, group_bytes, 1, out, |group, out| {
+            // SAFETY: the caller guarantees the features (this method's
+            // contract is `avx2`'s).
+            unsafe { Self::avx2(group, std::slice::from_ref(&x), out, reads) }
+        });
+    }
     /// [`PackedFormat::portable`] with AVX-VNNI (the 256-bit `vpdpbusd`
     /// without AVX-512); by default [`PackedFormat::avx2`], for layouts
     /// whose products take no bytes.
@@ -533,6 +557,21 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
     ) {
         // SAFETY: the caller guarantees AVX2, FMA and F16C (trait contract).
         unsafe { super::simd::avx2_packed_pair::pair_dot(a, b, xs, out, reads) }
+    }
+
+    const AVX2_ROW_RUN: bool = true;
+
+    /// # Safety
+    /// The trait method's: the CPU has AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_row_run(
+        groups: &[u8],
+        x: Q16Row<'_, SHIFT>,
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: WeightReads,
+    ) {
+        // SAFETY: the caller guarantees AVX2, FMA and F16C (trait contract).
+        unsafe { super::simd::avx2_packed_row::q4_row_run(groups, x, out, reads) }
     }
 
     simd_group_products!(
@@ -1175,6 +1214,11 @@ pub(crate) fn packed_group_outputs<F: PackedFormat>(
             let tile = (F::amx_rows(cols), F::amx_span_bytes(cols));
             return group_outputs_by_spans(groups, cols, xs, tile, split, dst, dot);
         }
+        #[cfg(target_arch = "x86_64")]
+        SimdLevel::Avx2 if F::AVX2_ROW_RUN && xs.len() == 1 => {
+            let tile = (1, SPAN_WEIGHT_BYTES);
+            return group_outputs_by_spans(groups, cols, xs, tile, split, dst, dot);
+        }
         SimdLevel::Avx512 | SimdLevel::Amx => F::PAIR_TILE_TOKENS,
         _ => TILE_TOKENS,
     };
@@ -1741,6 +1785,27 @@ pub(crate) mod tests {
         }
     }
 
+    /// Decode's row runs of packed Q4 groups (see [`check_row_runs`]), for
+    /// 16-bit and 8-bit rows, at SmolLM2's width and an odd one.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_row_run_gives_each_group_its_own_bits() {
+        let mut rng = Rng::new(47);
+        for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+            for (groups_n, nb) in [(5, 18), (3, 7)] {
+                let (rows, cols) = (groups_n * GROUP_ROWS, nb * BLOCK);
+                let w = random_blocks(&mut rng, qt, rows * nb);
+                let p = PackedQ4::pack(&QuantMatrix::new(qt, &w, rows, cols).unwrap()).unwrap();
+                let groups = (p.groups(0, groups_n), groups_n);
+                let x = rng.vec(cols, 3.0);
+                let wide = Q16Act::<WIDE>::quantize(&x);
+                check_row_runs::<Q4Format<WIDE>>(groups, wide.row(), &format!("{qt} 16-bit"));
+                let byte = Q16Act::<BYTE>::quantize(&x);
+                check_row_runs::<Q4Format<BYTE>>(groups, byte.row(), &format!("{qt} 8-bit"));
+            }
+        }
+    }
+
     /// Only the first tile of rows over each span of groups is told that
     /// its weights come from memory (and so prefetches them); the other
     /// tiles over the span find them in cache. Every tile goes through
@@ -1883,6 +1948,50 @@ pub(crate) mod tests {
         }
         for k in &kernels {
             check_pair_equals_groups_alone::<F>(*k, groups, xs, what);
+        }
+    }
+
+    /// At the AVX2 level (skipped, with a note, on a CPU without it), one
+    /// activation row `x` through every run of consecutive groups of
+    /// `groups` (`groups_n` of them) in one call of `packed_dot` (the
+    /// format's [`PackedFormat::avx2_row_run`]) gets, whether the run
+    /// prefetches or not, each group's outputs from the one-group kernel
+    /// ([`PackedFormat::avx2`]) bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn check_row_runs<F: PackedFormat>(
+        (groups, groups_n): (&[u8], usize),
+        x: F::Input<'_>,
+        what: &str,
+    ) {
+        let Some(k) = kernel_or_skip(QuantPath::Int16Activations, SimdLevel::Avx2) else {
+            return;
+        };
+        let group_bytes = groups.len() / groups_n;
+        let one = std::slice::from_ref(&x);
+        let alone: Vec<[f32; GROUP_ROWS]> = groups
+            .chunks_exact(group_bytes)
+            .map(|group| {
+                let mut out = [[f32::NAN; GROUP_ROWS]];
+                // SAFETY: the AVX2 level is available (checked above), so
+                // this CPU has AVX2, FMA and F16C.
+                unsafe { F::avx2(group, one, &mut out, WeightReads::FromCache) };
+                out[0]
+            })
+            .collect();
+        for first in 0..groups_n {
+            for n in 1..=groups_n - first {
+                let run = &groups[first * group_bytes..(first + n) * group_bytes];
+                for reads in [WeightReads::FromMemory, WeightReads::FromCache] {
+                    let mut got = vec![[f32::NAN; GROUP_ROWS]; n];
+                    k.packed_dot::<F>(run, one, &mut got, reads);
+                    assert_eq!(
+                        got,
+                        alone[first..first + n],
+                        "{what}: groups {first}..{}, {reads:?}",
+                        first + n
+                    );
+                }
+            }
         }
     }
 

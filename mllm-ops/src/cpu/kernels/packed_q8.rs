@@ -230,6 +230,21 @@ impl<const SHIFT: u32> PackedFormat for Q8Format<SHIFT> {
         group_dot(group, xs, out)
     }
 
+    const AVX2_ROW_RUN: bool = true;
+
+    /// # Safety
+    /// The trait method's: the CPU has AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_row_run(
+        groups: &[u8],
+        x: Q8Input<'_, SHIFT>,
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: super::packed::WeightReads,
+    ) {
+        // SAFETY: the caller guarantees AVX2, FMA and F16C (trait contract).
+        unsafe { super::simd::avx2_packed_row::q8_row_run(groups, x, out, reads) }
+    }
+
     super::packed::simd_group_products!(
         [],
         Q8Input<'_, SHIFT>,
@@ -598,6 +613,37 @@ mod tests {
                 values: v,
             })
             .collect()
+    }
+
+    /// Decode's row runs of packed Q8_0 groups (see
+    /// `packed::tests::check_row_runs`), for rows split at `NARROW` and
+    /// 8-bit rows, at SmolLM2's width and an odd one, with the weights'
+    /// extremes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_row_run_gives_each_group_its_own_bits() {
+        let mut rng = Rng::new(57);
+        check_row_runs::<NARROW>(&mut rng);
+        check_row_runs::<BYTE>(&mut rng);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn check_row_runs<const SHIFT: u32>(rng: &mut Rng) {
+        for (groups_n, nb) in [(5, 18), (3, 7)] {
+            let (rows, cols) = (groups_n * GROUP_ROWS, nb * BLOCK);
+            let w = blocks_with_extremes(rng, rows * nb);
+            let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, cols).unwrap();
+            let p = PackedQ8::pack(&m).unwrap();
+            let act = Q16Act::<SHIFT>::quantize(&rng.vec(cols, 3.0));
+            let extras = [both_extras(&act.row())];
+            let x = inputs(&[act.row()], &extras)[0];
+            let what = format!("q8_0 split at {SHIFT}");
+            crate::cpu::kernels::packed::tests::check_row_runs::<Q8Format<SHIFT>>(
+                (p.groups(0, groups_n), groups_n),
+                x,
+                &what,
+            );
+        }
     }
 
     /// The tile kernel takes many tiles of rows at once (see

@@ -409,6 +409,15 @@ impl QuantKernel {
             return;
         }
         #[cfg(target_arch = "x86_64")]
+        if self.level == SimdLevel::Avx2 && F::AVX2_ROW_RUN {
+            if let [x] = xs {
+                // SAFETY: AVX2, FMA and F16C were detected when the kernel
+                // was made.
+                unsafe { F::avx2_row_run(groups, *x, out, reads) };
+                return;
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
         if let Some((a, b)) = packed::as_pair(groups, group_bytes) {
             match self.level {
                 SimdLevel::Amx => {

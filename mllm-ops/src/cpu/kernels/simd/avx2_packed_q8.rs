@@ -27,14 +27,14 @@ use crate::cpu::kernels::qact::{BLOCK, BYTE, NARROW};
 /// its own inverse.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn mixed_rows() -> __m256i {
+pub(crate) fn mixed_rows() -> __m256i {
     _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7)
 }
 
 /// The sixteen signed bytes at the start of `b` as 16-bit lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn widen16(b: &[u8]) -> __m256i {
+pub(crate) fn widen16(b: &[u8]) -> __m256i {
     let b = &b[..16];
     // SAFETY: `b` holds 16 bytes (sliced above) and `loadu` has no
     // alignment requirement.
@@ -44,7 +44,7 @@ fn widen16(b: &[u8]) -> __m256i {
 /// The four 16-bit values `q[0..4]` in every 64-bit lane.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn quad(q: &[i16]) -> __m256i {
+pub(crate) fn quad(q: &[i16]) -> __m256i {
     let word = |i: usize| q[i] as u16 as u64;
     _mm256_set1_epi64x((word(0) | word(1) << 16 | word(2) << 32 | word(3) << 48) as i64)
 }
@@ -131,7 +131,7 @@ pub(crate) fn add_block<const SHIFT: u32>(
 /// Q8_0 kernel shares.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn add_sums(acc: __m256, d: __m256, p: __m256i, dx: f32) -> __m256 {
+pub(crate) fn add_sums(acc: __m256, d: __m256, p: __m256i, dx: f32) -> __m256 {
     let scale = _mm256_mul_ps(d, _mm256_set1_ps(dx));
     _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc)
 }

@@ -77,6 +77,8 @@ pub(crate) mod avx2_packed_q6k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx2_packed_q8;
 #[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2_packed_row;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512_i8;

@@ -1,0 +1,149 @@
+//! AVX2 products of one activation row with a run of consecutive packed
+//! groups (see `packed`, `packed_q8`): decode's calls, group after group
+//! in one loop, for packed Q4 and packed Q8_0.
+//!
+//! The one-group kernels (`avx2_packed::group_dot`,
+//! `avx2_packed_q8::group_dot`) give the same outputs one group per call,
+//! but for one row each call's fixed work (its tile's set-up, the prefetch
+//! cursor's division, the checks of every slice) weighs on groups of a few
+//! dozen blocks: SmolLM2's rows are 18 blocks wide. Here the activation
+//! row's blocks are set up once for the run, the block loop walks them
+//! with the weights without an index check, and one prefetch stream runs
+//! through all the run's groups. The integers and the float steps are the
+//! one-group kernels', so the outputs have their bits, as batch invariance
+//! needs (a decode row alone here, the same row in a batch through the
+//! tiles).
+//!
+//! Every function here is a safe `#[target_feature]` function: callers must
+//! only reach it after detecting AVX2, FMA and F16C (see `QuantKernel`).
+
+use std::arch::x86_64::*;
+
+use super::avx2::store;
+use super::avx2_i8::load32;
+use super::avx2_packed::{add_block_sum, block_scales, split_nibbles, word, ByteConsts};
+use super::avx2_packed_q8::{add_sums, mixed_rows, quad, scales, widen16};
+use super::prefetch::{block_into_l1, Streams};
+use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES};
+use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
+use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE, WIDE};
+
+/// The eight outputs of each packed Q4 group in `groups` (consecutive
+/// groups of `x`'s width: `out[g]` for group `g`) for the activation row
+/// `x` (16-bit, or 8-bit [`BYTE`] rows).
+///
+/// The high plane's 16-bit pair sums are widened and weighted by one
+/// `madd` with 256 (as the two-group kernel does), a shift fewer per
+/// block than `combine`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn q4_row_run<const SHIFT: u32>(
+    groups: &[u8],
+    x: Q16Row<'_, SHIFT>,
+    out: &mut [[f32; GROUP_ROWS]],
+    reads: WeightReads,
+) {
+    debug_assert!(SHIFT == WIDE || SHIFT == BYTE);
+    let nb = x.d.len();
+    let group_bytes = nb * PACKED_BLOCK_BYTES;
+    if group_bytes == 0 {
+        out.fill([0.0; GROUP_ROWS]);
+        return;
+    }
+    let his = &x.hi.as_chunks::<BLOCK>().0[..nb];
+    // 8-bit rows have no low plane to read: their high plane stands in.
+    let los = if SHIFT == BYTE {
+        his
+    } else {
+        &x.lo.as_chunks::<BLOCK>().0[..nb]
+    };
+    let (d, s) = (&x.d[..nb], &x.s[..nb]);
+    let consts = ByteConsts::new();
+    let mut ahead = Streams::new(groups, 1, reads);
+    for (group, out) in groups.chunks_exact(group_bytes).zip(out) {
+        let blocks = group.as_chunks::<PACKED_BLOCK_BYTES>().0;
+        let mut acc = _mm256_setzero_ps();
+        let row = his.iter().zip(los).zip(d.iter().zip(s));
+        for (blk, ((hi, lo), (&dx, &sx))) in blocks.iter().zip(row) {
+            ahead.next(PACKED_BLOCK_BYTES);
+            block_into_l1(blk, PACKED_BLOCK_BYTES);
+            let sums = block_sums::<SHIFT>(&blk[NIBBLES_AT..], hi, lo, consts);
+            acc = add_block_sum(acc, block_scales(blk), sums, (dx, sx));
+        }
+        store(out, acc);
+    }
+}
+
+/// The eight rows' combined 32-bit sums `256·hi + lo` of one block (`hi`
+/// alone for [`BYTE`] rows) from its 128 bytes of nibbles and the row's
+/// block of each plane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block_sums<const SHIFT: u32>(
+    nibbles: &[u8],
+    hi: &[i8; BLOCK],
+    lo: &[i8; BLOCK],
+    consts: ByteConsts,
+) -> __m256i {
+    let mut sum_hi = _mm256_setzero_si256();
+    let mut sum_lo = _mm256_setzero_si256();
+    for j in 0..4 {
+        let (w_lo, w_hi) = split_nibbles(load32(&nibbles[32 * j..]), consts.low4);
+        let plane = |x: &[i8; BLOCK]| {
+            _mm256_add_epi16(
+                _mm256_maddubs_epi16(w_lo, word(x, 4 * j)),
+                _mm256_maddubs_epi16(w_hi, word(x, 16 + 4 * j)),
+            )
+        };
+        sum_hi = _mm256_add_epi16(sum_hi, plane(hi));
+        if SHIFT != BYTE {
+            sum_lo = _mm256_add_epi16(sum_lo, plane(lo));
+        }
+    }
+    if SHIFT == BYTE {
+        _mm256_madd_epi16(sum_hi, consts.ones)
+    } else {
+        let hi = _mm256_madd_epi16(sum_hi, consts.wide_hi);
+        _mm256_add_epi32(hi, _mm256_madd_epi16(sum_lo, consts.ones))
+    }
+}
+
+/// The eight outputs of each packed Q8_0 group in `groups` (consecutive
+/// groups of `x`'s width: `out[g]` for group `g`) for the activation row
+/// `x`, from its 16-bit values as `avx2_packed_q8` takes them.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn q8_row_run<const SHIFT: u32>(
+    groups: &[u8],
+    x: Q8Input<'_, SHIFT>,
+    out: &mut [[f32; GROUP_ROWS]],
+    reads: WeightReads,
+) {
+    let nb = x.x.d.len();
+    let group_bytes = nb * Q8_PACKED_BLOCK_BYTES;
+    if group_bytes == 0 {
+        out.fill([0.0; GROUP_ROWS]);
+        return;
+    }
+    let values = &x.values.as_chunks::<BLOCK>().0[..nb];
+    let ds = &x.x.d[..nb];
+    let mixed = mixed_rows();
+    let mut ahead = Streams::new(groups, 1, reads);
+    for (group, out) in groups.chunks_exact(group_bytes).zip(out) {
+        let blocks = group.as_chunks::<Q8_PACKED_BLOCK_BYTES>().0;
+        let mut acc = _mm256_setzero_ps();
+        for (blk, (values, &dx)) in blocks.iter().zip(values.iter().zip(ds)) {
+            ahead.next(Q8_PACKED_BLOCK_BYTES);
+            block_into_l1(blk, Q8_PACKED_BLOCK_BYTES);
+            let mut rows03 = _mm256_setzero_si256();
+            let mut rows47 = _mm256_setzero_si256();
+            for (j, chunk) in blk[16..].as_chunks::<32>().0.iter().enumerate() {
+                let (w03, w47) = (widen16(&chunk[..16]), widen16(&chunk[16..]));
+                let q = quad(&values[4 * j..]);
+                rows03 = _mm256_add_epi32(rows03, _mm256_madd_epi16(w03, q));
+                rows47 = _mm256_add_epi32(rows47, _mm256_madd_epi16(w47, q));
+            }
+            let d = _mm256_permutevar8x32_ps(scales(blk), mixed);
+            acc = add_sums(acc, d, _mm256_hadd_epi32(rows03, rows47), dx);
+        }
+        store(out, _mm256_permutevar8x32_ps(acc, mixed));
+    }
+}
