@@ -199,6 +199,21 @@ impl<const SHIFT: u32> PackedFormat for Q5Format<SHIFT> {
         group_dot(group, xs, out)
     }
 
+    const AVX2_ROW_RUN: bool = true;
+
+    /// # Safety
+    /// The trait method's: the CPU has AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn avx2_row_run(
+        groups: &[u8],
+        x: Q16Row<'_, SHIFT>,
+        out: &mut [[f32; GROUP_ROWS]],
+        reads: super::packed::WeightReads,
+    ) {
+        // SAFETY: the caller guarantees AVX2, FMA and F16C (trait contract).
+        unsafe { super::simd::avx2_packed_q5::row_run(groups, x, out, reads) }
+    }
+
     super::packed::simd_group_products!(
         [],
         Q16Row<'_, SHIFT>,
@@ -366,6 +381,29 @@ mod tests {
                 crate::cpu::kernels::packed::tests::check_tile_products::<Q5Format<SHIFT>>(
                     groups, &xs, &what,
                 );
+            }
+        }
+    }
+
+    /// Decode's row runs of packed Q5 groups (see
+    /// `packed::tests::check_row_runs`), for 16-bit and 8-bit rows, at
+    /// SmolLM2's width and an odd one.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_row_run_gives_each_group_its_own_bits() {
+        use crate::cpu::kernels::packed::tests::check_row_runs;
+        let mut rng = Rng::new(76);
+        for qt in TYPES {
+            for (groups_n, nb) in [(5, 18), (3, 7)] {
+                let (rows, cols) = (groups_n * GROUP_ROWS, nb * BLOCK);
+                let w = random_blocks(&mut rng, qt, rows * nb);
+                let p = PackedQ5::pack(&QuantMatrix::new(qt, &w, rows, cols).unwrap()).unwrap();
+                let groups = (p.data.groups(0, groups_n), groups_n);
+                let x = rng.vec(cols, 3.0);
+                let wide = Q16Act::<WIDE>::quantize(&x);
+                check_row_runs::<Q5Format<WIDE>>(groups, wide.row(), &format!("{qt} 16-bit"));
+                let byte = Q16Act::<BYTE>::quantize(&x);
+                check_row_runs::<Q5Format<BYTE>>(groups, byte.row(), &format!("{qt} 8-bit"));
             }
         }
     }

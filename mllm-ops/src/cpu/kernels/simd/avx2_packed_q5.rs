@@ -92,4 +92,6 @@ five_bit_block_sums!();
 
 super::avx2_packed::scaled_block_tile!("avx2,fma,f16c", Q5_PACKED_BLOCK_BYTES, block_sums);
 
+super::avx2_packed_row::scaled_row_run!(Q5_PACKED_BLOCK_BYTES, block_sums);
+
 super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q16Row<'_, SHIFT>);

@@ -1,9 +1,9 @@
 //! AVX2 products of one activation row with a run of consecutive packed
-//! groups (see `packed`, `packed_q8`): decode's calls, group after group
-//! in one loop, for packed Q4 and packed Q8_0.
+//! groups (see `packed`, `packed_q5`, `packed_q8`): decode's calls, group
+//! after group in one loop, for packed Q4, Q5 and Q8_0.
 //!
-//! The one-group kernels (`avx2_packed::group_dot`,
-//! `avx2_packed_q8::group_dot`) give the same outputs one group per call,
+//! The one-group kernels (`group_dot` of `avx2_packed`, `avx2_packed_q5`,
+//! `avx2_packed_q8`) give the same outputs one group per call,
 //! but for one row each call's fixed work (its tile's set-up, the prefetch
 //! cursor's division, the checks of every slice) weighs on groups of a few
 //! dozen blocks: SmolLM2's rows are 18 blocks wide. Here the activation
@@ -106,6 +106,69 @@ fn block_sums<const SHIFT: u32>(
         _mm256_add_epi32(hi, _mm256_madd_epi16(sum_lo, consts.ones))
     }
 }
+
+/// Defines `row_run::<SHIFT>`, [`q4_row_run`] for a packed layout of
+/// `$block_bytes` per block that starts with the eight rows' f16 scales
+/// and offsets (as `avx2_packed::scaled_block_tile!` takes it), over the
+/// calling module's block sums `$sums` (as `avx2_packed::block_sums`) of
+/// one row, and the same float steps as that tile.
+macro_rules! scaled_row_run {
+    ($block_bytes:expr, $sums:path) => {
+        /// The eight outputs of each group in `groups` (consecutive groups
+        /// of `x`'s width: `out[g]` for group `g`) for the activation row
+        /// `x`, with the one-group kernel's bits.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn row_run<const SHIFT: u32>(
+            groups: &[u8],
+            x: Q16Row<'_, SHIFT>,
+            out: &mut [[f32; GROUP_ROWS]],
+            reads: $crate::cpu::kernels::packed::WeightReads,
+        ) {
+            use $crate::cpu::kernels::packed::NIBBLES_AT;
+            use $crate::cpu::kernels::qact::{BLOCK, BYTE};
+            use $crate::cpu::kernels::simd::avx2_packed::{
+                add_block, block_scales, BlockPlanes, ByteConsts,
+            };
+            use $crate::cpu::kernels::simd::prefetch::{block_into_l1, Streams};
+            let nb = x.d.len();
+            let group_bytes = nb * $block_bytes;
+            if group_bytes == 0 {
+                out.fill([0.0; GROUP_ROWS]);
+                return;
+            }
+            let his = &x.hi.as_chunks::<BLOCK>().0[..nb];
+            // 8-bit rows have no low plane to read: their high plane
+            // stands in.
+            let los = if SHIFT == BYTE {
+                his
+            } else {
+                &x.lo.as_chunks::<BLOCK>().0[..nb]
+            };
+            let (d, s) = (&x.d[..nb], &x.s[..nb]);
+            let consts = ByteConsts::new();
+            let mut ahead = Streams::new(groups, 1, reads);
+            for (group, out) in groups.chunks_exact(group_bytes).zip(out) {
+                let blocks = group.as_chunks::<{ $block_bytes }>().0;
+                let mut acc = _mm256_setzero_ps();
+                let row = his.iter().zip(los).zip(d.iter().zip(s));
+                for (blk, ((hi, lo), (&dx, &sx))) in blocks.iter().zip(row) {
+                    ahead.next($block_bytes);
+                    block_into_l1(blk, $block_bytes);
+                    let planes = BlockPlanes::<1, SHIFT> {
+                        his: [hi],
+                        los: [lo],
+                        consts,
+                    };
+                    let ([hi], [lo]) = $sums(&blk[NIBBLES_AT..], planes);
+                    acc = add_block::<SHIFT>(acc, block_scales(blk), hi, lo, (dx, sx));
+                }
+                $crate::cpu::kernels::simd::avx2::store(out, acc);
+            }
+        }
+    };
+}
+
+pub(crate) use scaled_row_run;
 
 /// The eight outputs of each packed Q8_0 group in `groups` (consecutive
 /// groups of `x`'s width: `out[g]` for group `g`) for the activation row
