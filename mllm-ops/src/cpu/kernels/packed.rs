@@ -491,6 +491,31 @@ macro_rules! simd_group_products {
 
 pub(crate) use simd_group_products;
 
+/// Implements [`PackedFormat::AVX2_ROW_RUN`] and
+/// [`PackedFormat::avx2_row_run`] for a format whose AVX2 row run is
+/// `$run` (as `simd::avx2_packed_row::q4_row_run`).
+macro_rules! avx2_row_runs {
+    ($run:path) => {
+        const AVX2_ROW_RUN: bool = true;
+
+        /// # Safety
+        /// The trait method's: the CPU has AVX2, FMA and F16C.
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn avx2_row_run(
+            groups: &[u8],
+            x: Self::Input<'_>,
+            out: &mut [[f32; GROUP_ROWS]],
+            reads: $crate::cpu::kernels::packed::WeightReads,
+        ) {
+            // SAFETY: the caller guarantees AVX2, FMA and F16C (trait
+            // contract).
+            unsafe { $run(groups, x, out, reads) }
+        }
+    };
+}
+
+pub(crate) use avx2_row_runs;
+
 /// Implements [`PackedFormat::AMX`], [`PackedFormat::amx_rows`] and
 /// [`PackedFormat::amx_pairs`] for 16-bit activation rows split at `SHIFT`
 /// (`Q16Row`) whose AMX kernel over many tiles of rows is `$pairs` (as
@@ -559,20 +584,7 @@ impl<const SHIFT: u32> PackedFormat for Q4Format<SHIFT> {
         unsafe { super::simd::avx2_packed_pair::pair_dot(a, b, xs, out, reads) }
     }
 
-    const AVX2_ROW_RUN: bool = true;
-
-    /// # Safety
-    /// The trait method's: the CPU has AVX2, FMA and F16C.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2_row_run(
-        groups: &[u8],
-        x: Q16Row<'_, SHIFT>,
-        out: &mut [[f32; GROUP_ROWS]],
-        reads: WeightReads,
-    ) {
-        // SAFETY: the caller guarantees AVX2, FMA and F16C (trait contract).
-        unsafe { super::simd::avx2_packed_row::q4_row_run(groups, x, out, reads) }
-    }
+    avx2_row_runs!(super::simd::avx2_packed_row::q4_row_run);
 
     simd_group_products!(
         [],

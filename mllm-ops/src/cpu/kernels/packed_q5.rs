@@ -199,20 +199,7 @@ impl<const SHIFT: u32> PackedFormat for Q5Format<SHIFT> {
         group_dot(group, xs, out)
     }
 
-    const AVX2_ROW_RUN: bool = true;
-
-    /// # Safety
-    /// The trait method's: the CPU has AVX2, FMA and F16C.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn avx2_row_run(
-        groups: &[u8],
-        x: Q16Row<'_, SHIFT>,
-        out: &mut [[f32; GROUP_ROWS]],
-        reads: super::packed::WeightReads,
-    ) {
-        // SAFETY: the caller guarantees AVX2, FMA and F16C (trait contract).
-        unsafe { super::simd::avx2_packed_q5::row_run(groups, x, out, reads) }
-    }
+    super::packed::avx2_row_runs!(super::simd::avx2_packed_q5::row_run);
 
     super::packed::simd_group_products!(
         [],

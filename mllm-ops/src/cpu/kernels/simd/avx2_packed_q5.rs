@@ -14,7 +14,7 @@ use super::avx2_i8::load32;
 use super::avx2_packed::ByteConsts;
 use crate::cpu::kernels::packed::{GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q5::{Q5_PACKED_BLOCK_BYTES, TOP_IN_BITS};
-use crate::cpu::kernels::qact::Q16Row;
+use crate::cpu::kernels::qact::{Q16Row, BLOCK};
 
 /// The four chunks' five-bit values of a packed block from its bits (the
 /// nibbles, then the fifth bits): `[low, high]` halves (columns
@@ -92,6 +92,26 @@ five_bit_block_sums!();
 
 super::avx2_packed::scaled_block_tile!("avx2,fma,f16c", Q5_PACKED_BLOCK_BYTES, block_sums);
 
-super::avx2_packed_row::scaled_row_run!(Q5_PACKED_BLOCK_BYTES, block_sums);
+super::avx2_packed_row::scaled_row_run!(row_run, Q5_PACKED_BLOCK_BYTES, row_block_sums);
+
+/// One row's combined block sums (`256·hi + lo`, `hi` for 8-bit rows) of
+/// a packed Q5 block, for [`row_run`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn row_block_sums<const SHIFT: u32>(
+    bits: &[u8],
+    hi: &[i8; BLOCK],
+    lo: &[i8; BLOCK],
+    consts: ByteConsts,
+) -> __m256i {
+    use super::avx2_packed::{combine, BlockPlanes};
+    let planes = BlockPlanes::<1, SHIFT> {
+        his: [hi],
+        los: [lo],
+        consts,
+    };
+    let ([hi], [lo]) = block_sums(bits, planes);
+    combine::<SHIFT>(hi, lo)
+}
 
 super::avx2_packed::packed_group_dot!("avx2,fma,f16c", [const SHIFT: u32], Q16Row<'_, SHIFT>);

@@ -21,61 +21,80 @@ use std::arch::x86_64::*;
 
 use super::avx2::store;
 use super::avx2_i8::load32;
-use super::avx2_packed::{add_block_sum, block_scales, split_nibbles, word, ByteConsts};
+use super::avx2_packed::{split_nibbles, word, ByteConsts};
 use super::avx2_packed_q8::{add_sums, mixed_rows, quad, scales, widen16};
 use super::prefetch::{block_into_l1, Streams};
-use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES};
+use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, PACKED_BLOCK_BYTES};
 use crate::cpu::kernels::packed_q8::{Q8Input, Q8_PACKED_BLOCK_BYTES};
-use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE, WIDE};
+use crate::cpu::kernels::qact::{BLOCK, BYTE};
 
-/// The eight outputs of each packed Q4 group in `groups` (consecutive
-/// groups of `x`'s width: `out[g]` for group `g`) for the activation row
-/// `x` (16-bit, or 8-bit [`BYTE`] rows).
-///
-/// The high plane's 16-bit pair sums are widened and weighted by one
-/// `madd` with 256 (as the two-group kernel does), a shift fewer per
-/// block than `combine`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn q4_row_run<const SHIFT: u32>(
-    groups: &[u8],
-    x: Q16Row<'_, SHIFT>,
-    out: &mut [[f32; GROUP_ROWS]],
-    reads: WeightReads,
-) {
-    debug_assert!(SHIFT == WIDE || SHIFT == BYTE);
-    let nb = x.d.len();
-    let group_bytes = nb * PACKED_BLOCK_BYTES;
-    if group_bytes == 0 {
-        out.fill([0.0; GROUP_ROWS]);
-        return;
-    }
-    let his = &x.hi.as_chunks::<BLOCK>().0[..nb];
-    // 8-bit rows have no low plane to read: their high plane stands in.
-    let los = if SHIFT == BYTE {
-        his
-    } else {
-        &x.lo.as_chunks::<BLOCK>().0[..nb]
-    };
-    let (d, s) = (&x.d[..nb], &x.s[..nb]);
-    let consts = ByteConsts::new();
-    let mut ahead = Streams::new(groups, 1, reads);
-    for (group, out) in groups.chunks_exact(group_bytes).zip(out) {
-        let blocks = group.as_chunks::<PACKED_BLOCK_BYTES>().0;
-        let mut acc = _mm256_setzero_ps();
-        let row = his.iter().zip(los).zip(d.iter().zip(s));
-        for (blk, ((hi, lo), (&dx, &sx))) in blocks.iter().zip(row) {
-            ahead.next(PACKED_BLOCK_BYTES);
-            block_into_l1(blk, PACKED_BLOCK_BYTES);
-            let sums = block_sums::<SHIFT>(&blk[NIBBLES_AT..], hi, lo, consts);
-            acc = add_block_sum(acc, block_scales(blk), sums, (dx, sx));
+/// Defines `$name::<SHIFT>`, the eight outputs of each group in `groups`
+/// (consecutive groups of `x`'s width: `out[g]` for group `g`) for the
+/// activation row `x` (16-bit, or 8-bit `BYTE` rows), for a packed layout
+/// of `$block_bytes` per block that starts with the eight rows' f16
+/// scales and offsets (as `avx2_packed::scaled_block_tile!` takes it):
+/// the calling module's `$sums::<SHIFT>(bits, hi, lo, consts)` gives a
+/// block's combined sums `256·hi + lo` (`hi` for 8-bit rows) as that
+/// tile's block sums and `combine` do, and the float steps are the tile's.
+macro_rules! scaled_row_run {
+    ($name:ident, $block_bytes:expr, $sums:ident) => {
+        /// The row run (see `avx2_packed_row::scaled_row_run!`).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub(crate) fn $name<const SHIFT: u32>(
+            groups: &[u8],
+            x: $crate::cpu::kernels::qact::Q16Row<'_, SHIFT>,
+            out: &mut [[f32; $crate::cpu::kernels::packed::GROUP_ROWS]],
+            reads: $crate::cpu::kernels::packed::WeightReads,
+        ) {
+            use $crate::cpu::kernels::packed::NIBBLES_AT;
+            use $crate::cpu::kernels::qact::{BLOCK, BYTE, WIDE};
+            use $crate::cpu::kernels::simd::avx2_packed::{
+                add_block_sum, block_scales, ByteConsts,
+            };
+            use $crate::cpu::kernels::simd::prefetch::{block_into_l1, Streams};
+            debug_assert!(SHIFT == WIDE || SHIFT == BYTE);
+            let nb = x.d.len();
+            let group_bytes = nb * $block_bytes;
+            if group_bytes == 0 {
+                out.fill([0.0; $crate::cpu::kernels::packed::GROUP_ROWS]);
+                return;
+            }
+            let his = &x.hi.as_chunks::<BLOCK>().0[..nb];
+            // 8-bit rows have no low plane to read: their high plane
+            // stands in.
+            let los = if SHIFT == BYTE {
+                his
+            } else {
+                &x.lo.as_chunks::<BLOCK>().0[..nb]
+            };
+            let (d, s) = (&x.d[..nb], &x.s[..nb]);
+            let consts = ByteConsts::new();
+            let mut ahead = Streams::new(groups, 1, reads);
+            for (group, out) in groups.chunks_exact(group_bytes).zip(out) {
+                let blocks = group.as_chunks::<{ $block_bytes }>().0;
+                let mut acc = _mm256_setzero_ps();
+                let row = his.iter().zip(los).zip(d.iter().zip(s));
+                for (blk, ((hi, lo), (&dx, &sx))) in blocks.iter().zip(row) {
+                    ahead.next($block_bytes);
+                    block_into_l1(blk, $block_bytes);
+                    let sums = $sums::<SHIFT>(&blk[NIBBLES_AT..], hi, lo, consts);
+                    acc = add_block_sum(acc, block_scales(blk), sums, (dx, sx));
+                }
+                $crate::cpu::kernels::simd::avx2::store(out, acc);
+            }
         }
-        store(out, acc);
-    }
+    };
 }
 
-/// The eight rows' combined 32-bit sums `256·hi + lo` of one block (`hi`
-/// alone for [`BYTE`] rows) from its 128 bytes of nibbles and the row's
-/// block of each plane.
+pub(crate) use scaled_row_run;
+
+scaled_row_run!(q4_row_run, PACKED_BLOCK_BYTES, block_sums);
+
+/// The eight rows' combined 32-bit sums `256·hi + lo` of one packed Q4
+/// block (`hi` alone for [`BYTE`] rows) from its 128 bytes of nibbles and
+/// the row's block of each plane. The high plane's 16-bit pair sums are
+/// widened and weighted by one `madd` with 256 (as the two-group kernel
+/// does), a shift fewer per block than `combine`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn block_sums<const SHIFT: u32>(
@@ -106,69 +125,6 @@ fn block_sums<const SHIFT: u32>(
         _mm256_add_epi32(hi, _mm256_madd_epi16(sum_lo, consts.ones))
     }
 }
-
-/// Defines `row_run::<SHIFT>`, [`q4_row_run`] for a packed layout of
-/// `$block_bytes` per block that starts with the eight rows' f16 scales
-/// and offsets (as `avx2_packed::scaled_block_tile!` takes it), over the
-/// calling module's block sums `$sums` (as `avx2_packed::block_sums`) of
-/// one row, and the same float steps as that tile.
-macro_rules! scaled_row_run {
-    ($block_bytes:expr, $sums:path) => {
-        /// The eight outputs of each group in `groups` (consecutive groups
-        /// of `x`'s width: `out[g]` for group `g`) for the activation row
-        /// `x`, with the one-group kernel's bits.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(crate) fn row_run<const SHIFT: u32>(
-            groups: &[u8],
-            x: Q16Row<'_, SHIFT>,
-            out: &mut [[f32; GROUP_ROWS]],
-            reads: $crate::cpu::kernels::packed::WeightReads,
-        ) {
-            use $crate::cpu::kernels::packed::NIBBLES_AT;
-            use $crate::cpu::kernels::qact::{BLOCK, BYTE};
-            use $crate::cpu::kernels::simd::avx2_packed::{
-                add_block, block_scales, BlockPlanes, ByteConsts,
-            };
-            use $crate::cpu::kernels::simd::prefetch::{block_into_l1, Streams};
-            let nb = x.d.len();
-            let group_bytes = nb * $block_bytes;
-            if group_bytes == 0 {
-                out.fill([0.0; GROUP_ROWS]);
-                return;
-            }
-            let his = &x.hi.as_chunks::<BLOCK>().0[..nb];
-            // 8-bit rows have no low plane to read: their high plane
-            // stands in.
-            let los = if SHIFT == BYTE {
-                his
-            } else {
-                &x.lo.as_chunks::<BLOCK>().0[..nb]
-            };
-            let (d, s) = (&x.d[..nb], &x.s[..nb]);
-            let consts = ByteConsts::new();
-            let mut ahead = Streams::new(groups, 1, reads);
-            for (group, out) in groups.chunks_exact(group_bytes).zip(out) {
-                let blocks = group.as_chunks::<{ $block_bytes }>().0;
-                let mut acc = _mm256_setzero_ps();
-                let row = his.iter().zip(los).zip(d.iter().zip(s));
-                for (blk, ((hi, lo), (&dx, &sx))) in blocks.iter().zip(row) {
-                    ahead.next($block_bytes);
-                    block_into_l1(blk, $block_bytes);
-                    let planes = BlockPlanes::<1, SHIFT> {
-                        his: [hi],
-                        los: [lo],
-                        consts,
-                    };
-                    let ([hi], [lo]) = $sums(&blk[NIBBLES_AT..], planes);
-                    acc = add_block::<SHIFT>(acc, block_scales(blk), hi, lo, (dx, sx));
-                }
-                $crate::cpu::kernels::simd::avx2::store(out, acc);
-            }
-        }
-    };
-}
-
-pub(crate) use scaled_row_run;
 
 /// The eight outputs of each packed Q8_0 group in `groups` (consecutive
 /// groups of `x`'s width: `out[g]` for group `g`) for the activation row
