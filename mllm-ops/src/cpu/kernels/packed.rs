@@ -296,29 +296,22 @@ pub(crate) trait PackedFormat {
             },
         );
     }
-    /// Whether one activation row (a decode step) at the AVX2 level goes
-    /// through [`PackedFormat::avx2_row_run`], a span of groups per call,
-    /// instead of two groups per call.
-    const AVX2_ROW_RUN: bool = false;
     /// The outputs of the consecutive groups in `groups` for the one
     /// activation row `x` with AVX2 (`out[g]` for group `g`), with the bits
-    /// of [`PackedFormat::avx2`]; by default group by group through it.
+    /// of [`PackedFormat::avx2`], in one call that sets the row up once
+    /// (decode's products, a span of groups at a time); `false` (and
+    /// nothing written) where the format has no such kernel.
     ///
     /// # Safety
     /// As [`PackedFormat::avx2`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn avx2_row_run(
-        groups: &[u8],
-        x: Self::Input<'_>,
-        out: &mut [[f32; GROUP_ROWS]],
-        reads: WeightReads,
-    ) {
-        let group_bytes = Self::blocks(&x) * Self::BLOCK_BYTES;
-        each_group(groups, group_bytes, 1, out, |group, out| {
-            // SAFETY: the caller guarantees the features (this method's
-            // contract is `avx2`'s).
-            unsafe { Self::avx2(group, std::slice::from_ref(&x), out, reads) }
-        });
+        _groups: &[u8],
+        _x: Self::Input<'_>,
+        _out: &mut [[f32; GROUP_ROWS]],
+        _reads: WeightReads,
+    ) -> bool {
+        false
     }
     /// [`PackedFormat::portable`] with AVX-VNNI (the 256-bit `vpdpbusd`
     /// without AVX-512); by default [`PackedFormat::avx2`], for layouts
@@ -491,13 +484,10 @@ macro_rules! simd_group_products {
 
 pub(crate) use simd_group_products;
 
-/// Implements [`PackedFormat::AVX2_ROW_RUN`] and
-/// [`PackedFormat::avx2_row_run`] for a format whose AVX2 row run is
-/// `$run` (as `simd::avx2_packed_row::q4_row_run`).
+/// Implements [`PackedFormat::avx2_row_run`] for a format whose AVX2 row
+/// run is `$run` (as `simd::avx2_packed_row::q4_row_run`).
 macro_rules! avx2_row_runs {
     ($run:path) => {
-        const AVX2_ROW_RUN: bool = true;
-
         /// # Safety
         /// The trait method's: the CPU has AVX2, FMA and F16C.
         #[cfg(target_arch = "x86_64")]
@@ -506,10 +496,11 @@ macro_rules! avx2_row_runs {
             x: Self::Input<'_>,
             out: &mut [[f32; GROUP_ROWS]],
             reads: $crate::cpu::kernels::packed::WeightReads,
-        ) {
+        ) -> bool {
             // SAFETY: the caller guarantees AVX2, FMA and F16C (trait
             // contract).
-            unsafe { $run(groups, x, out, reads) }
+            unsafe { $run(groups, x, out, reads) };
+            true
         }
     };
 }
@@ -1226,8 +1217,11 @@ pub(crate) fn packed_group_outputs<F: PackedFormat>(
             let tile = (F::amx_rows(cols), F::amx_span_bytes(cols));
             return group_outputs_by_spans(groups, cols, xs, tile, split, dst, dot);
         }
+        // One row (decode): a span of groups per call, for the formats'
+        // row runs (`PackedFormat::avx2_row_run`); the others take the
+        // span pair by pair.
         #[cfg(target_arch = "x86_64")]
-        SimdLevel::Avx2 if F::AVX2_ROW_RUN && xs.len() == 1 => {
+        SimdLevel::Avx2 if xs.len() == 1 => {
             let tile = (1, SPAN_WEIGHT_BYTES);
             return group_outputs_by_spans(groups, cols, xs, tile, split, dst, dot);
         }

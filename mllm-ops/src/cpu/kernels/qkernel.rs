@@ -376,9 +376,12 @@ impl QuantKernel {
     /// two groups share 512-bit vectors, and the AVX2 float kernel takes
     /// both groups in one pass (`PackedFormat::avx2_pair`, also at the
     /// AVX-VNNI level, whose integer kernels take one group at a time);
-    /// every SIMD level gives the AVX2 bits. With `reads` at
-    /// [`WeightReads::FromMemory`] the SIMD kernels prefetch the weights
-    /// ahead into L2 as they go; the bits are the same either way.
+    /// every SIMD level gives the AVX2 bits. A span of more groups (the
+    /// AMX level's calls, and one row's at the AVX2 level) goes through
+    /// the tiles or the format's row run (`PackedFormat::avx2_row_run`),
+    /// else pair by pair. With `reads` at [`WeightReads::FromMemory`] the
+    /// SIMD kernels prefetch the weights ahead into L2 as they go; the
+    /// bits are the same either way.
     pub(crate) fn packed_dot<F: PackedFormat>(
         self,
         groups: &[u8],
@@ -409,11 +412,21 @@ impl QuantKernel {
             return;
         }
         #[cfg(target_arch = "x86_64")]
-        if self.level == SimdLevel::Avx2 && F::AVX2_ROW_RUN {
+        if self.level == SimdLevel::Avx2 {
+            // SAFETY: AVX2, FMA and F16C were detected when the kernel was
+            // made.
             if let [x] = xs {
-                // SAFETY: AVX2, FMA and F16C were detected when the kernel
-                // was made.
-                unsafe { F::avx2_row_run(groups, *x, out, reads) };
+                if unsafe { F::avx2_row_run(groups, *x, out, reads) } {
+                    return;
+                }
+            }
+            if group_bytes > 0 && groups.len() > 2 * group_bytes {
+                // A span of groups (`packed::group_outputs_by_spans`) of a
+                // format without a row run: pair by pair.
+                let pairs = groups.chunks(2 * group_bytes);
+                for (pair, out) in pairs.zip(out.chunks_mut(2 * xs.len())) {
+                    self.packed_dot::<F>(pair, xs, out, reads);
+                }
                 return;
             }
         }
