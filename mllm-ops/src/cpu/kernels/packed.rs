@@ -1960,9 +1960,10 @@ pub(crate) mod tests {
     /// At the AVX2 level (skipped, with a note, on a CPU without it), one
     /// activation row `x` through every run of consecutive groups of
     /// `groups` (`groups_n` of them) in one call of `packed_dot` (the
-    /// format's [`PackedFormat::avx2_row_run`]) gets, whether the run
-    /// prefetches or not, each group's outputs from the one-group kernel
-    /// ([`PackedFormat::avx2`]) bit for bit.
+    /// format's [`PackedFormat::avx2_row_run`], or pair by pair for a
+    /// format without one) gets, whether the run prefetches or not, each
+    /// group's outputs from the one-group kernel ([`PackedFormat::avx2`])
+    /// bit for bit.
     #[cfg(target_arch = "x86_64")]
     pub(crate) fn check_row_runs<F: PackedFormat>(
         (groups, groups_n): (&[u8], usize),

@@ -496,6 +496,27 @@ mod tests {
         }
     }
 
+    /// One row's span of packed f16 and bf16 groups at the AVX2 level
+    /// (pair by pair, through the two-group float kernel) gives each group
+    /// its own bits (see `packed::tests::check_row_runs`).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_one_row_span_gives_each_group_its_own_bits() {
+        use crate::cpu::kernels::packed::tests::check_row_runs;
+        let mut rng = Rng::new(95);
+        let (groups_n, cols) = (5, 3 * BLOCK);
+        let x = rng.vec(cols, 3.0);
+        for kind in KINDS {
+            let (bits, _) = random_matrix(&mut rng, kind, groups_n * GROUP_ROWS * cols, 1.0);
+            let p = PackedHalf::pack(&bits, kind, groups_n * GROUP_ROWS, cols).unwrap();
+            let (groups, what) = ((p.data.groups(0, groups_n), groups_n), format!("{kind:?}"));
+            match kind {
+                HalfBits::F16 => check_row_runs::<HalfFormat<false>>(groups, &x, &what),
+                HalfBits::Bf16 => check_row_runs::<HalfFormat<true>>(groups, &x, &what),
+            }
+        }
+    }
+
     /// The progress callback names every row once (see
     /// `check_copied_ranges`), and the parallel packing gives the rows'
     /// values.

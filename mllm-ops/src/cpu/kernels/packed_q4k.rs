@@ -661,6 +661,30 @@ mod tests {
         check_group_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &levels, &what);
     }
 
+    /// One row's span of packed K-quant groups at the AVX2 level (pair by
+    /// pair: the K-quants have no row run) gives each group its own bits
+    /// (see `packed::tests::check_row_runs`).
+    #[cfg(target_arch = "x86_64")]
+    fn check_one_row_spans<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
+        use crate::cpu::kernels::packed::tests::check_row_runs;
+        let (groups_n, supers) = (5, 2);
+        let (rows, cols) = (groups_n * GROUP_ROWS, supers * B::QT.block_len());
+        let w = random_blocks(rng, B::QT, rows * supers);
+        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
+        let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(cols, 3.0), SUPER_BLOCK);
+        let what = format!("{} split at {SHIFT}", B::QT);
+        let groups = (p.data.groups(0, groups_n), groups_n);
+        check_row_runs::<KQuantFormat<B, SHIFT>>(groups, act.row(), &what);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_one_row_span_gives_each_group_its_own_bits() {
+        let mut rng = Rng::new(58);
+        check_one_row_spans::<Nibbles, WIDE>(&mut rng);
+        check_one_row_spans::<FiveBits, BYTE>(&mut rng);
+    }
+
     #[test]
     fn vnni_group_dot_equals_avx2() {
         let mut rng = Rng::new(54);
