@@ -391,16 +391,30 @@ impl QuantKernel {
     ) {
         let group_bytes = xs.first().map_or(0, |x| F::blocks(x) * F::BLOCK_BYTES);
         #[cfg(target_arch = "x86_64")]
-        if self.level == SimdLevel::Amx && group_bytes > 0 && groups.len() > 2 * group_bytes {
-            // A span of groups at once (`packed::group_outputs_by_spans`):
-            // its pairs on tiles configured once, a last odd group alone.
+        if let ([x], SimdLevel::Avx2) = (xs, self.level) {
+            // SAFETY: AVX2, FMA and F16C were detected when the kernel was
+            // made.
+            if unsafe { F::avx2_row_run(groups, *x, out, reads) } {
+                return;
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if group_bytes > 0 && groups.len() > 2 * group_bytes {
+            // A span of groups at once (`packed::group_outputs_by_spans`:
+            // the AMX level's calls, and one row's at the AVX2 level for a
+            // format without a row run): its pairs on tiles configured
+            // once where the AMX level has them, else pair by pair, and a
+            // last odd group alone.
             let paired = groups.len() / (2 * group_bytes) * 2;
             let (pairs, last) = groups.split_at(paired * group_bytes);
             let (pairs_out, last_out) = out.split_at_mut(paired * xs.len());
             // SAFETY: the AMX level is the AVX-512 level's features (AVX2,
             // FMA, F16C, AVX-512F/VL/BW and VNNI) with AMX tiles this
             // process may use (struct invariant).
-            if !(F::AMX && unsafe { F::amx_pairs(pairs, group_bytes, xs, pairs_out) }) {
+            let tiled = self.level == SimdLevel::Amx
+                && F::AMX
+                && unsafe { F::amx_pairs(pairs, group_bytes, xs, pairs_out) };
+            if !tiled {
                 let each = pairs.chunks_exact(2 * group_bytes);
                 for (pair, out) in each.zip(pairs_out.chunks_exact_mut(2 * xs.len())) {
                     self.packed_dot::<F>(pair, xs, out, reads);
@@ -410,25 +424,6 @@ impl QuantKernel {
                 self.packed_dot::<F>(last, xs, last_out, reads);
             }
             return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if self.level == SimdLevel::Avx2 {
-            // SAFETY: AVX2, FMA and F16C were detected when the kernel was
-            // made.
-            if let [x] = xs {
-                if unsafe { F::avx2_row_run(groups, *x, out, reads) } {
-                    return;
-                }
-            }
-            if group_bytes > 0 && groups.len() > 2 * group_bytes {
-                // A span of groups (`packed::group_outputs_by_spans`) of a
-                // format without a row run: pair by pair.
-                let pairs = groups.chunks(2 * group_bytes);
-                for (pair, out) in pairs.zip(out.chunks_mut(2 * xs.len())) {
-                    self.packed_dot::<F>(pair, xs, out, reads);
-                }
-                return;
-            }
         }
         #[cfg(target_arch = "x86_64")]
         if let Some((a, b)) = packed::as_pair(groups, group_bytes) {

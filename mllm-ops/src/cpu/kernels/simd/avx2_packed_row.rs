@@ -20,8 +20,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
-use super::avx2_i8::load32;
-use super::avx2_packed::{split_nibbles, word, ByteConsts};
+use super::avx2_packed::{BlockPlanes, ByteConsts};
 use super::avx2_packed_q8::{add_sums, mixed_rows, quad, scales, widen16};
 use super::prefetch::{block_into_l1, Streams};
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, PACKED_BLOCK_BYTES};
@@ -90,11 +89,14 @@ pub(crate) use scaled_row_run;
 
 scaled_row_run!(q4_row_run, PACKED_BLOCK_BYTES, block_sums);
 
+super::avx2_packed::nibble_block_sums!(sixteen);
+
 /// The eight rows' combined 32-bit sums `256·hi + lo` of one packed Q4
 /// block (`hi` alone for [`BYTE`] rows) from its 128 bytes of nibbles and
-/// the row's block of each plane. The high plane's 16-bit pair sums are
-/// widened and weighted by one `madd` with 256 (as the two-group kernel
-/// does), a shift fewer per block than `combine`.
+/// the row's block of each plane: the one-group kernel's 16-bit pair sums
+/// (`block_sums16`), the high plane's widened and weighted by one `madd`
+/// with 256 (as the two-group kernel does), a shift fewer per block than
+/// `combine`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn block_sums<const SHIFT: u32>(
@@ -103,21 +105,12 @@ fn block_sums<const SHIFT: u32>(
     lo: &[i8; BLOCK],
     consts: ByteConsts,
 ) -> __m256i {
-    let mut sum_hi = _mm256_setzero_si256();
-    let mut sum_lo = _mm256_setzero_si256();
-    for j in 0..4 {
-        let (w_lo, w_hi) = split_nibbles(load32(&nibbles[32 * j..]), consts.low4);
-        let plane = |x: &[i8; BLOCK]| {
-            _mm256_add_epi16(
-                _mm256_maddubs_epi16(w_lo, word(x, 4 * j)),
-                _mm256_maddubs_epi16(w_hi, word(x, 16 + 4 * j)),
-            )
-        };
-        sum_hi = _mm256_add_epi16(sum_hi, plane(hi));
-        if SHIFT != BYTE {
-            sum_lo = _mm256_add_epi16(sum_lo, plane(lo));
-        }
-    }
+    let planes = BlockPlanes::<1, SHIFT> {
+        his: [hi],
+        los: [lo],
+        consts,
+    };
+    let ([sum_hi], [sum_lo]) = block_sums16(nibbles, planes);
     if SHIFT == BYTE {
         _mm256_madd_epi16(sum_hi, consts.ones)
     } else {
