@@ -548,13 +548,25 @@ mod tests {
     use crate::cpu::kernels::simd::amx::TILE_ROWS;
     use crate::cpu::kernels::test_util::Rng;
 
+    /// Random blocks of `B`'s type for `rows` rows of `supers`
+    /// super-blocks, and their packed matrix.
+    fn random_packed<B: SubBlockBits>(
+        rng: &mut Rng,
+        rows: usize,
+        supers: usize,
+    ) -> (Vec<u8>, PackedKQuant<B>) {
+        let cols = supers * B::QT.block_len();
+        let w = random_blocks(rng, B::QT, rows * supers);
+        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
+        (w, p)
+    }
+
     /// Each row unpacked from the packed layout has exactly the values the
     /// block type's dequantizer gives the unpacked row.
     fn check_unpacked<B: SubBlockBits>(rng: &mut Rng) {
         let (rows, supers) = (16, 3);
         let cols = supers * B::QT.block_len();
-        let w = random_blocks(rng, B::QT, rows * supers);
-        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
+        let (w, p) = random_packed::<B>(rng, rows, supers);
         let groups = |g| p.data.groups(g, 1);
         check_unpacked_rows(
             B::QT,
@@ -649,8 +661,7 @@ mod tests {
     fn check_levels<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
         let (rows, supers) = (2 * GROUP_ROWS, 2);
         let cols = supers * B::QT.block_len();
-        let w = random_blocks(rng, B::QT, rows * supers);
-        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
+        let (_, p) = random_packed::<B>(rng, rows, supers);
         let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
             .map(|_| Q16Act::quantize_per(&rng.vec(cols, 3.0), SUPER_BLOCK))
             .collect();
@@ -669,8 +680,7 @@ mod tests {
         use crate::cpu::kernels::packed::tests::check_row_runs;
         let (groups_n, supers) = (5, 2);
         let (rows, cols) = (groups_n * GROUP_ROWS, supers * B::QT.block_len());
-        let w = random_blocks(rng, B::QT, rows * supers);
-        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
+        let (_, p) = random_packed::<B>(rng, rows, supers);
         let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(cols, 3.0), SUPER_BLOCK);
         let what = format!("{} split at {SHIFT}", B::QT);
         let groups = (p.data.groups(0, groups_n), groups_n);
@@ -703,8 +713,7 @@ mod tests {
     fn check_tiles<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
         let (groups_n, supers) = (4, 3);
         let (rows, cols) = (groups_n * GROUP_ROWS, supers * B::QT.block_len());
-        let w = random_blocks(rng, B::QT, rows * supers);
-        let p = PackedKQuant::<B>::pack(&QuantMatrix::new(B::QT, &w, rows, cols).unwrap()).unwrap();
+        let (_, p) = random_packed::<B>(rng, rows, supers);
         let what = format!("{} split at {SHIFT}", B::QT);
         for n in [TILE_ROWS, 21, 48, 8 * TILE_ROWS] {
             let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(n * cols, 3.0), SUPER_BLOCK);
