@@ -26,16 +26,10 @@ pub(super) fn run(
     #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] max: SimdLevel,
 ) {
     let SeqAttention { q, n_q, past, k, v } = *seq;
-    let AttnShape {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        scale,
-        sliding_window,
-    } = *shape;
+    let (n_heads, n_kv_heads, head_dim) = (shape.n_heads, shape.n_kv_heads, shape.head_dim);
     let q_stride = n_heads * head_dim;
     let group = (n_heads / n_kv_heads).max(1);
-    let window = sliding_window.map(|w| w.max(1));
+    let window = shape.sliding_window.map(|w| w.max(1));
     let threads = pool.current_num_threads().max(1);
     #[cfg(target_arch = "x86_64")]
     let avx2 = SimdLevel::Avx2.at_most(max)
@@ -76,7 +70,7 @@ pub(super) fn run(
         group,
         n_kv_heads,
         tasks_per_row,
-        scale,
+        scale: shape.scale,
         window,
     };
     #[cfg(target_arch = "x86_64")]
