@@ -370,8 +370,8 @@ fn split_q8_linear<const SHIFT: u32>(
 mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
-        check_group_products, check_packed_linear, check_rows_alone, check_unpacked_rows,
-        BoundLinear, PATHS,
+        check_group_dots, check_group_products, check_packed_linear, check_rows_alone,
+        check_unpacked_rows, BoundLinear, PATHS,
     };
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
@@ -412,25 +412,12 @@ mod tests {
             hi_offsets: &sums,
             values: &values,
         };
-        let xf: Vec<f64> = (0..nb * BLOCK)
-            .map(|i| xr.value(i) as f64 * xr.d[i / BLOCK] as f64)
-            .collect();
-        let mut wf = vec![0.0f32; rows * nb * BLOCK];
-        QuantType::Q8_0.dequantize_blocks(&w, &mut wf);
-        for g in 0..rows / GROUP_ROWS {
+        let what = format!("split at {SHIFT}");
+        check_group_dots(QuantType::Q8_0, &w, rows, &xr, &what, |g| {
             let mut out = [[0.0; GROUP_ROWS]];
             group_dot(p.groups(g, 1), &[input], &mut out);
-            for (r, &got) in out[0].iter().enumerate() {
-                let row = &wf[(g * GROUP_ROWS + r) * nb * BLOCK..][..nb * BLOCK];
-                let want: f64 = row.iter().zip(&xf).map(|(&a, &b)| a as f64 * b).sum();
-                let mag: f64 = row
-                    .iter()
-                    .zip(&xf)
-                    .map(|(&a, &b)| (a as f64 * b).abs())
-                    .sum();
-                assert!((got as f64 - want).abs() <= 1e-5 * mag, "{SHIFT}: {g} {r}");
-            }
-        }
+            out[0]
+        });
     }
 
     #[test]

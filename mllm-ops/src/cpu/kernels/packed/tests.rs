@@ -192,6 +192,39 @@ fn unpacked_rows_equal_the_dequantized_rows() {
     }
 }
 
+/// Checks one packed format's portable group product against f64: for
+/// the matrix `w` (`rows` rows of type `qt`, as wide as `x`) and the
+/// activation row `x`, `group_dot(g)` gives group `g`'s eight outputs, and
+/// each must equal the f64 dot of its row's dequantized weights with the
+/// dequantized activations, within 1e-5 of the products' magnitude.
+pub(crate) fn check_group_dots<const SHIFT: u32>(
+    qt: QuantType,
+    w: &[u8],
+    rows: usize,
+    x: &Q16Row<'_, SHIFT>,
+    what: &str,
+    group_dot: impl Fn(usize) -> [f32; GROUP_ROWS],
+) {
+    let cols = x.hi.len();
+    let xf: Vec<f64> = (0..cols)
+        .map(|i| x.value(i) as f64 * x.d[i / BLOCK] as f64)
+        .collect();
+    let mut wf = vec![0.0f32; rows * cols];
+    qt.dequantize_blocks(w, &mut wf);
+    for g in 0..rows / GROUP_ROWS {
+        for (r, got) in group_dot(g).into_iter().enumerate() {
+            let row = &wf[(g * GROUP_ROWS + r) * cols..][..cols];
+            let want: f64 = row.iter().zip(&xf).map(|(&a, &b)| a as f64 * b).sum();
+            let mag: f64 = row
+                .iter()
+                .zip(&xf)
+                .map(|(&a, &b)| (a as f64 * b).abs())
+                .sum();
+            assert!((got as f64 - want).abs() <= 1e-5 * mag, "{what}: {g} {r}");
+        }
+    }
+}
+
 /// Packing keeps every value: the portable packed dot with wide
 /// activations equals the f64 dot of each unpacked row's dequantized
 /// weights with the dequantized activations.
@@ -205,25 +238,11 @@ fn packed_dot_equals_row_dot() {
         let p = PackedQ4::pack(&m).unwrap();
         let x = Q16Act::<WIDE>::quantize(&rng.vec(nb * BLOCK, 1.0));
         let xr = x.row();
-        let xf: Vec<f64> = (0..nb * BLOCK)
-            .map(|i| xr.value(i) as f64 * xr.d[i / BLOCK] as f64)
-            .collect();
-        let mut wf = vec![0.0f32; rows * nb * BLOCK];
-        qt.dequantize_blocks(&w, &mut wf);
-        for g in 0..rows / GROUP_ROWS {
+        check_group_dots(qt, &w, rows, &xr, &qt.to_string(), |g| {
             let mut out = [[0.0; GROUP_ROWS]];
             group_dot(p.groups(g, 1), &[xr], &mut out);
-            for (r, &got) in out[0].iter().enumerate() {
-                let row = &wf[(g * GROUP_ROWS + r) * nb * BLOCK..][..nb * BLOCK];
-                let want: f64 = row.iter().zip(&xf).map(|(&a, &b)| a as f64 * b).sum();
-                let mag: f64 = row
-                    .iter()
-                    .zip(&xf)
-                    .map(|(&a, &b)| (a as f64 * b).abs())
-                    .sum();
-                assert!((got as f64 - want).abs() <= 1e-5 * mag, "{qt} {g} {r}");
-            }
-        }
+            out[0]
+        });
     }
 }
 
