@@ -28,10 +28,10 @@ pub(crate) mod tests;
 #[cfg(target_arch = "x86_64")]
 use outputs::each_of_pair;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use outputs::vnni_pair_in_chunks;
+pub(crate) use outputs::{as_pair, vnni_pair_in_chunks};
 pub(crate) use outputs::{
-    as_pair, by_row_blocks, each_group, fill_by_rows, group_outputs, packed_group_outputs,
-    quantize_rows, wide_packed_linear,
+    by_row_blocks, each_group, fill_by_rows, group_outputs, packed_group_outputs, quantize_rows,
+    wide_packed_linear,
 };
 pub use packing::RELEASE_BYTES;
 pub(crate) use packing::{pack_blocks, stacked_ranges, stacked_row, SourceRows};
@@ -399,6 +399,7 @@ pub(crate) trait PackedFormat {
     /// Whether the format has [`PackedFormat::amx_pairs`], the tile
     /// product of the AMX level: then that level takes its activation rows
     /// [`PackedFormat::amx_rows`] at a time.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     const AMX: bool = false;
     /// Activation rows per call of [`PackedFormat::amx_pairs`] for rows of
     /// `cols` values: one tile of 16.

@@ -27,12 +27,16 @@ use mllm_core::{Error, Result};
 use rayon::ThreadPool;
 
 use super::matmul::HalfBits;
+#[cfg(target_arch = "x86_64")]
+use super::packed::WeightReads;
 use super::packed::{
     by_row_blocks, group_outputs, pack_blocks, stacked_row, PackedData, PackedFormat, RowOutputs,
-    WeightReads, GROUP_ROWS,
+    GROUP_ROWS,
 };
 use super::qact::BLOCK;
-use super::qkernel::{QuantKernel, SimdLevel};
+use super::qkernel::QuantKernel;
+#[cfg(target_arch = "x86_64")]
+use super::qkernel::SimdLevel;
 use super::qmatmul::Split;
 #[cfg(target_arch = "x86_64")]
 use super::simd;
@@ -348,7 +352,7 @@ mod tests {
         check_copied_ranges, check_group_products, check_rows_alone, BoundLinear,
     };
     use crate::cpu::kernels::qkernel::tests::kernel_or_skip;
-    use crate::cpu::kernels::qkernel::QuantPath;
+    use crate::cpu::kernels::qkernel::{QuantPath, SimdLevel};
     use crate::cpu::kernels::test_util::{assert_within, linear_reference, pool1, pool2, Rng};
     use half::{bf16, f16};
 

@@ -41,9 +41,11 @@ use half::f16;
 use mllm_core::Result;
 use rayon::ThreadPool;
 
+#[cfg(target_arch = "x86_64")]
+use super::packed::WeightReads;
 use super::packed::{
     nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat, SourceRows,
-    WeightReads, GROUP_ROWS,
+    GROUP_ROWS,
 };
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, SUPER_BLOCK, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};

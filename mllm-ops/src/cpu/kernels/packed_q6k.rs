@@ -216,6 +216,7 @@ pub(crate) struct Q6KInput<'a, const SHIFT: u32> {
     /// `[−32·Σ hi, −32·Σ lo]` over each 16 values. Stored ready to add,
     /// so that a kernel can start a half's sums at them (broadcasts from
     /// memory) instead of scaling and subtracting per weight group.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub half_offsets: &'a [[i32; 2]],
 }
 

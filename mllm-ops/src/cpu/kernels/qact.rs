@@ -483,7 +483,7 @@ impl<'a, const SHIFT: u32> Q16Row<'a, SHIFT> {
 
     /// Values `r·len..(r + 1)·len` (a whole number of blocks) of a row
     /// holding several rows of `len` values.
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     pub(crate) fn sub_row(&self, r: usize, len: usize) -> Q16Row<'a, SHIFT> {
         let nb = len / BLOCK;
         Q16Row {

@@ -6,9 +6,11 @@
 use rayon::prelude::*;
 use rayon::ThreadPool;
 
+#[cfg(target_arch = "x86_64")]
+use super::WIDE_TILE_TOKENS;
 use super::{
     PackedData, PackedFormat, RowOutputs, WeightReads, GROUP_ROWS, ROW_BLOCK, SPAN_WEIGHT_BYTES,
-    TILE_TOKENS, WIDE_TILE_TOKENS,
+    TILE_TOKENS,
 };
 use crate::cpu::kernels::activation::glu;
 use crate::cpu::kernels::qact::{ActivationScratch, BlockScales, Q16Act, Q16Row, BLOCK};
@@ -214,6 +216,7 @@ pub(crate) fn group_outputs<'g, A: Sync>(
 /// `span_bytes` of weights) and tile of rows, with all the span's groups
 /// (outputs group after group): for kernels with a fixed cost per call
 /// (the AMX level's tile configuration).
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn group_outputs_by_spans<'g, A: Sync>(
     groups: (&(impl Fn(usize, usize) -> &'g [u8] + Sync), RowOutputs),
     cols: usize,
@@ -386,7 +389,7 @@ pub(crate) unsafe fn vnni_pair_in_chunks<F: PackedFormat>(
 
 /// The two groups of `groups` when it holds exactly two of `group_bytes`
 /// each (for the kernels that take two groups per pass, all x86-64 ones).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[cfg(target_arch = "x86_64")]
 pub(crate) fn as_pair(groups: &[u8], group_bytes: usize) -> Option<(&[u8], &[u8])> {
     (group_bytes > 0 && groups.len() == 2 * group_bytes).then(|| groups.split_at(group_bytes))
 }

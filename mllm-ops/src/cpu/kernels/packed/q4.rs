@@ -11,9 +11,11 @@ use mllm_core::op::Activation;
 use mllm_core::{DType, Error, Result};
 use rayon::ThreadPool;
 
+#[cfg(target_arch = "x86_64")]
+use super::WeightReads;
 use super::{
     amx_pairs_of_rows, avx2_row_runs, pack_blocks, simd_group_products, wide_packed_linear,
-    PackedData, PackedFormat, SourceRows, WeightReads, GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES,
+    PackedData, PackedFormat, SourceRows, GROUP_ROWS, NIBBLES_AT, PACKED_BLOCK_BYTES,
 };
 use crate::cpu::kernels::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, WIDE};
 use crate::cpu::kernels::qkernel::{QuantKernel, QuantPath};
