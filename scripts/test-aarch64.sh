@@ -1,34 +1,42 @@
 #!/usr/bin/env bash
 # Cross-tests mllm-ops on aarch64 under qemu user-mode emulation from an
 # x86-64 host, so that the NEON kernels run against the scalar reference.
-# Installs nothing: when a tool is missing it prints the command that
-# installs it and exits with status 1. Extra arguments go to the test
-# binaries (e.g. `scripts/test-aarch64.sh neon -- --nocapture`).
+#
+# Usage (from anywhere in the repository):
+#     scripts/test-aarch64.sh [--install] [ARGS...]
+# ARGS go to `cargo test` (e.g. `scripts/test-aarch64.sh neon -- --nocapture`).
+# Without --install it installs nothing: when a tool is missing it prints
+# the command that installs it and exits with status 1. With --install
+# (what CI passes) it adds the Rust target with rustup and the Debian
+# packages with apt-get itself.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 target=aarch64-unknown-linux-gnu
 sysroot=/usr/aarch64-linux-gnu
-missing=0
+install=0
+if [ "${1:-}" = "--install" ]; then
+    install=1
+    shift
+fi
 
 if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
-    echo "missing: the Rust target $target; install it with:" >&2
-    echo "    rustup target add $target" >&2
-    missing=1
+    if [ "$install" -eq 1 ]; then
+        rustup target add "$target"
+    else
+        echo "missing: the Rust target $target; install it with:" >&2
+        echo "    rustup target add $target" >&2
+        exit 1
+    fi
 fi
-if ! command -v aarch64-linux-gnu-gcc >/dev/null || [ ! -d "$sysroot/lib" ]; then
-    echo "missing: the aarch64 cross linker and C library; install them with:" >&2
-    echo "    sudo apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross" >&2
-    missing=1
-fi
-if ! command -v qemu-aarch64 >/dev/null; then
-    echo "missing: qemu-aarch64; install it with:" >&2
-    echo "    sudo apt-get install qemu-user" >&2
-    missing=1
-fi
-if [ "$missing" -ne 0 ]; then
-    exit 1
-fi
+# shellcheck source=scripts/debian-tools.sh
+. scripts/debian-tools.sh
+cross_tools() {
+    need aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
+    need "$sysroot/lib" libc6-dev-arm64-cross
+    need qemu-aarch64 qemu-user
+}
+ensure_tools "$install" cross_tools
 
 # The same linker and runner as .cargo/config.toml, set here too so that the
 # script works without it.

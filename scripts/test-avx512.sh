@@ -7,7 +7,7 @@
 # AVX-512 at all.
 #
 # Usage (from anywhere in the repository):
-#     scripts/test-avx512.sh [FILTER...]
+#     scripts/test-avx512.sh [--install] [FILTER...]
 # FILTER... goes to every test binary of the mllm-ops library and
 # integration tests and the whole-model `quantized_models` tests; the
 # default picks the tests that compare SIMD levels with each other and with
@@ -17,10 +17,13 @@
 # runs these tests about a thousand times slower than the CPU: the default
 # set takes minutes, every test (FILTER '') hours.
 #
-# Installs nothing: when a tool is missing it prints the command that
-# installs it and exits with status 1. The guest kernel is Debian's cloud
-# kernel, fetched once with `apt-get download` (no root needed) into
-# $MLLM_CACHE_DIR/avx512-guest (default ~/.cache/mllm-rs/avx512-guest).
+# Without --install it installs nothing: when a tool is missing it prints
+# the command that installs it and exits with status 1. With --install
+# (what CI passes) it installs the missing packages itself with apt-get,
+# as root or through sudo, after refreshing the package lists. The guest
+# kernel is Debian's cloud kernel, fetched once with `apt-get download`
+# (no root needed) into $MLLM_CACHE_DIR/avx512-guest (default
+# ~/.cache/mllm-rs/avx512-guest).
 # MLLM_EMU_TIMEOUT (seconds, default 5400) bounds the emulator's run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,41 +32,46 @@ root=$PWD
 target=x86_64-unknown-linux-gnu
 cache=${MLLM_CACHE_DIR:-$HOME/.cache/mllm-rs}/avx512-guest
 timeout_s=${MLLM_EMU_TIMEOUT:-5400}
-missing=0
+install=0
+if [ "${1:-}" = "--install" ]; then
+    install=1
+    shift
+fi
 
-need() { # need COMMAND-OR-FILE PACKAGE
-    if ! command -v "$1" >/dev/null && [ ! -e "$1" ]; then
-        echo "missing: $1; install it with:" >&2
-        echo "    sudo apt-get install $2" >&2
-        missing=1
+# shellcheck source=scripts/debian-tools.sh
+. scripts/debian-tools.sh
+guest_tools() {
+    need bochs bochs bochs-term bochsbios vgabios
+    need /usr/lib/x86_64-linux-gnu/bochs/plugins/libbx_term_gui.so bochs-term
+    need /usr/share/bochs/BIOS-bochs-latest bochsbios
+    need /usr/share/bochs/VGABIOS-lgpl-latest vgabios
+    need genisoimage genisoimage
+    need /usr/lib/ISOLINUX/isolinux.bin isolinux
+    need /usr/lib/syslinux/modules/bios/ldlinux.c32 syslinux-common
+    need script bsdutils
+    need strip binutils
+    if ! busybox cpio --help >/dev/null 2>&1 || ldd "$(command -v busybox)" >/dev/null 2>&1; then
+        lack "a static busybox with cpio" busybox-static
     fi
 }
-need bochs "bochs bochs-term bochsbios vgabios"
-need /usr/lib/x86_64-linux-gnu/bochs/plugins/libbx_term_gui.so bochs-term
-need /usr/share/bochs/BIOS-bochs-latest bochsbios
-need /usr/share/bochs/VGABIOS-lgpl-latest vgabios
-need genisoimage genisoimage
-need /usr/lib/ISOLINUX/isolinux.bin isolinux
-need /usr/lib/syslinux/modules/bios/ldlinux.c32 syslinux-common
-need script bsdutils
-need strip binutils
-if ! busybox cpio --help >/dev/null 2>&1 || ldd "$(command -v busybox)" >/dev/null 2>&1; then
-    echo "missing: a static busybox with cpio; install it with:" >&2
-    echo "    sudo apt-get install busybox-static" >&2
-    missing=1
-fi
-if [ "$missing" -ne 0 ]; then
-    exit 1
-fi
+ensure_tools "$install" guest_tools
 
 # The guest kernel: Debian bookworm's 6.12 cloud kernel (serial console,
 # devtmpfs and tmpfs built in). Debian's 6.1 kernel loops in this emulator
 # on a page fault at a per-CPU address right after the mount caches.
 mkdir -p "$cache"
 kernel=$cache/vmlinuz
+guest_kernel_package() {
+    apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12-cloud-amd64$' |
+        awk '{print $1}' | sort -V | tail -n 1
+}
 if [ ! -s "$kernel" ]; then
-    package=$(apt-cache search --names-only '^linux-image-6\.12\.[0-9]+\+deb12-cloud-amd64$' |
-        awk '{print $1}' | sort -V | tail -n 1)
+    package=$(guest_kernel_package)
+    if [ -z "$package" ] && [ "$install" -eq 1 ]; then
+        # Bookworm's security suite has it; stale lists may not yet.
+        as_root apt-get update -q >&2
+        package=$(guest_kernel_package)
+    fi
     if [ -z "$package" ]; then
         echo "no linux-image-6.12.*+deb12-cloud-amd64 in the apt lists: Debian bookworm has it" >&2
         echo "in bookworm-security and bookworm-backports; add one and run apt-get update" >&2
