@@ -20,13 +20,14 @@ if [ "${1:-}" = "--install" ]; then
     shift
 fi
 
+target_missing=0
 if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
     if [ "$install" -eq 1 ]; then
         rustup target add "$target"
     else
         echo "missing: the Rust target $target; install it with:" >&2
         echo "    rustup target add $target" >&2
-        exit 1
+        target_missing=1
     fi
 fi
 # shellcheck source=scripts/debian-tools.sh
@@ -37,6 +38,9 @@ cross_tools() {
     need qemu-aarch64 qemu-user
 }
 ensure_tools "$install" cross_tools
+if [ "$target_missing" -ne 0 ]; then
+    exit 1
+fi
 
 # The same linker and runner as .cargo/config.toml, set here too so that the
 # script works without it.
