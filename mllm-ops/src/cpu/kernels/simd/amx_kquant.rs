@@ -495,9 +495,10 @@ pub(crate) fn byte_pair_sums(sums: &PlaneSums, r: usize) -> __m512i {
 
 /// The rows' exact block sums of one super-block in the words that
 /// [`row_mins`] takes. A sum of 16-bit rows is split as `256·high + low`
-/// (`|high| ≤ 4096`, `low` in `0..=255`): per row, words `0..4` hold the
+/// (`|high| ≤ 4097`, `low` in `-128..=127`, so that a `vpdpbusd` can
+/// broadcast it as its signed operand): per row, words `0..4` hold the
 /// high parts of blocks `2i` and `2i + 1` as two `i16`, words 4 and 5 the
-/// low parts of blocks `4k..4k + 4` as four bytes. A sum of 8-bit rows
+/// low parts of blocks `4k..4k + 4` as four `i8`. A sum of 8-bit rows
 /// (`|·| ≤ 32·127`) fits 16 bits: words `0..4` hold the sums themselves,
 /// two per word. The other words are unused.
 #[repr(C, align(64))]
@@ -515,7 +516,7 @@ impl MinWords {
     /// low bytes in another (every call of the tile kernel sets them for
     /// each of its super-blocks, and written out word by word they took
     /// 1 % of a 1B model's prefill).
-    #[target_feature(enable = "avx512f,avx512vl")]
+    #[target_feature(enable = "avx2,avx512f,avx512vl")]
     pub(crate) fn set<const SHIFT: u32>(&mut self, rows: &[Q16Row<'_, SHIFT>], s: usize) {
         assert!(rows.len() <= self.0.len(), "more rows than tiles");
         for (words, x) in self.0.iter_mut().zip(rows) {
@@ -523,10 +524,12 @@ impl MinWords {
             // SAFETY: `sums` is eight `i32` (32 bytes, sliced above) and
             // `loadu` has no alignment requirement.
             let sums = unsafe { _mm256_loadu_si256(sums.as_ptr().cast()) };
+            // Rounded, so that `sums − 256·high`, the low byte of `sums`
+            // read as an `i8`, is the low part.
             let high = if SHIFT == BYTE {
                 sums
             } else {
-                _mm256_srai_epi32::<8>(sums)
+                _mm256_srai_epi32::<8>(_mm256_add_epi32(sums, _mm256_set1_epi32(128)))
             };
             let (pairs, quads) = words.split_at_mut(4);
             // SAFETY: `pairs` is four `u32` (16 bytes) and `quads` holds
@@ -540,12 +543,48 @@ impl MinWords {
             }
         }
     }
+
+    /// The words of tile `t`'s rows.
+    pub(crate) fn tile(&self, t: usize) -> &[[u32; 8]; TILE_ROWS] {
+        let words = &self.0[TILE_ROWS * t..][..TILE_ROWS];
+        words.try_into().expect("a tile's rows")
+    }
+}
+
+/// Each row's activation scale of one super-block, in row order, for
+/// the float steps: one array, where each row's own scales took a load of
+/// their address and a bounds check in every row's step.
+#[repr(C, align(64))]
+pub(crate) struct RowScales([f32; MAX_TILES * TILE_ROWS]);
+
+impl RowScales {
+    /// Zero scales, for [`RowScales::set`] to fill.
+    pub(crate) fn new() -> Self {
+        RowScales([0.0; MAX_TILES * TILE_ROWS])
+    }
+
+    /// Sets the scales of every row of `rows` (at most
+    /// `MAX_TILES · TILE_ROWS` of them) for the super-block whose first
+    /// block is `first_block`.
+    pub(crate) fn set<const SHIFT: u32>(&mut self, rows: &[Q16Row<'_, SHIFT>], first_block: usize) {
+        assert!(rows.len() <= self.0.len(), "more rows than tiles");
+        for (dx, x) in self.0.iter_mut().zip(rows) {
+            *dx = x.d[first_block];
+        }
+    }
+
+    /// The scales of tile `t`'s rows.
+    pub(crate) fn tile(&self, t: usize) -> &[f32; TILE_ROWS] {
+        let scales = &self.0[TILE_ROWS * t..][..TILE_ROWS];
+        scales.try_into().expect("a tile's rows")
+    }
 }
 
 /// A pair's minimums of one super-block as [`row_mins`] takes them, per
 /// lane (weight row `w`): `pairs[i]` holds `m` of sub-blocks `2i` and
 /// `2i + 1` as two `i16`, times 256 for 16-bit rows (`256·63` fits);
-/// `bytes[k]` the minimums of sub-blocks `4k..4k + 4` as four bytes.
+/// `bytes[k]` the minimums of sub-blocks `4k..4k + 4` as four bytes (the unsigned
+/// operand of `vpdpbusd`: they are below 64).
 pub(crate) struct MinWeights {
     pairs: [__m512i; 4],
     bytes: [__m512i; 2],
@@ -585,49 +624,142 @@ impl MinWeights {
 
 /// A row's `Σ_j m_j·Σ q_x` for the 16 weight rows of a pair: its words of
 /// [`MinWords`] against the pair's [`MinWeights`], exact (below 2^30).
-/// For 16-bit rows `Σ 256·m·high` in four `vpdpwssd` and `Σ m·low` in two
-/// `vpdpbusd`; for 8-bit rows the sums in four `vpdpwssd`.
+/// For 16-bit rows `Σ 256·m·high` in four `vpdpwssd` and `Σ m·low` in
+/// two `vpdpbusd`; for 8-bit rows the sums in the first four. Each takes
+/// its word as an embedded broadcast, one instruction where a broadcast
+/// and a product were two: the float step of every row, of every tile,
+/// super-block and pair, is a third of the Q4_K tile kernel's samples,
+/// and its instructions set its pace.
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
 pub(crate) fn row_mins<const SHIFT: u32>(mins: &MinWeights, words: &[u32; 8]) -> __m512i {
-    let word = |i: usize| _mm512_set1_epi32(words[i] as i32);
-    let acc = (0..4).fold(_mm512_setzero_si512(), |acc, i| {
-        _mm512_dpwssd_epi32(acc, mins.pairs[i], word(i))
-    });
+    let [p0, p1, p2, p3] = mins.pairs;
+    let mut acc = _mm512_setzero_si512();
+    // SAFETY: the instructions read the words `0..4` of `words` (16
+    // bytes; no alignment needed) and write only `acc`; the enclosing
+    // function requires AVX-512F and AVX-512 VNNI, which `vpdpwssd` on
+    // 512-bit registers needs.
+    unsafe {
+        asm!(
+            "vpdpwssd {acc}, {p0}, dword ptr [{w}]{{1to16}}",
+            "vpdpwssd {acc}, {p1}, dword ptr [{w} + 4]{{1to16}}",
+            "vpdpwssd {acc}, {p2}, dword ptr [{w} + 8]{{1to16}}",
+            "vpdpwssd {acc}, {p3}, dword ptr [{w} + 12]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            p0 = in(zmm_reg) p0,
+            p1 = in(zmm_reg) p1,
+            p2 = in(zmm_reg) p2,
+            p3 = in(zmm_reg) p3,
+            w = in(reg) words.as_ptr(),
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
     if SHIFT == BYTE {
         return acc;
     }
-    (0..2).fold(acc, |acc, k| {
-        _mm512_dpbusd_epi32(acc, word(4 + k), mins.bytes[k])
-    })
+    let [b0, b1] = mins.bytes;
+    // SAFETY: as above, for words 4 and 5 (bytes 16 to 24 of `words`);
+    // the minimums are the unsigned operand, the words' `i8` low parts
+    // the signed one.
+    unsafe {
+        asm!(
+            "vpdpbusd {acc}, {b0}, dword ptr [{w} + 16]{{1to16}}",
+            "vpdpbusd {acc}, {b1}, dword ptr [{w} + 20]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            b0 = in(zmm_reg) b0,
+            b1 = in(zmm_reg) b1,
+            w = in(reg) words.as_ptr(),
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    acc
 }
 
 /// Adds tile `t`'s sums of a super-block (`first_block` its first block,
 /// `d` and `−dmin` the pair's scales there, `mins` its [`MinWeights`]) to
 /// its rows' outputs in `out` (a pair's outputs for `n` rows, see
 /// [`load_row`]): the integers of `packed_q4k`'s formula from the sums of
-/// the high plane `hi` and the low one `lo` (none for [`BYTE`] rows),
-/// then `pair_add_super` on the outputs so far ([`so_far`]).
+/// the high plane `hi` and the low one `lo` (none for [`BYTE`] rows) and
+/// the rows' [`MinWords`] `words`, then `pair_add_super` with the rows'
+/// scales `dx` on the outputs so far.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 pub(crate) fn add_tile<const SHIFT: u32>(
     (out, n): (&mut [[f32; GROUP_ROWS]], usize),
     (t, first_block): (usize, usize),
     (hi, lo): (&PlaneSums, Option<&PlaneSums>),
-    (rows, words): (&[Q16Row<'_, SHIFT>], &[[u32; 8]]),
+    (words, dx): (&[[u32; 8]; TILE_ROWS], &[f32; TILE_ROWS]),
     (d, neg_dmin): (__m512, __m512),
     mins: &MinWeights,
 ) {
     use super::vnni_packed_q4k::pair_add_super;
-    for (r, (x, words)) in rows.iter().zip(words).enumerate() {
+    let mut outputs = TileOutputs::new(out, n, t);
+    for (r, (words, &dx)) in words.iter().zip(dx).enumerate() {
         let sum_hi = byte_pair_sums(hi, r);
         let sum_lo = lo.map_or(_mm512_setzero_si512(), |lo| byte_pair_sums(lo, r));
         let row_mins = row_mins::<SHIFT>(mins, words);
-        let row = TILE_ROWS * t + r;
-        let acc = so_far(out, n, row, first_block);
+        let acc = outputs.so_far(r, first_block);
         let sums = (sum_hi, sum_lo, row_mins);
-        let acc = pair_add_super::<SHIFT>(acc, (d, neg_dmin), sums, x.d[first_block]);
-        store_row(out, n, row, acc);
+        let acc = pair_add_super::<SHIFT>(acc, (d, neg_dmin), sums, dx);
+        outputs.store(r, acc);
+    }
+}
+
+/// A row tile's outputs in a pair's outputs for `n` rows (see
+/// [`load_row`]): the first group's 16 rows and the second's, as arrays
+/// whose rows need no bounds checks.
+pub(crate) struct TileOutputs<'o> {
+    first: &'o mut [[f32; GROUP_ROWS]; TILE_ROWS],
+    second: &'o mut [[f32; GROUP_ROWS]; TILE_ROWS],
+}
+
+impl<'o> TileOutputs<'o> {
+    /// Tile `t`'s outputs in `out`.
+    pub(crate) fn new(out: &'o mut [[f32; GROUP_ROWS]], n: usize, t: usize) -> Self {
+        let (first, second) = out.split_at_mut(n);
+        let tile = |rows: &'o mut [[f32; GROUP_ROWS]]| {
+            let rows = &mut rows[TILE_ROWS * t..][..TILE_ROWS];
+            <&mut [[f32; GROUP_ROWS]; TILE_ROWS]>::try_from(rows).expect("a tile's rows")
+        };
+        TileOutputs {
+            first: tile(first),
+            second: tile(second),
+        }
+    }
+
+    /// Row `r`'s outputs before the super-block whose first block is
+    /// `first_block`, as [`so_far`] gives them.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(crate) fn so_far(&self, r: usize, first_block: usize) -> __m512 {
+        if first_block == 0 {
+            return _mm512_setzero_ps();
+        }
+        let (a, b) = (&self.first[r % TILE_ROWS], &self.second[r % TILE_ROWS]);
+        // SAFETY: `a` and `b` are eight floats each and `loadu` has no
+        // alignment requirement.
+        let (a, b) = unsafe { (_mm256_loadu_ps(a.as_ptr()), _mm256_loadu_ps(b.as_ptr())) };
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castpd256_pd512(_mm256_castps_pd(a)),
+            _mm256_castps_pd(b),
+        ))
+    }
+
+    /// Stores row `r`'s outputs `acc`, as [`store_row`] does.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(crate) fn store(&mut self, r: usize, acc: __m512) {
+        let (a, b) = (
+            &mut self.first[r % TILE_ROWS],
+            &mut self.second[r % TILE_ROWS],
+        );
+        // SAFETY: `a` and `b` are eight floats each and `storeu` has no
+        // alignment requirement.
+        unsafe {
+            _mm256_storeu_ps(a.as_mut_ptr(), _mm512_castps512_ps256(acc));
+            let high = _mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc));
+            _mm256_storeu_ps(b.as_mut_ptr(), _mm256_castpd_ps(high));
+        }
     }
 }
 
@@ -678,7 +810,7 @@ pub(crate) fn store_row(out: &mut [[f32; GROUP_ROWS]], n: usize, t: usize, acc: 
 macro_rules! kquant_amx_pairs {
     ($bits:ty, $pair_values:path) => {
         use $crate::cpu::kernels::packed::GROUP_ROWS;
-        use $crate::cpu::kernels::simd::amx::{FullTiles, TILE_ROWS};
+        use $crate::cpu::kernels::simd::amx::FullTiles;
         use $crate::cpu::kernels::simd::amx_kquant::*;
 
         /// The products of every pair in `groups` with `rows` (see the
@@ -704,8 +836,10 @@ macro_rules! kquant_amx_pairs {
             let mut folded = Folded::new();
             let mut sums = TileSums::new();
             let mut words = MinWords::new();
+            let mut dx = RowScales::new();
             for s in 0..rows.supers() {
                 words.set(rows.rows(), s);
+                dx.set(rows.rows(), s * SUB_BLOCKS);
                 let pairs = groups.chunks_exact(2 * group_bytes);
                 for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
                     let (a, b) = pair.split_at(group_bytes);
@@ -731,12 +865,9 @@ macro_rules! kquant_amx_pairs {
                         &folded,
                         &mut sums,
                         |t, hi, lo| {
-                            let tile_rows = &rows.rows()[TILE_ROWS * t..][..TILE_ROWS];
-                            let tile_words = &words.0[TILE_ROWS * t..][..TILE_ROWS];
                             let at = (t, s * SUB_BLOCKS);
-                            let sums = (hi, lo);
-                            let x = (tile_rows, tile_words);
-                            add_tile::<SHIFT>((&mut *out, n), at, sums, x, scales, &mins);
+                            let x = (words.tile(t), dx.tile(t));
+                            add_tile::<SHIFT>((&mut *out, n), at, (hi, lo), x, scales, &mins);
                         },
                     );
                 }

@@ -18,12 +18,11 @@ use std::arch::x86_64::*;
 
 use super::amx::{FullTiles, TILE_ROWS};
 use super::amx_kquant::{
-    byte_pair_sums, each_tile, low_and_high_bytes, per_lane, scales_by_parity, so_far, store_row,
-    Folded, PlaneSums, RowTiles, SignedHigh, TileSums, CHUNK,
+    byte_pair_sums, each_tile, low_and_high_bytes, per_lane, scales_by_parity, Folded, PlaneSums,
+    RowScales, RowTiles, SignedHigh, TileOutputs, TileSums, CHUNK,
 };
 use crate::cpu::kernels::packed::GROUP_ROWS;
 use crate::cpu::kernels::packed_q6k::{BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES};
-use crate::cpu::kernels::qact::Q16Row;
 
 /// Folds block `j` of a pair's super-block (`sa`, `sb`) into its eight B
 /// operand rows of `folded` (rows `8·(j mod 2)..` of chunk `j / 2`): each
@@ -63,25 +62,25 @@ fn fold_block(folded: &mut Folded, j: usize, (sa, sb): (&[u8], &[u8])) {
 
 /// Adds tile `t`'s sums of a super-block (`first_block` its first block,
 /// `d` the pair's scales there) from its high plane's sums `hi` and its
-/// low plane's `lo` (none for 8-bit rows) to its rows' outputs in
-/// `out`, as `amx_kquant::add_tile` does.
+/// low plane's `lo` (none for 8-bit rows), with the rows' scales `dx`, to
+/// its rows' outputs in `out`, as `amx_kquant::add_tile` does.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
 fn add_tile<const SHIFT: u32>(
     (out, n): (&mut [[f32; GROUP_ROWS]], usize),
     (t, first_block): (usize, usize),
     (hi, lo): (&PlaneSums, Option<&PlaneSums>),
-    rows: &[Q16Row<'_, SHIFT>],
+    dx: &[f32; TILE_ROWS],
     d: __m512,
 ) {
     use super::vnni_packed_q6k::pair_add_super;
-    for (r, x) in rows.iter().enumerate() {
+    let mut outputs = TileOutputs::new(out, n, t);
+    for (r, &dx) in dx.iter().enumerate() {
         let sum_lo = lo.map_or(_mm512_setzero_si512(), |lo| byte_pair_sums(lo, r));
-        let row = TILE_ROWS * t + r;
-        let acc = so_far(out, n, row, first_block);
+        let acc = outputs.so_far(r, first_block);
         let sum_hi = byte_pair_sums(hi, r);
-        let acc = pair_add_super::<SHIFT>(acc, d, (sum_hi, sum_lo), x.d[first_block]);
-        store_row(out, n, row, acc);
+        let acc = pair_add_super::<SHIFT>(acc, d, (sum_hi, sum_lo), dx);
+        outputs.store(r, acc);
     }
 }
 
@@ -99,7 +98,9 @@ pub(crate) fn pairs<const SHIFT: u32>(
 ) {
     let mut folded = Folded::new();
     let mut sums = TileSums::new();
+    let mut dx = RowScales::new();
     for s in 0..rows.supers() {
+        dx.set(rows.rows(), s * BLOCKS);
         let pairs = groups.chunks_exact(2 * group_bytes);
         for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
             let (a, b) = pair.split_at(group_bytes);
@@ -110,9 +111,8 @@ pub(crate) fn pairs<const SHIFT: u32>(
             }
             let d = super::vnni_packed::f16x16(&sa[..16], &sb[..16]);
             each_tile::<SignedHigh, SHIFT>(tiles, rows, s, &folded, &mut sums, |t, hi, lo| {
-                let tile_rows = &rows.rows()[TILE_ROWS * t..][..TILE_ROWS];
                 let at = (t, s * BLOCKS);
-                add_tile::<SHIFT>((&mut *out, n), at, (hi, lo), tile_rows, d);
+                add_tile::<SHIFT>((&mut *out, n), at, (hi, lo), dx.tile(t), d);
             });
         }
     }
