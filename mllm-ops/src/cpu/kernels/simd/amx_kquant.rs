@@ -802,6 +802,47 @@ pub(crate) fn store_row(out: &mut [[f32; GROUP_ROWS]], n: usize, t: usize, acc: 
     store(&mut out[n + t], hi);
 }
 
+/// Asks for the super-block that a K-quant tile kernel folds after
+/// super-block `s` of pair `p` ([`next_fold`]; `super_bytes` per group,
+/// in the pairs of `group_bytes` groups of `groups`) in the L2 cache. The
+/// kernels go super-block by super-block across a call's pairs, so each
+/// pair's weights come from memory in pieces a pair apart, which the
+/// hardware prefetchers did not foresee: the loads of the weights being
+/// folded held up the folding.
+#[inline(always)]
+pub(crate) fn next_super_into_l2(
+    groups: &[u8],
+    group_bytes: usize,
+    (p, s): (usize, usize),
+    super_bytes: usize,
+) {
+    let pair_bytes = 2 * group_bytes;
+    let shape = (
+        groups.len() / pair_bytes.max(1),
+        group_bytes / super_bytes.max(1),
+    );
+    let Some((p, s)) = next_fold((p, s), shape) else {
+        return;
+    };
+    let pair = &groups[p * pair_bytes..][..pair_bytes];
+    for group in pair.chunks_exact(group_bytes) {
+        super::prefetch::into_l2(&group[s * super_bytes..][..super_bytes]);
+    }
+}
+
+/// The pair and super-block folded after super-block `s` of pair `p`, of
+/// `pairs` pairs of `supers` super-blocks: the next pair's super-block
+/// `s`, after the last pair the first pair's next super-block, after the
+/// last of those none.
+fn next_fold((p, s): (usize, usize), (pairs, supers): (usize, usize)) -> Option<(usize, usize)> {
+    let (p, s) = if p + 1 < pairs {
+        (p + 1, s)
+    } else {
+        (0, s + 1)
+    };
+    (s < supers).then_some((p, s))
+}
+
 /// Defines `pairs::<SHIFT>`, the outputs of each pair of consecutive
 /// groups in `groups` (of `group_bytes` each, in a K-quant layout with
 /// packed Q4_K's header and the sub-block bits `$bits`, whose values two
@@ -841,7 +882,8 @@ macro_rules! kquant_amx_pairs {
                 words.set(rows.rows(), s);
                 dx.set(rows.rows(), s * SUB_BLOCKS);
                 let pairs = groups.chunks_exact(2 * group_bytes);
-                for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
+                for (p, (pair, out)) in pairs.zip(out.chunks_exact_mut(2 * n)).enumerate() {
+                    next_super_into_l2(groups, group_bytes, (p, s), SUPER_BYTES);
                     let (a, b) = pair.split_at(group_bytes);
                     let sa = &a[s * SUPER_BYTES..][..SUPER_BYTES];
                     let sb = &b[s * SUPER_BYTES..][..SUPER_BYTES];
@@ -890,4 +932,18 @@ pub(crate) mod q5k {
         crate::cpu::kernels::packed_q5k::FiveBits,
         crate::cpu::kernels::simd::vnni_packed_q5::pair_values
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_fold;
+
+    #[test]
+    fn the_fold_after_each_goes_across_pairs_then_to_the_next_super_block() {
+        let shape = (3, 2);
+        let order: Vec<_> =
+            std::iter::successors(Some((0, 0)), |&at| next_fold(at, shape)).collect();
+        assert_eq!(order, [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]);
+        assert_eq!(next_fold((0, 0), (1, 1)), None);
+    }
 }
