@@ -678,7 +678,7 @@ pub(crate) fn row_mins<const SHIFT: u32>(mins: &MinWeights, words: &[u32; 8]) ->
 /// Adds tile `t`'s sums of a super-block (`first_block` its first block,
 /// `d` and `−dmin` the pair's scales there, `mins` its [`MinWeights`]) to
 /// its rows' outputs in `out` (a pair's outputs for `n` rows, see
-/// [`load_row`]): the integers of `packed_q4k`'s formula from the sums of
+/// [`TileOutputs`]): the integers of `packed_q4k`'s formula from the sums of
 /// the high plane `hi` and the low one `lo` (none for [`BYTE`] rows) and
 /// the rows' [`MinWords`] `words`, then `pair_add_super` with the rows'
 /// scales `dx` on the outputs so far.
@@ -705,9 +705,10 @@ pub(crate) fn add_tile<const SHIFT: u32>(
     }
 }
 
-/// A row tile's outputs in a pair's outputs for `n` rows (see
-/// [`load_row`]): the first group's 16 rows and the second's, as arrays
-/// whose rows need no bounds checks.
+/// Row tile `t`'s outputs in a pair's outputs `out` for `n` rows: row
+/// `16t + r`'s outputs of the first group are `out[16t + r]`, those of the
+/// second `out[n + 16t + r]`; held as two arrays of the tile's 16 rows,
+/// so that the float steps need no bounds checks.
 pub(crate) struct TileOutputs<'o> {
     first: &'o mut [[f32; GROUP_ROWS]; TILE_ROWS],
     second: &'o mut [[f32; GROUP_ROWS]; TILE_ROWS],
@@ -727,8 +728,9 @@ impl<'o> TileOutputs<'o> {
         }
     }
 
-    /// Row `r`'s outputs before the super-block whose first block is
-    /// `first_block`, as [`so_far`] gives them.
+    /// Row `r`'s outputs before the super-block or span whose first block
+    /// is `first_block` (zero for the first), both groups' as one vector:
+    /// the first group's in lanes 0..8.
     #[target_feature(enable = "avx512f")]
     #[inline]
     pub(crate) fn so_far(&self, r: usize, first_block: usize) -> __m512 {
@@ -745,7 +747,8 @@ impl<'o> TileOutputs<'o> {
         ))
     }
 
-    /// Stores row `r`'s outputs `acc`, as [`store_row`] does.
+    /// Stores row `r`'s outputs `acc` where [`TileOutputs::so_far`] reads
+    /// them.
     #[target_feature(enable = "avx512f")]
     #[inline]
     pub(crate) fn store(&mut self, r: usize, acc: __m512) {
@@ -763,86 +766,6 @@ impl<'o> TileOutputs<'o> {
     }
 }
 
-/// Row `t`'s outputs before the super-block whose first block is
-/// `first_block`: zero for the first, else what [`load_row`] reads.
-#[target_feature(enable = "avx512f")]
-#[inline]
-pub(crate) fn so_far(out: &[[f32; GROUP_ROWS]], n: usize, t: usize, first_block: usize) -> __m512 {
-    if first_block == 0 {
-        _mm512_setzero_ps()
-    } else {
-        load_row(out, n, t)
-    }
-}
-
-/// Row `t`'s outputs so far in a pair's outputs `out` for `n` rows: the
-/// first group's eight at `out[t]` (lanes 0..8), the second's at
-/// `out[n + t]`.
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn load_row(out: &[[f32; GROUP_ROWS]], n: usize, t: usize) -> __m512 {
-    let (a, b) = (&out[t], &out[n + t]);
-    // SAFETY: `a` and `b` are eight floats each and `loadu` has no
-    // alignment requirement.
-    let (a, b) = unsafe { (_mm256_loadu_ps(a.as_ptr()), _mm256_loadu_ps(b.as_ptr())) };
-    _mm512_castpd_ps(_mm512_insertf64x4::<1>(
-        _mm512_castpd256_pd512(_mm256_castps_pd(a)),
-        _mm256_castps_pd(b),
-    ))
-}
-
-/// Stores row `t`'s outputs `acc` where [`load_row`] reads them.
-#[target_feature(enable = "avx512f")]
-#[inline]
-pub(crate) fn store_row(out: &mut [[f32; GROUP_ROWS]], n: usize, t: usize, acc: __m512) {
-    use super::avx2::store;
-    let lo = _mm512_castps512_ps256(acc);
-    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)));
-    store(&mut out[t], lo);
-    store(&mut out[n + t], hi);
-}
-
-/// Asks for the super-block that a K-quant tile kernel folds after
-/// super-block `s` of pair `p` ([`next_fold`]; `super_bytes` per group,
-/// in the pairs of `group_bytes` groups of `groups`) in the L2 cache. The
-/// kernels go super-block by super-block across a call's pairs, so each
-/// pair's weights come from memory in pieces a pair apart, which the
-/// hardware prefetchers did not foresee: the loads of the weights being
-/// folded held up the folding.
-#[inline(always)]
-pub(crate) fn next_super_into_l2(
-    groups: &[u8],
-    group_bytes: usize,
-    (p, s): (usize, usize),
-    super_bytes: usize,
-) {
-    let pair_bytes = 2 * group_bytes;
-    let shape = (
-        groups.len() / pair_bytes.max(1),
-        group_bytes / super_bytes.max(1),
-    );
-    let Some((p, s)) = next_fold((p, s), shape) else {
-        return;
-    };
-    let pair = &groups[p * pair_bytes..][..pair_bytes];
-    for group in pair.chunks_exact(group_bytes) {
-        super::prefetch::into_l2(&group[s * super_bytes..][..super_bytes]);
-    }
-}
-
-/// The pair and super-block folded after super-block `s` of pair `p`, of
-/// `pairs` pairs of `supers` super-blocks: the next pair's super-block
-/// `s`, after the last pair the first pair's next super-block, after the
-/// last of those none.
-fn next_fold((p, s): (usize, usize), (pairs, supers): (usize, usize)) -> Option<(usize, usize)> {
-    let (p, s) = if p + 1 < pairs {
-        (p + 1, s)
-    } else {
-        (0, s + 1)
-    };
-    (s < supers).then_some((p, s))
-}
-
 /// Defines `pairs::<SHIFT>`, the outputs of each pair of consecutive
 /// groups in `groups` (of `group_bytes` each, in a K-quant layout with
 /// packed Q4_K's header and the sub-block bits `$bits`, whose values two
@@ -851,7 +774,7 @@ fn next_fold((p, s): (usize, usize), (pairs, supers): (usize, usize)) -> Option<
 macro_rules! kquant_amx_pairs {
     ($bits:ty, $pair_values:path) => {
         use $crate::cpu::kernels::packed::GROUP_ROWS;
-        use $crate::cpu::kernels::simd::amx::FullTiles;
+        use $crate::cpu::kernels::simd::amx::{next_piece_into_l2, FullTiles};
         use $crate::cpu::kernels::simd::amx_kquant::*;
 
         /// The products of every pair in `groups` with `rows` (see the
@@ -883,7 +806,7 @@ macro_rules! kquant_amx_pairs {
                 dx.set(rows.rows(), s * SUB_BLOCKS);
                 let pairs = groups.chunks_exact(2 * group_bytes);
                 for (p, (pair, out)) in pairs.zip(out.chunks_exact_mut(2 * n)).enumerate() {
-                    next_super_into_l2(groups, group_bytes, (p, s), SUPER_BYTES);
+                    next_piece_into_l2(groups, group_bytes, (p, s), SUPER_BYTES);
                     let (a, b) = pair.split_at(group_bytes);
                     let sa = &a[s * SUPER_BYTES..][..SUPER_BYTES];
                     let sb = &b[s * SUPER_BYTES..][..SUPER_BYTES];
@@ -932,18 +855,4 @@ pub(crate) mod q5k {
         crate::cpu::kernels::packed_q5k::FiveBits,
         crate::cpu::kernels::simd::vnni_packed_q5::pair_values
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::next_fold;
-
-    #[test]
-    fn the_fold_after_each_goes_across_pairs_then_to_the_next_super_block() {
-        let shape = (3, 2);
-        let order: Vec<_> =
-            std::iter::successors(Some((0, 0)), |&at| next_fold(at, shape)).collect();
-        assert_eq!(order, [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]);
-        assert_eq!(next_fold((0, 0), (1, 1)), None);
-    }
 }

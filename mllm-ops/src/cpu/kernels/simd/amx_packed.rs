@@ -89,7 +89,8 @@ pub(crate) fn pairs_by_spans<const BLOCK_BYTES: usize, const SHIFT: u32, S: Copy
     ),
     step: impl Fn(&mut [__m512; TILE_ROWS], &Tiles, &TileRows<'_, SHIFT>, (usize, usize), S),
 ) {
-    use super::amx_kquant::{so_far, store_row};
+    use super::amx::next_piece_into_l2;
+    use super::amx_kquant::TileOutputs;
     let Some(first_tile) = row_tiles.first() else {
         return;
     };
@@ -106,7 +107,8 @@ pub(crate) fn pairs_by_spans<const BLOCK_BYTES: usize, const SHIFT: u32, S: Copy
         let count = SPAN.min(nb - first);
         let at = first * BLOCK_BYTES..(first + count) * BLOCK_BYTES;
         let pairs = groups.chunks_exact(2 * group_bytes);
-        for (pair, out) in pairs.zip(out.chunks_exact_mut(2 * n)) {
+        for (p, (pair, out)) in pairs.zip(out.chunks_exact_mut(2 * n)).enumerate() {
+            next_piece_into_l2(groups, group_bytes, (p, first / SPAN), SPAN * BLOCK_BYTES);
             let (a, b) = pair.split_at(group_bytes);
             let sa = a[at.clone()].as_chunks::<BLOCK_BYTES>().0;
             let sb = b[at.clone()].as_chunks::<BLOCK_BYTES>().0;
@@ -116,13 +118,14 @@ pub(crate) fn pairs_by_spans<const BLOCK_BYTES: usize, const SHIFT: u32, S: Copy
             }
             for (t, rows) in row_tiles.iter().enumerate() {
                 tiles.products(rows, first, count, signed);
+                let mut outputs = TileOutputs::new(&mut *out, n, t);
                 let mut acc: [__m512; TILE_ROWS] =
-                    std::array::from_fn(|r| so_far(out, n, TILE_ROWS * t + r, first));
+                    std::array::from_fn(|r| outputs.so_far(r, first));
                 for (j, &s) in scales.iter().flatten().enumerate() {
                     step(&mut acc, tiles, rows, (j, first + j), s);
                 }
                 for (r, &acc) in acc.iter().enumerate() {
-                    store_row(out, n, TILE_ROWS * t + r, acc);
+                    outputs.store(r, acc);
                 }
             }
         }

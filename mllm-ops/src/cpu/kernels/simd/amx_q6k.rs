@@ -16,10 +16,10 @@
 
 use std::arch::x86_64::*;
 
-use super::amx::{FullTiles, TILE_ROWS};
+use super::amx::{next_piece_into_l2, FullTiles, TILE_ROWS};
 use super::amx_kquant::{
-    byte_pair_sums, each_tile, low_and_high_bytes, next_super_into_l2, per_lane, scales_by_parity,
-    Folded, PlaneSums, RowScales, RowTiles, SignedHigh, TileOutputs, TileSums, CHUNK,
+    byte_pair_sums, each_tile, low_and_high_bytes, per_lane, scales_by_parity, Folded, PlaneSums,
+    RowScales, RowTiles, SignedHigh, TileOutputs, TileSums, CHUNK,
 };
 use crate::cpu::kernels::packed::GROUP_ROWS;
 use crate::cpu::kernels::packed_q6k::{BITS_AT, BLOCKS, BLOCK_BITS, SCALES_AT, SUPER_BYTES};
@@ -103,7 +103,7 @@ pub(crate) fn pairs<const SHIFT: u32>(
         dx.set(rows.rows(), s * BLOCKS);
         let pairs = groups.chunks_exact(2 * group_bytes);
         for (p, (pair, out)) in pairs.zip(out.chunks_exact_mut(2 * n)).enumerate() {
-            next_super_into_l2(groups, group_bytes, (p, s), SUPER_BYTES);
+            next_piece_into_l2(groups, group_bytes, (p, s), SUPER_BYTES);
             let (a, b) = pair.split_at(group_bytes);
             let sa = &a[s * SUPER_BYTES..][..SUPER_BYTES];
             let sb = &b[s * SUPER_BYTES..][..SUPER_BYTES];
