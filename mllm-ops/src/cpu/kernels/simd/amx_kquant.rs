@@ -583,8 +583,8 @@ impl RowScales {
 /// A pair's minimums of one super-block as [`row_mins`] takes them, per
 /// lane (weight row `w`): `pairs[i]` holds `m` of sub-blocks `2i` and
 /// `2i + 1` as two `i16`, times 256 for 16-bit rows (`256·63` fits);
-/// `bytes[k]` the minimums of sub-blocks `4k..4k + 4` as four bytes (the unsigned
-/// operand of `vpdpbusd`: they are below 64).
+/// `bytes[k]` the minimums of sub-blocks `4k..4k + 4` as four bytes
+/// (the unsigned operand of `vpdpbusd`: they are below 64).
 pub(crate) struct MinWeights {
     pairs: [__m512i; 4],
     bytes: [__m512i; 2],
