@@ -737,7 +737,7 @@ impl<'o> TileOutputs<'o> {
         if first_block == 0 {
             return _mm512_setzero_ps();
         }
-        let (a, b) = (&self.first[r % TILE_ROWS], &self.second[r % TILE_ROWS]);
+        let (a, b) = (&self.first[r], &self.second[r]);
         // SAFETY: `a` and `b` are eight floats each and `loadu` has no
         // alignment requirement.
         let (a, b) = unsafe { (_mm256_loadu_ps(a.as_ptr()), _mm256_loadu_ps(b.as_ptr())) };
@@ -752,10 +752,7 @@ impl<'o> TileOutputs<'o> {
     #[target_feature(enable = "avx512f")]
     #[inline]
     pub(crate) fn store(&mut self, r: usize, acc: __m512) {
-        let (a, b) = (
-            &mut self.first[r % TILE_ROWS],
-            &mut self.second[r % TILE_ROWS],
-        );
+        let (a, b) = (&mut self.first[r], &mut self.second[r]);
         // SAFETY: `a` and `b` are eight floats each and `storeu` has no
         // alignment requirement.
         unsafe {

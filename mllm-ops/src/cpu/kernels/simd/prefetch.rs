@@ -114,7 +114,8 @@ pub(crate) fn block_into_l1(at: &[u8], len: usize) {
 
 /// Asks for every cache line of `at` in the L2 cache: for a kernel that
 /// knows which bytes it reads next but does not read them in order (the
-/// AMX K-quant kernels go super-block by super-block across group pairs).
+/// AMX tile kernels go piece by piece across group pairs, see
+/// `amx::next_piece_into_l2`).
 #[inline(always)]
 pub(crate) fn into_l2(at: &[u8]) {
     lines(at.as_ptr(), at.len());
