@@ -11,8 +11,8 @@
 //! `Σ_j sc_j·Σ q·x`. The minimums' term `Σ_j m_j·Σ q_x` takes no tile
 //! product: the rows' exact block sums ([`MinWords`]) meet the pair's
 //! minimums in four `vpdpwssd` per row, and two `vpdpbusd` more for
-//! 16-bit rows ([`row_mins`]). These are the integers of `packed_q4k`'s formula,
-//! exact, which the float step `vnni_packed_q4k::pair_add_super` turns
+//! 16-bit rows (`kquant_mins::row_mins`). These are the integers of
+//! `packed_q4k`'s formula, exact, which the float step `vnni_packed_q4k::pair_add_super` turns
 //! into the bits of the AVX-512 kernels.
 //!
 //! The tile loads, not the products, bound these kernels: on a Sapphire
@@ -34,8 +34,8 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 
 use super::amx::{self, even_stride, FullTiles, TILE_ROWS};
+use super::kquant_mins::{min_sum_words, row_mins, MinSumWords, MinWeights};
 use crate::cpu::kernels::packed::{PackedFormat, GROUP_ROWS};
-use crate::cpu::kernels::packed_q4k::SUB_BLOCKS;
 use crate::cpu::kernels::qact::{Q16Row, BYTE, SUPER_BLOCK};
 
 /// Columns per tile product: a full tile row of bytes.
@@ -493,16 +493,10 @@ pub(crate) fn byte_pair_sums(sums: &PlaneSums, r: usize) -> __m512i {
     _mm512_add_epi32(_mm512_slli_epi32::<8>(high), low)
 }
 
-/// The rows' exact block sums of one super-block in the words that
-/// [`row_mins`] takes. A sum of 16-bit rows is split as `256·high + low`
-/// (`|high| ≤ 4097`, `low` in `-128..=127`, so that a `vpdpbusd` can
-/// broadcast it as its signed operand): per row, words `0..4` hold the
-/// high parts of blocks `2i` and `2i + 1` as two `i16`, words 4 and 5 the
-/// low parts of blocks `4k..4k + 4` as four `i8`. A sum of 8-bit rows
-/// (`|·| ≤ 32·127`) fits 16 bits: words `0..4` hold the sums themselves,
-/// two per word. The other words are unused.
+/// Every row's [`MinSumWords`] of one super-block, for a call's row
+/// tiles.
 #[repr(C, align(64))]
-pub(crate) struct MinWords([[u32; 8]; MAX_TILES * TILE_ROWS]);
+pub(crate) struct MinWords([MinSumWords; MAX_TILES * TILE_ROWS]);
 
 impl MinWords {
     /// Words of zeros, for [`MinWords::set`] to fill.
@@ -511,41 +505,17 @@ impl MinWords {
     }
 
     /// Sets the words of every row of `rows` (at most
-    /// `MAX_TILES · TILE_ROWS` of them) for super-block `s`: per row, the
-    /// eight sums' high parts narrowed to `i16` in one instruction, their
-    /// low bytes in another (every call of the tile kernel sets them for
-    /// each of its super-blocks, and written out word by word they took
-    /// 1 % of a 1B model's prefill).
+    /// `MAX_TILES · TILE_ROWS` of them) for super-block `s`.
     #[target_feature(enable = "avx2,avx512f,avx512vl")]
     pub(crate) fn set<const SHIFT: u32>(&mut self, rows: &[Q16Row<'_, SHIFT>], s: usize) {
         assert!(rows.len() <= self.0.len(), "more rows than tiles");
         for (words, x) in self.0.iter_mut().zip(rows) {
-            let sums = &x.sums[s * SUB_BLOCKS..][..SUB_BLOCKS];
-            // SAFETY: `sums` is eight `i32` (32 bytes, sliced above) and
-            // `loadu` has no alignment requirement.
-            let sums = unsafe { _mm256_loadu_si256(sums.as_ptr().cast()) };
-            // Rounded, so that `sums − 256·high`, the low byte of `sums`
-            // read as an `i8`, is the low part.
-            let high = if SHIFT == BYTE {
-                sums
-            } else {
-                _mm256_srai_epi32::<8>(_mm256_add_epi32(sums, _mm256_set1_epi32(128)))
-            };
-            let (pairs, quads) = words.split_at_mut(4);
-            // SAFETY: `pairs` is four `u32` (16 bytes) and `quads` holds
-            // at least two (8 bytes); the stores have no alignment
-            // requirement.
-            unsafe {
-                _mm_storeu_si128(pairs.as_mut_ptr().cast(), _mm256_cvtepi32_epi16(high));
-                if SHIFT != BYTE {
-                    _mm_storel_epi64(quads.as_mut_ptr().cast(), _mm256_cvtepi32_epi8(sums));
-                }
-            }
+            *words = min_sum_words(x, s);
         }
     }
 
     /// The words of tile `t`'s rows.
-    pub(crate) fn tile(&self, t: usize) -> &[[u32; 8]; TILE_ROWS] {
+    pub(crate) fn tile(&self, t: usize) -> &[MinSumWords; TILE_ROWS] {
         let words = &self.0[TILE_ROWS * t..][..TILE_ROWS];
         words.try_into().expect("a tile's rows")
     }
@@ -580,101 +550,6 @@ impl RowScales {
     }
 }
 
-/// A pair's minimums of one super-block as [`row_mins`] takes them, per
-/// lane (weight row `w`): `pairs[i]` holds `m` of sub-blocks `2i` and
-/// `2i + 1` as two `i16`, times 256 for 16-bit rows (`256·63` fits);
-/// `bytes[k]` the minimums of sub-blocks `4k..4k + 4` as four bytes
-/// (the unsigned operand of `vpdpbusd`: they are below 64).
-pub(crate) struct MinWeights {
-    pairs: [__m512i; 4],
-    bytes: [__m512i; 2],
-}
-
-impl MinWeights {
-    /// The minimums of a pair's super-blocks `sa` and `sb`, whose first
-    /// minimum is at `mins_at` (eight rows' bytes per sub-block, as
-    /// `packed_q4k::MINS_AT`).
-    #[target_feature(enable = "avx512f,avx512bw")]
-    #[inline]
-    pub(crate) fn new<const SHIFT: u32>(sa: &[u8], sb: &[u8], mins_at: usize) -> Self {
-        use super::vnni_packed_q4k::u8x16;
-        let m: [__m512i; SUB_BLOCKS] = std::array::from_fn(|j| {
-            let at = mins_at + GROUP_ROWS * j;
-            u8x16(&sa[at..], &sb[at..])
-        });
-        let pairs = std::array::from_fn(|i| {
-            let pair = _mm512_or_si512(m[2 * i], _mm512_slli_epi32::<16>(m[2 * i + 1]));
-            if SHIFT == BYTE {
-                pair
-            } else {
-                _mm512_slli_epi16::<8>(pair)
-            }
-        });
-        let bytes = std::array::from_fn(|k| {
-            let (m0, m1) = (m[4 * k], _mm512_slli_epi32::<8>(m[4 * k + 1]));
-            let (m2, m3) = (
-                _mm512_slli_epi32::<16>(m[4 * k + 2]),
-                _mm512_slli_epi32::<24>(m[4 * k + 3]),
-            );
-            _mm512_or_si512(_mm512_or_si512(m0, m1), _mm512_or_si512(m2, m3))
-        });
-        MinWeights { pairs, bytes }
-    }
-}
-
-/// A row's `Σ_j m_j·Σ q_x` for the 16 weight rows of a pair: its words of
-/// [`MinWords`] against the pair's [`MinWeights`], exact (below 2^30).
-/// For 16-bit rows `Σ 256·m·high` in four `vpdpwssd` and `Σ m·low` in
-/// two `vpdpbusd`; for 8-bit rows the sums in the first four. Each takes
-/// its word as an embedded broadcast, one instruction where a broadcast
-/// and a product were two: the float step of every row, of every tile,
-/// super-block and pair, is a third of the Q4_K tile kernel's samples,
-/// and its instructions set its pace.
-#[target_feature(enable = "avx512f,avx512vnni")]
-#[inline]
-pub(crate) fn row_mins<const SHIFT: u32>(mins: &MinWeights, words: &[u32; 8]) -> __m512i {
-    let [p0, p1, p2, p3] = mins.pairs;
-    let mut acc = _mm512_setzero_si512();
-    // SAFETY: the instructions read the words `0..4` of `words` (16
-    // bytes; no alignment needed) and write only `acc`; the enclosing
-    // function requires AVX-512F and AVX-512 VNNI, which `vpdpwssd` on
-    // 512-bit registers needs.
-    unsafe {
-        asm!(
-            "vpdpwssd {acc}, {p0}, dword ptr [{w}]{{1to16}}",
-            "vpdpwssd {acc}, {p1}, dword ptr [{w} + 4]{{1to16}}",
-            "vpdpwssd {acc}, {p2}, dword ptr [{w} + 8]{{1to16}}",
-            "vpdpwssd {acc}, {p3}, dword ptr [{w} + 12]{{1to16}}",
-            acc = inout(zmm_reg) acc,
-            p0 = in(zmm_reg) p0,
-            p1 = in(zmm_reg) p1,
-            p2 = in(zmm_reg) p2,
-            p3 = in(zmm_reg) p3,
-            w = in(reg) words.as_ptr(),
-            options(pure, readonly, nostack, preserves_flags),
-        );
-    }
-    if SHIFT == BYTE {
-        return acc;
-    }
-    let [b0, b1] = mins.bytes;
-    // SAFETY: as above, for words 4 and 5 (bytes 16 to 24 of `words`);
-    // the minimums are the unsigned operand, the words' `i8` low parts
-    // the signed one.
-    unsafe {
-        asm!(
-            "vpdpbusd {acc}, {b0}, dword ptr [{w} + 16]{{1to16}}",
-            "vpdpbusd {acc}, {b1}, dword ptr [{w} + 20]{{1to16}}",
-            acc = inout(zmm_reg) acc,
-            b0 = in(zmm_reg) b0,
-            b1 = in(zmm_reg) b1,
-            w = in(reg) words.as_ptr(),
-            options(pure, readonly, nostack, preserves_flags),
-        );
-    }
-    acc
-}
-
 /// Adds tile `t`'s sums of a super-block (`first_block` its first block,
 /// `d` and `−dmin` the pair's scales there, `mins` its [`MinWeights`]) to
 /// its rows' outputs in `out` (a pair's outputs for `n` rows, see
@@ -688,7 +563,7 @@ pub(crate) fn add_tile<const SHIFT: u32>(
     (out, n): (&mut [[f32; GROUP_ROWS]], usize),
     (t, first_block): (usize, usize),
     (hi, lo): (&PlaneSums, Option<&PlaneSums>),
-    (words, dx): (&[[u32; 8]; TILE_ROWS], &[f32; TILE_ROWS]),
+    (words, dx): (&[MinSumWords; TILE_ROWS], &[f32; TILE_ROWS]),
     (d, neg_dmin): (__m512, __m512),
     mins: &MinWeights,
 ) {
@@ -773,6 +648,7 @@ macro_rules! kquant_amx_pairs {
         use $crate::cpu::kernels::packed::GROUP_ROWS;
         use $crate::cpu::kernels::simd::amx::{next_piece_into_l2, FullTiles};
         use $crate::cpu::kernels::simd::amx_kquant::*;
+        use $crate::cpu::kernels::simd::kquant_mins::MinWeights;
 
         /// The products of every pair in `groups` with `rows` (see the
         /// macro), on the configured `tiles`: super-block by super-block,

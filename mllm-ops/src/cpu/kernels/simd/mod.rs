@@ -88,6 +88,8 @@ pub(crate) mod avx512_packed_half;
 pub(crate) mod avx_vnni_packed;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod inline_array;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod kquant_mins;
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]

@@ -41,21 +41,6 @@ pub(crate) fn u8x16(a: &[u8], b: &[u8]) -> __m512i {
     _mm512_cvtepu8_epi32(_mm_set_epi64x(word(b), word(a)))
 }
 
-/// `avx2_packed_q4k::super_mins` of two groups' super-blocks `sa` and
-/// `sb` (lanes 0..8 `sa`'s rows, 8..16 `sb`'s).
-#[target_feature(enable = "avx512f")]
-#[inline]
-pub(crate) fn pair_super_mins(sa: &[u8], sb: &[u8], sums: &[i32]) -> __m512i {
-    use crate::cpu::kernels::packed_q4k::MINS_AT;
-    sums.iter()
-        .enumerate()
-        .fold(_mm512_setzero_si512(), |acc, (j, &sum)| {
-            let at = MINS_AT + GROUP_ROWS * j;
-            let m = u8x16(&sa[at..], &sb[at..]);
-            _mm512_add_epi32(acc, _mm512_mullo_epi32(m, _mm512_set1_epi32(sum)))
-        })
-}
-
 /// `avx2_packed_q4k::add_super` for sixteen rows (two groups) at once.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 #[inline]
@@ -114,12 +99,15 @@ macro_rules! q4k_pair_tile {
             xs: &[Q16Row<'_, SHIFT>],
             reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m512; T] {
-            use $crate::cpu::kernels::packed_q4k::{SubBlockBits, BITS_AT, SCALES_AT, SUB_BLOCKS};
+            use $crate::cpu::kernels::packed_q4k::{
+                SubBlockBits, BITS_AT, MINS_AT, SCALES_AT, SUB_BLOCKS,
+            };
             use $crate::cpu::kernels::simd::avx2_packed::{ByteConsts, RowPlanes};
+            use $crate::cpu::kernels::simd::kquant_mins::{min_sum_words, row_mins, MinWeights};
             use $crate::cpu::kernels::simd::prefetch::block_into_l1;
             use $crate::cpu::kernels::simd::vnni_packed::f16x16;
             use $crate::cpu::kernels::simd::vnni_packed_q4k::{
-                pair_add_super, pair_neg_dmin, pair_super_mins, u8x16,
+                pair_add_super, pair_neg_dmin, u8x16,
             };
             const BLOCK_BITS: usize = <$bits as SubBlockBits>::BLOCK_BITS;
             const SUPER_BYTES: usize = <$bits as SubBlockBits>::SUPER_BYTES;
@@ -159,8 +147,9 @@ macro_rules! q4k_pair_tile {
                 let d = f16x16(&sa[..16], &sb[..16]);
                 let neg_dmin = pair_neg_dmin(sa, sb);
                 let first = s * SUB_BLOCKS;
+                let mins = MinWeights::new::<SHIFT>(sa, sb, MINS_AT);
                 for t in 0..T {
-                    let mins = pair_super_mins(sa, sb, &xs[t].sums[first..first + SUB_BLOCKS]);
+                    let mins = row_mins::<SHIFT>(&mins, &min_sum_words(&xs[t], s));
                     let sums = (sums_hi[t], sums_lo[t], mins);
                     acc[t] = pair_add_super::<SHIFT>(acc[t], (d, neg_dmin), sums, xs[t].d[first]);
                 }
