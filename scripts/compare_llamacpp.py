@@ -4,7 +4,7 @@
 Usage (from the repository root):
     python3 scripts/compare_llamacpp.py [--rounds 5] [--threads 2] [-p 128,512] [-n 128]
         [-d DEPTH] [-b BATCH] [--kv-dtype f16] [--gguf OTHER.gguf] [--int8-activations]
-        [--max-simd avx2|avxvnni] [--json OUT.json]
+        [--max-simd avx2|avxvnni|avx512] [--json OUT.json]
 
 What it does:
 0. Builds the release binaries it runs (on a machine without cargo, it uses
@@ -45,7 +45,10 @@ with `--max-simd avx2`, llama.cpp from a second build (its own venv) with
 every AVX-512 and VNNI option off. `--max-simd avxvnni` (a CPU with
 AVX-VNNI) runs them as on an AVX2 CPU with AVX-VNNI and no AVX-512, such
 as Intel's client chips since Alder Lake: llama.cpp built with AVX-VNNI
-and without AVX-512.
+and without AVX-512. `--max-simd avx512`, on a CPU with AMX tiles, runs
+mllm-rs at its AVX-512 level, as on an AVX-512 CPU without them (a Zen 4,
+or a Xeon whose tiles are off), against llama.cpp's usual build, which
+has AMX off anyway.
 Run it on an otherwise idle machine.
 """
 import argparse
@@ -197,9 +200,10 @@ def main():
     ap.add_argument("--int8-activations", action="store_true",
                     help="run mllm-rs with --int8-activations (8-bit activations for "
                          "Q4/Q5/K-quant weights, as llama.cpp)")
-    ap.add_argument("--max-simd", choices=["avx2", "avxvnni"],
-                    help="run both engines as on an AVX2-only CPU, or one with "
-                    "AVX2 and AVX-VNNI but no AVX-512 (see above)")
+    ap.add_argument("--max-simd", choices=["avx2", "avxvnni", "avx512"],
+                    help="run both engines as on an AVX2-only CPU, one with "
+                    "AVX2 and AVX-VNNI but no AVX-512, or one with AVX-512 but "
+                    "no AMX tiles (see above)")
     ap.add_argument("--json", type=pathlib.Path, dest="json_out",
                     help="also write every round's numbers to this file (see above)")
     args = ap.parse_args()
@@ -227,7 +231,8 @@ def main():
         run_json([str(bench), "--json", "-p", "16", "-n", "0", "-t", str(args.threads), "-r", "1"])
         gguf = cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
         ours = [str(bench), "--json"] + common + flags
-    python = ensure_venv(args.max_simd)
+    # llama.cpp's usual build has no AMX code: it serves "avx512" as it is.
+    python = ensure_venv(None if args.max_simd == "avx512" else args.max_simd)
     peer = [str(python), str(ROOT / "scripts" / "llamacpp_bench.py"), "-m", str(gguf)] + common
 
     bandwidth, f32_peak, byte_peak = roofline(args.threads, args.max_simd)
