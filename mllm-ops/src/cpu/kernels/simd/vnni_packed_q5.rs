@@ -151,4 +151,4 @@ five_bit_pair_block_sums!(true);
 
 super::vnni_packed::scaled_block_pair_tile!(Q5_PACKED_BLOCK_BYTES, pair_block_sums);
 
-super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>);
+super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>, wide);
