@@ -104,9 +104,9 @@ impl MinWeights {
 /// For 16-bit rows `Σ 256·m·high` in four `vpdpwssd` and `Σ m·low` in
 /// two `vpdpbusd`; for 8-bit rows the sums in the first four. Each takes
 /// its word as an embedded broadcast, one instruction where a broadcast
-/// and a product were two: the float step of every row, of every tile,
-/// super-block and pair, is a third of the Q4_K tile kernel's samples,
-/// and its instructions set its pace.
+/// and a product were two: in the AMX Q4_K tile kernel the float step of
+/// every row, of every tile, super-block and pair, is a third of the
+/// samples, and its instructions set the pace.
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
 pub(crate) fn row_mins<const SHIFT: u32>(mins: &MinWeights, words: &MinSumWords) -> __m512i {
