@@ -114,6 +114,11 @@ def cmake_args(max_simd=None):
 
 
 def ensure_venv(max_simd=None):
+    """The venv of the llama.cpp build for `max_simd`: its own build for
+    "avx2" and "avxvnni"; the usual one otherwise ("avx512" too, since the
+    usual build has no AMX code)."""
+    if max_simd not in ("avx2", "avxvnni"):
+        max_simd = None
     suffix = f"-{max_simd}" if max_simd else ""
     venv = cache_dir() / f"llama-cpp-python-{LLAMA_CPP_PYTHON}{suffix}"
     python = venv / "bin" / "python"
@@ -231,8 +236,7 @@ def main():
         run_json([str(bench), "--json", "-p", "16", "-n", "0", "-t", str(args.threads), "-r", "1"])
         gguf = cache_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"
         ours = [str(bench), "--json"] + common + flags
-    # llama.cpp's usual build has no AMX code: it serves "avx512" as it is.
-    python = ensure_venv(None if args.max_simd == "avx512" else args.max_simd)
+    python = ensure_venv(args.max_simd)
     peer = [str(python), str(ROOT / "scripts" / "llamacpp_bench.py"), "-m", str(gguf)] + common
 
     bandwidth, f32_peak, byte_peak = roofline(args.threads, args.max_simd)
