@@ -12,8 +12,9 @@
 //! product: the rows' exact block sums ([`MinWords`]) meet the pair's
 //! minimums in four `vpdpwssd` per row, and two `vpdpbusd` more for
 //! 16-bit rows (`kquant_mins::row_mins`). These are the integers of
-//! `packed_q4k`'s formula, exact, which the float step `vnni_packed_q4k::pair_add_super` turns
-//! into the bits of the AVX-512 kernels.
+//! `packed_q4k`'s formula, exact, which the float step
+//! `vnni_packed_q4k::pair_add_super` turns into the bits of the AVX-512
+//! kernels.
 //!
 //! The tile loads, not the products, bound these kernels: on a Sapphire
 //! Rapids class Xeon a 1 KiB `tileloadd` from L1 took about 7 ns where a

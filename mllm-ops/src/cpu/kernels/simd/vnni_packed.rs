@@ -417,7 +417,10 @@ macro_rules! packed_pair_dot {
             out: &mut [[f32; GROUP_ROWS]],
             reads: $crate::cpu::kernels::packed::WeightReads,
         ) {
-            debug_assert!(xs.len() <= $most && out.len() >= 2 * xs.len());
+            // A format whose tile of rows outgrew this kernel would get
+            // only `$last` rows' outputs: stop it here.
+            assert!(xs.len() <= $most, "more rows than the pair kernel takes");
+            debug_assert!(out.len() >= 2 * xs.len());
             // The tile size is the annotated array length.
             match xs.len() {
                 0 => {}
