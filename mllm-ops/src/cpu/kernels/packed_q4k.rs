@@ -674,6 +674,55 @@ mod tests {
         check_group_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &levels, &what);
     }
 
+    /// Q4_K weights at their extremes (every value 15 or every value 0,
+    /// all scales and minimums 63) against 16-bit rows whose planes sit at
+    /// their extremes (`lo = −128` with `hi = −126`, and `hi = lo = 127`)
+    /// and 8-bit rows of `±127`: the AVX-512 pair kernel's sums of 16
+    /// columns reach `16·15·128`, near `i16`'s bound, which its scale step
+    /// (`vpdpwssd`) relies on; every level still gives the AVX2 bits.
+    fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
+        use crate::quant::q4_k;
+        let (rows, supers) = (2 * GROUP_ROWS, 2);
+        let cols = supers * SUPER_BLOCK;
+        let mut w = vec![0u8; rows * supers * q4_k::BLOCK_BYTES];
+        for (i, b) in w.chunks_exact_mut(q4_k::BLOCK_BYTES).enumerate() {
+            let d = half::f16::from_f32(0.01).to_le_bytes();
+            b[..4].copy_from_slice(&[d[0], d[1], d[0], d[1]]);
+            b[4..16].copy_from_slice(&q4_k::pack_scales(&[63; 8], &[63; 8]));
+            b[16..].fill(if i % 3 == 2 { 0x00 } else { 0xFF });
+        }
+        let m = QuantMatrix::new(QuantType::Q4K, &w, rows, cols).unwrap();
+        let p = PackedKQuant::<Nibbles>::pack(&m).unwrap();
+        let acts: Vec<Q16Act<SHIFT>> = values
+            .iter()
+            .map(|&v| {
+                let mut x = vec![v; cols];
+                // The largest magnitude, once per super-block, sets the
+                // scale so that `v` becomes the integer `v`.
+                for last in x.chunks_exact_mut(SUPER_BLOCK) {
+                    last[SUPER_BLOCK - 1] = crate::cpu::kernels::qact::q16_max(SHIFT);
+                }
+                Q16Act::quantize_per(&x, SUPER_BLOCK)
+            })
+            .collect();
+        let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
+        let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
+        let what = format!("extreme Q4_K split at {SHIFT}");
+        check_group_products::<KQuantFormat<Nibbles, SHIFT>>(
+            p.data.groups(0, 2),
+            &xs,
+            &levels,
+            &what,
+        );
+    }
+
+    #[test]
+    fn extreme_sums_equal_avx2() {
+        // `-32384 = 256·(-126) - 128`, and the wide split's largest value.
+        check_extreme_levels::<WIDE>(&[-32384.0, 32639.0, -32639.0]);
+        check_extreme_levels::<BYTE>(&[-127.0, 127.0]);
+    }
+
     /// One row's span of packed K-quant groups at the AVX2 level (pair by
     /// pair: the K-quants have no row run) gives each group its own bits
     /// (see `packed::tests::check_row_runs`).

@@ -17,6 +17,8 @@
 use std::arch::x86_64::*;
 
 use super::avx2::store;
+use super::avx2_i8::load32;
+use super::avx2_packed::BlockPlanes;
 use crate::cpu::kernels::packed::{GROUP_ROWS, PACKED_BLOCK_BYTES, TILE_TOKENS};
 use crate::cpu::kernels::qact::{Q16Row, BLOCK, BYTE, WIDE};
 
@@ -274,74 +276,58 @@ pub(crate) use scaled_block_pair_tile;
 scaled_block_pair_tile!(PACKED_BLOCK_BYTES, pair_block_sums);
 
 /// `block_sums` of two groups' blocks at once (`a`'s nibbles in the low
-/// halves, `b`'s in the high ones).
-///
-/// `nibble_pair_block_sums!()` defines it in the calling module: each packed
-/// format's kernels get their own copy, so that each instance has one
-/// caller, its tile, and is inlined into it.
-macro_rules! nibble_pair_block_sums {
-    () => {
-        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-        #[inline]
-        fn pair_block_sums<const T: usize, const SHIFT: u32>(
-            a: &[u8],
-            b: &[u8],
-            x: $crate::cpu::kernels::simd::avx2_packed::BlockPlanes<'_, T, SHIFT>,
-        ) -> ([__m512i; T], [__m512i; T]) {
-            use $crate::cpu::kernels::qact::BLOCK;
-            use $crate::cpu::kernels::simd::avx2_i8::load32;
-            use $crate::cpu::kernels::simd::avx2_packed::BlockPlanes;
-            use $crate::cpu::kernels::simd::vnni_packed::{dpbusd_word, dpbusd_words, join};
-            let nibble = _mm512_set1_epi8(0x0F);
-            let mut sum_hi = [_mm512_setzero_si512(); T];
-            let mut sum_lo = [_mm512_setzero_si512(); T];
-            if T > 1 {
-                // Chunk by chunk, each row's sums taking its products.
-                for j in 0..4 {
-                    let v = join(load32(&a[32 * j..]), load32(&b[32 * j..]));
-                    let w_lo = _mm512_and_si512(v, nibble);
-                    let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
-                    for t in 0..T {
-                        let h = x.his[t];
-                        sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_lo, h, 4 * j);
-                        sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_hi, h, 16 + 4 * j);
-                        if BlockPlanes::<T, SHIFT>::HAS_LO {
-                            let l = x.los[t];
-                            sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_lo, l, 4 * j);
-                            sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_hi, l, 16 + 4 * j);
-                        }
-                    }
+/// halves, `b`'s in the high ones). (The packed Q4_K kernel takes its
+/// sums its own way, see `vnni_packed_q4k::pair_scaled_sums`.)
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn pair_block_sums<const T: usize, const SHIFT: u32>(
+    a: &[u8],
+    b: &[u8],
+    x: BlockPlanes<'_, T, SHIFT>,
+) -> ([__m512i; T], [__m512i; T]) {
+    let nibble = _mm512_set1_epi8(0x0F);
+    let mut sum_hi = [_mm512_setzero_si512(); T];
+    let mut sum_lo = [_mm512_setzero_si512(); T];
+    if T > 1 {
+        // Chunk by chunk, each row's sums taking its products.
+        for j in 0..4 {
+            let v = join(load32(&a[32 * j..]), load32(&b[32 * j..]));
+            let w_lo = _mm512_and_si512(v, nibble);
+            let w_hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble);
+            for t in 0..T {
+                let h = x.his[t];
+                sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_lo, h, 4 * j);
+                sum_hi[t] = dpbusd_word::<T>(sum_hi[t], w_hi, h, 16 + 4 * j);
+                if BlockPlanes::<T, SHIFT>::HAS_LO {
+                    let l = x.los[t];
+                    sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_lo, l, 4 * j);
+                    sum_lo[t] = dpbusd_word::<T>(sum_lo[t], w_hi, l, 16 + 4 * j);
                 }
-                return (sum_hi, sum_lo);
             }
-            // One row (decode): four written-out products per plane and
-            // nibble half, and the high nibbles kept in place, 16 times
-            // their values (whose products still fit `dpbusd`'s exact
-            // 32-bit sums), so that each plane's sum takes one shift
-            // instead of each chunk. With more rows each row's sums would
-            // take shifts of their own, and the chunks as above ran faster.
-            let v: [__m512i; 4] =
-                std::array::from_fn(|j| join(load32(&a[32 * j..]), load32(&b[32 * j..])));
-            let w_lo = v.map(|v| _mm512_and_si512(v, nibble));
-            let w_hi16 = v.map(|v| _mm512_andnot_si512(nibble, v));
-            let plane = |x: &[i8; BLOCK]| {
-                let zero = _mm512_setzero_si512();
-                let low = dpbusd_words::<T, 0>(zero, w_lo, x, true);
-                let high16 = dpbusd_words::<T, 16>(zero, w_hi16, x, true);
-                _mm512_add_epi32(low, _mm512_srai_epi32::<4>(high16))
-            };
-            sum_hi[0] = plane(x.his[0]);
-            if BlockPlanes::<T, SHIFT>::HAS_LO {
-                sum_lo[0] = plane(x.los[0]);
-            }
-            (sum_hi, sum_lo)
         }
+        return (sum_hi, sum_lo);
+    }
+    // One row (decode): four written-out products per plane and nibble
+    // half, and the high nibbles kept in place, 16 times their values
+    // (whose products still fit `dpbusd`'s exact 32-bit sums), so that
+    // each plane's sum takes one shift instead of each chunk. With more
+    // rows each row's sums would take shifts of their own, and the chunks
+    // as above ran faster.
+    let v: [__m512i; 4] = std::array::from_fn(|j| join(load32(&a[32 * j..]), load32(&b[32 * j..])));
+    let w_lo = v.map(|v| _mm512_and_si512(v, nibble));
+    let w_hi16 = v.map(|v| _mm512_andnot_si512(nibble, v));
+    let plane = |x: &[i8; BLOCK]| {
+        let zero = _mm512_setzero_si512();
+        let low = dpbusd_words::<T, 0>(zero, w_lo, x, true);
+        let high16 = dpbusd_words::<T, 16>(zero, w_hi16, x, true);
+        _mm512_add_epi32(low, _mm512_srai_epi32::<4>(high16))
     };
+    sum_hi[0] = plane(x.his[0]);
+    if BlockPlanes::<T, SHIFT>::HAS_LO {
+        sum_lo[0] = plane(x.los[0]);
+    }
+    (sum_hi, sum_lo)
 }
-
-pub(crate) use nibble_pair_block_sums;
-
-nibble_pair_block_sums!();
 
 /// `avx2_packed::add_block` for sixteen rows (two groups) at once.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]

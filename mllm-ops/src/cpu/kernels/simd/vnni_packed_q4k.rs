@@ -5,7 +5,11 @@
 //! The block sums are those of `vnni_packed` (`dpbusd`), the same integers
 //! as AVX2's, and the integer and float steps after them are
 //! `avx2_packed_q4k`'s in the same order, so the results equal the AVX2
-//! kernel's bit for bit.
+//! kernel's bit for bit. The pair kernel takes each sub-block's sums in
+//! two parts of 16 columns, which fit `i16`, and their products with the
+//! sub-block's scales in one `vpdpwssd` each ([`pair_scaled_sums`]): the
+//! same integers, where a `vpmulld` and an add per sum were three
+//! instructions.
 //!
 //! Every function here is a safe `#[target_feature]` function: callers must
 //! only reach it after detecting AVX2, FMA, F16C, AVX-512F, AVX-512VL,
@@ -84,12 +88,15 @@ pub(crate) fn pair_neg_dmin(sa: &[u8], sb: &[u8]) -> __m512 {
 /// `a` and `b` for `T` activation rows at once on 512-bit vectors (lanes
 /// 0..8 of each result are `a`'s eight rows, lanes 8..16 `b`'s), for a
 /// K-quant layout with packed Q4_K's header and the sub-block bits
-/// `$bits` (as for `q4k_tile`) and the block sums `$pair_sums` of two groups' sub-block
-/// bits (as `vnni_packed::pair_block_sums`). Lane by lane the integer and
-/// float steps of `q4k_tile`, so the same bits; the packed Q4_K and Q5_K
-/// kernels share it.
+/// `$bits` (as for `q4k_tile`), where `$scaled_sums(a, b, planes, sc,
+/// sums_hi, sums_lo)` adds each row's block sums of a sub-block of the
+/// two groups, times the sub-block's scales `sc` (one per lane), to the
+/// row's `sums_hi` and `sums_lo` (as [`pair_scaled_sums`] or
+/// [`add_scaled_sums`]). Lane by lane the integer and float steps of
+/// `q4k_tile`, so the same bits; the packed Q4_K and Q5_K kernels share
+/// it.
 macro_rules! q4k_pair_tile {
-    ($bits:ty, $pair_sums:path) => {
+    ($bits:ty, $scaled_sums:path) => {
         /// The outputs of groups `a` and `b` for `T` activation rows.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
         #[inline]
@@ -132,17 +139,11 @@ macro_rules! q4k_pair_tile {
                     let at = BITS_AT + BLOCK_BITS * j;
                     block_into_l1(&sa[at..], BLOCK_BITS);
                     block_into_l1(&sb[at..], BLOCK_BITS);
-                    let (sum_hi, sum_lo) = $pair_sums(&sa[at..], &sb[at..], planes.block(i));
                     let sc_at = SCALES_AT + GROUP_ROWS * j;
                     let sc = u8x16(&sa[sc_at..], &sb[sc_at..]);
-                    for t in 0..T {
-                        let scaled = _mm512_mullo_epi32(sum_hi[t], sc);
-                        sums_hi[t] = _mm512_add_epi32(sums_hi[t], scaled);
-                        if SHIFT != $crate::cpu::kernels::qact::BYTE {
-                            let scaled = _mm512_mullo_epi32(sum_lo[t], sc);
-                            sums_lo[t] = _mm512_add_epi32(sums_lo[t], scaled);
-                        }
-                    }
+                    let (bits_a, bits_b) = (&sa[at..], &sb[at..]);
+                    let sums = (&mut sums_hi, &mut sums_lo);
+                    $scaled_sums(bits_a, bits_b, planes.block(i), sc, sums);
                 }
                 let d = f16x16(&sa[..16], &sb[..16]);
                 let neg_dmin = pair_neg_dmin(sa, sb);
@@ -161,8 +162,92 @@ macro_rules! q4k_pair_tile {
 
 pub(crate) use q4k_pair_tile;
 
-super::vnni_packed::nibble_pair_block_sums!();
+/// Each row's sums `(sum_hi, sum_lo)` of one sub-block times its scales
+/// `sc`, added to its `sums_hi` and `sums_lo` (the low plane's only for
+/// 16-bit rows): one `vpmulld` and one add each.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(crate) fn add_scaled_sums<const T: usize, const SHIFT: u32>(
+    (sum_hi, sum_lo): ([__m512i; T], [__m512i; T]),
+    sc: __m512i,
+    (sums_hi, sums_lo): (&mut [__m512i; T], &mut [__m512i; T]),
+) {
+    for t in 0..T {
+        sums_hi[t] = _mm512_add_epi32(sums_hi[t], _mm512_mullo_epi32(sum_hi[t], sc));
+        if SHIFT != BYTE {
+            sums_lo[t] = _mm512_add_epi32(sums_lo[t], _mm512_mullo_epi32(sum_lo[t], sc));
+        }
+    }
+}
 
-q4k_pair_tile!(crate::cpu::kernels::packed_q4k::Nibbles, pair_block_sums);
+/// `sum + sc·part` lane by lane, exact, for a `part` in `i16`'s range and
+/// a `sc` below 2^15 (a zero-extended 6-bit scale): one `vpdpwssd`, whose
+/// products of the lanes' high 16 bits are `part`'s sign times `sc`'s
+/// zero high half. Where a `vpmulld` and an add took three instructions.
+#[target_feature(enable = "avx512f,avx512vnni")]
+#[inline]
+fn add_scaled(sum: __m512i, part: __m512i, sc: __m512i) -> __m512i {
+    _mm512_dpwssd_epi32(sum, part, sc)
+}
+
+/// The packed Q4_K `$scaled_sums` of `q4k_pair_tile`: the sums of two
+/// groups' sub-block (`a`'s bits in the low halves, `b`'s in the high
+/// ones) in two parts of 16 columns each, whose sums fit `i16`
+/// (`|Σ q·x| ≤ 16·15·128`, for `q` in `0..16` and either plane of a
+/// 16-bit row or an 8-bit row), so that [`add_scaled`] takes each part's
+/// scaled sum in one `vpdpwssd`. The same integers as `vnni_packed`'s
+/// block sums times the scales.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn pair_scaled_sums<const T: usize, const SHIFT: u32>(
+    a: &[u8],
+    b: &[u8],
+    x: super::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+    sc: __m512i,
+    (sums_hi, sums_lo): (&mut [__m512i; T], &mut [__m512i; T]),
+) {
+    use super::avx2_i8::load32;
+    use super::avx2_packed::BlockPlanes;
+    use super::vnni_packed::{dpbusd_words, join};
+    use crate::cpu::kernels::qact::BLOCK;
+    let nibble = _mm512_set1_epi8(0x0F);
+    let v: [__m512i; 4] = std::array::from_fn(|j| join(load32(&a[32 * j..]), load32(&b[32 * j..])));
+    let w_lo = v.map(|v| _mm512_and_si512(v, nibble));
+    if T > 1 {
+        // Chunk `c` holds columns `4c..4c + 4` in its low nibbles and
+        // `16 + 4c..` in its high ones: a row's products with the low
+        // nibbles of all four are one part, with the high ones the other.
+        let w_hi = v.map(|v| _mm512_and_si512(_mm512_srli_epi16::<4>(v), nibble));
+        let scaled_plane = |sum: __m512i, x: &[i8; BLOCK]| {
+            let zero = _mm512_setzero_si512();
+            let low = dpbusd_words::<T, 0>(zero, w_lo, x, false);
+            let high = dpbusd_words::<T, 16>(zero, w_hi, x, false);
+            add_scaled(add_scaled(sum, low, sc), high, sc)
+        };
+        for t in 0..T {
+            sums_hi[t] = scaled_plane(sums_hi[t], x.his[t]);
+            if BlockPlanes::<T, SHIFT>::HAS_LO {
+                sums_lo[t] = scaled_plane(sums_lo[t], x.los[t]);
+            }
+        }
+        return;
+    }
+    // One row (decode): the high nibbles kept in place, 16 times their
+    // values (one shift per plane), and the products written out as in
+    // `vnni_packed`.
+    let w_hi16 = v.map(|v| _mm512_andnot_si512(nibble, v));
+    let plane = |sum: __m512i, x: &[i8; BLOCK]| {
+        let zero = _mm512_setzero_si512();
+        let low = dpbusd_words::<T, 0>(zero, w_lo, x, true);
+        let high16 = dpbusd_words::<T, 16>(zero, w_hi16, x, true);
+        add_scaled(add_scaled(sum, low, sc), _mm512_srai_epi32::<4>(high16), sc)
+    };
+    sums_hi[0] = plane(sums_hi[0], x.his[0]);
+    if BlockPlanes::<T, SHIFT>::HAS_LO {
+        sums_lo[0] = plane(sums_lo[0], x.los[0]);
+    }
+}
+
+q4k_pair_tile!(crate::cpu::kernels::packed_q4k::Nibbles, pair_scaled_sums);
 
 super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>);

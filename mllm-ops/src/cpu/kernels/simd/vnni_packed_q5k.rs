@@ -30,6 +30,22 @@ super::avx2_packed::packed_group_dot!(
 
 super::vnni_packed_q5::five_bit_pair_block_sums!(false);
 
-super::vnni_packed_q4k::q4k_pair_tile!(crate::cpu::kernels::packed_q5k::FiveBits, pair_block_sums);
+/// The packed Q5_K `$scaled_sums` of `vnni_packed_q4k::q4k_pair_tile`:
+/// the block sums of two groups' sub-block times its scales `sc`, added
+/// to each row's sums. (A part of 16 columns of 5-bit values can pass
+/// `i16`'s range, so each sum takes a `vpmulld`.)
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[inline]
+fn pair_scaled_sums<const T: usize, const SHIFT: u32>(
+    a: &[u8],
+    b: &[u8],
+    x: super::avx2_packed::BlockPlanes<'_, T, SHIFT>,
+    sc: __m512i,
+    sums: (&mut [__m512i; T], &mut [__m512i; T]),
+) {
+    super::vnni_packed_q4k::add_scaled_sums::<T, SHIFT>(pair_block_sums(a, b, x), sc, sums);
+}
+
+super::vnni_packed_q4k::q4k_pair_tile!(crate::cpu::kernels::packed_q5k::FiveBits, pair_scaled_sums);
 
 super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>);
