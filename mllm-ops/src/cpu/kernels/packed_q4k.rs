@@ -674,31 +674,32 @@ mod tests {
         check_group_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &levels, &what);
     }
 
-    /// Q4_K weights at their extremes (every value 15 or every value 0,
-    /// all scales and minimums 63) against 16-bit rows whose planes sit at
-    /// their extremes (`lo = −128` with `hi = −126`, and `hi = lo = 127`)
-    /// and 8-bit rows of `±127`: the AVX-512 pair kernel's sums of 16
-    /// columns reach `16·15·128`, near `i16`'s bound, which its scale step
-    /// (`vpdpwssd`) relies on; every level still gives the AVX2 bits.
-    fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
-        use crate::quant::q4_k;
+    /// Weights of `B`'s type at their extremes (every value the largest,
+    /// 15 or 31, or every value 0; all scales and minimums 63) against
+    /// rows `values` (each value in every column, with the split's largest
+    /// magnitude once per super-block, so that each becomes that integer):
+    /// every level gives the scalar code's bits. With 16-bit rows whose
+    /// planes sit at their extremes (`lo = −128` with `hi = −126`, and
+    /// `hi = lo = 127`) and 8-bit rows of `±127`, the AVX-512 Q4_K pair
+    /// kernel's sums of 16 columns reach `16·15·128`, near `i16`'s bound,
+    /// which its scale step (`vpdpwssd`) relies on.
+    fn check_extreme_levels<B: SubBlockBits, const SHIFT: u32>(values: &[f32]) {
         let (rows, supers) = (2 * GROUP_ROWS, 2);
         let cols = supers * SUPER_BLOCK;
-        let mut w = vec![0u8; rows * supers * q4_k::BLOCK_BYTES];
-        for (i, b) in w.chunks_exact_mut(q4_k::BLOCK_BYTES).enumerate() {
+        let block_bytes = B::QT.block_bytes();
+        let mut w = vec![0u8; rows * supers * block_bytes];
+        for (i, b) in w.chunks_exact_mut(block_bytes).enumerate() {
             let d = half::f16::from_f32(0.01).to_le_bytes();
             b[..4].copy_from_slice(&[d[0], d[1], d[0], d[1]]);
             b[4..16].copy_from_slice(&q4_k::pack_scales(&[63; 8], &[63; 8]));
             b[16..].fill(if i % 3 == 2 { 0x00 } else { 0xFF });
         }
-        let m = QuantMatrix::new(QuantType::Q4K, &w, rows, cols).unwrap();
-        let p = PackedKQuant::<Nibbles>::pack(&m).unwrap();
+        let m = QuantMatrix::new(B::QT, &w, rows, cols).unwrap();
+        let p = PackedKQuant::<B>::pack(&m).unwrap();
         let acts: Vec<Q16Act<SHIFT>> = values
             .iter()
             .map(|&v| {
                 let mut x = vec![v; cols];
-                // The largest magnitude, once per super-block, sets the
-                // scale so that `v` becomes the integer `v`.
                 for last in x.chunks_exact_mut(SUPER_BLOCK) {
                     last[SUPER_BLOCK - 1] = crate::cpu::kernels::qact::q16_max(SHIFT);
                 }
@@ -706,21 +707,25 @@ mod tests {
             })
             .collect();
         let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
-        let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
-        let what = format!("extreme Q4_K split at {SHIFT}");
-        check_group_products::<KQuantFormat<Nibbles, SHIFT>>(
-            p.data.groups(0, 2),
-            &xs,
-            &levels,
-            &what,
-        );
+        let levels = [
+            SimdLevel::Scalar,
+            SimdLevel::Avx2,
+            SimdLevel::AvxVnni,
+            SimdLevel::Avx512,
+        ];
+        let what = format!("extreme {} split at {SHIFT}", B::QT);
+        let groups = p.data.groups(0, 2);
+        check_group_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &levels, &what);
     }
 
     #[test]
-    fn extreme_sums_equal_avx2() {
+    fn extreme_sums_equal_the_scalar_bits() {
         // `-32384 = 256·(-126) - 128`, and the wide split's largest value.
-        check_extreme_levels::<WIDE>(&[-32384.0, 32639.0, -32639.0]);
-        check_extreme_levels::<BYTE>(&[-127.0, 127.0]);
+        let wide = [-32384.0, 32639.0, -32639.0];
+        check_extreme_levels::<Nibbles, WIDE>(&wide);
+        check_extreme_levels::<FiveBits, WIDE>(&wide);
+        check_extreme_levels::<Nibbles, BYTE>(&[-127.0, 127.0]);
+        check_extreme_levels::<FiveBits, BYTE>(&[-127.0, 127.0]);
     }
 
     /// One row's span of packed K-quant groups at the AVX2 level (pair by
