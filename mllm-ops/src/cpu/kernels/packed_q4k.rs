@@ -537,7 +537,7 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
         check_group_products, check_packed_linear_per, check_rows_alone, check_unpacked_rows,
-        BoundLinear, PATHS,
+        extreme_rows, BoundLinear, PATHS,
     };
     #[cfg(target_arch = "x86_64")]
     use crate::cpu::kernels::packed::tests::{check_tile_products, check_tiles_take_rows};
@@ -678,11 +678,12 @@ mod tests {
     /// 15 or 31, or every value 0; all scales and minimums 63) against
     /// rows `values` (each value in every column, with the split's largest
     /// magnitude once per super-block, so that each becomes that integer):
-    /// every level gives the scalar code's bits. With 16-bit rows whose
-    /// planes sit at their extremes (`lo = −128` with `hi = −126`, and
-    /// `hi = lo = 127`) and 8-bit rows of `±127`, the AVX-512 Q4_K pair
-    /// kernel's sums of 16 columns reach `16·15·128`, near `i16`'s bound,
-    /// which its scale step (`vpdpwssd`) relies on.
+    /// every level gives the scalar code's bits, and the AMX tiles of 16
+    /// such rows the AVX-512 bits. With 16-bit rows whose planes sit at
+    /// their extremes (`lo = −128` with `hi = −126`, and `hi = lo = 127`)
+    /// and 8-bit rows of `±127`, the AVX-512 Q4_K pair kernel's sums of 16
+    /// columns reach `16·15·128`, near `i16`'s bound, which its scale step
+    /// (`vpdpwssd`) relies on.
     fn check_extreme_levels<B: SubBlockBits, const SHIFT: u32>(values: &[f32]) {
         let (rows, supers) = (2 * GROUP_ROWS, 2);
         let cols = supers * SUPER_BLOCK;
@@ -696,14 +697,9 @@ mod tests {
         }
         let m = QuantMatrix::new(B::QT, &w, rows, cols).unwrap();
         let p = PackedKQuant::<B>::pack(&m).unwrap();
-        let acts: Vec<Q16Act<SHIFT>> = values
-            .iter()
-            .map(|&v| {
-                let mut x = vec![v; cols];
-                for last in x.chunks_exact_mut(SUPER_BLOCK) {
-                    last[SUPER_BLOCK - 1] = crate::cpu::kernels::qact::q16_max(SHIFT);
-                }
-                Q16Act::quantize_per(&x, SUPER_BLOCK)
+        let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
+            .map(|r| {
+                Q16Act::quantize_per(&extreme_rows::<SHIFT>(&values[r..], 1, cols), SUPER_BLOCK)
             })
             .collect();
         let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
@@ -716,6 +712,26 @@ mod tests {
         let what = format!("extreme {} split at {SHIFT}", B::QT);
         let groups = p.data.groups(0, 2);
         check_group_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &levels, &what);
+        #[cfg(target_arch = "x86_64")]
+        {
+            let act = Q16Act::<SHIFT>::quantize_per(
+                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols),
+                SUPER_BLOCK,
+            );
+            let xs: Vec<Q16Row<'_, SHIFT>> =
+                (0..TILE_ROWS).map(|t| act.row().sub_row(t, cols)).collect();
+            check_tile_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &what);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let act = Q16Act::<SHIFT>::quantize_per(
+                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols),
+                SUPER_BLOCK,
+            );
+            let xs: Vec<Q16Row<'_, SHIFT>> =
+                (0..TILE_ROWS).map(|t| act.row().sub_row(t, cols)).collect();
+            check_tile_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &what);
+        }
     }
 
     #[test]

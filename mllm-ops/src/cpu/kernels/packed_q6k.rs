@@ -399,7 +399,7 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
         check_group_products, check_packed_linear_per, check_rows_alone, check_unpacked_rows,
-        BoundLinear, PATHS,
+        extreme_rows, BoundLinear, PATHS,
     };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
@@ -544,6 +544,63 @@ mod tests {
         let mut rng = Rng::new(64);
         check_levels::<WIDE>(&mut rng);
         check_levels::<BYTE>(&mut rng);
+    }
+
+    /// Q6_K weights at their extremes (every value 63, or every value 0,
+    /// under the largest positive or negative scales) against rows whose
+    /// values (`values`, each in every column, the split's largest
+    /// magnitude once per super-block so that each becomes that integer)
+    /// put the planes at their extremes: every level gives the portable
+    /// kernel's bits, and the AMX tiles of 16 such rows the AVX-512 bits,
+    /// so no kernel's integer sums wrap or saturate there.
+    fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
+        let (rows, supers) = (2 * GROUP_ROWS, 2);
+        let cols = supers * q6_k::BLOCK_LEN;
+        let mut w = vec![0u8; rows * supers * q6_k::BLOCK_BYTES];
+        for (i, b) in w.chunks_exact_mut(q6_k::BLOCK_BYTES).enumerate() {
+            // `ql` and `qh`, then the 16 signed scales, then `d`.
+            b[..192].fill(if i % 3 == 2 { 0x00 } else { 0xFF });
+            b[192..208].fill(if i % 2 == 0 { 0x7F } else { 0x80 });
+            b[208..].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+        }
+        let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
+        let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
+            .map(|r| {
+                Q16Act::quantize_per(&extreme_rows::<SHIFT>(&values[r..], 1, cols), SUPER_BLOCK)
+            })
+            .collect();
+        let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
+        let offsets = offsets_of(&rows);
+        let xs = inputs(&rows, &offsets);
+        let levels = [
+            SimdLevel::Scalar,
+            SimdLevel::Avx2,
+            SimdLevel::AvxVnni,
+            SimdLevel::Avx512,
+        ];
+        let what = format!("extreme q6_k split at {SHIFT}");
+        check_group_products::<Q6KFormat<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::cpu::kernels::packed::tests::check_tile_products;
+            use crate::cpu::kernels::simd::amx::TILE_ROWS;
+            let act = Q16Act::<SHIFT>::quantize_per(
+                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols),
+                SUPER_BLOCK,
+            );
+            let rows: Vec<Q16Row<'_, SHIFT>> =
+                (0..TILE_ROWS).map(|t| act.row().sub_row(t, cols)).collect();
+            let offsets = offsets_of(&rows);
+            let xs = inputs(&rows, &offsets);
+            check_tile_products::<Q6KFormat<SHIFT>>(p.data.groups(0, 2), &xs, &what);
+        }
+    }
+
+    #[test]
+    fn extreme_sums_equal_the_portable_bits() {
+        // `-32384 = 256·(-126) - 128`, and the wide split's largest value.
+        check_extreme_levels::<WIDE>(&[-32384.0, 32639.0, -32639.0]);
+        check_extreme_levels::<BYTE>(&[-127.0, 127.0]);
     }
 
     /// The AMX tile products of 16 rows split at `SHIFT` (see

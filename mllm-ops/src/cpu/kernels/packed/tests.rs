@@ -760,6 +760,21 @@ pub(crate) fn check_tile_products<F: PackedFormat>(groups: &[u8], xs: &[F::Input
     }
 }
 
+/// `rows` activation rows of `cols` values, row `r` all `values[r mod
+/// len]` but for the largest magnitude of the 16-bit split `SHIFT` once
+/// per super-block (the last column of each), so that rows quantized per
+/// super-block ([`Q16Act::quantize_per`]) hold each value as that integer:
+/// rows at the planes' extremes for the formats' extreme-value tests.
+pub(crate) fn extreme_rows<const SHIFT: u32>(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..rows)
+        .flat_map(|r| vec![values[r % values.len()]; cols])
+        .collect();
+    for last in x.chunks_exact_mut(crate::cpu::kernels::qact::SUPER_BLOCK) {
+        *last.last_mut().expect("a super-block") = crate::cpu::kernels::qact::q16_max(SHIFT);
+    }
+    x
+}
+
 /// The two-group product of kernel `k` over `groups` (two packed
 /// groups) equals each group's own product, bit for bit, for one to
 /// all of the rows `xs`: a task split that leaves a group without its
