@@ -699,7 +699,10 @@ mod tests {
         let p = PackedKQuant::<B>::pack(&m).unwrap();
         let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
             .map(|r| {
-                Q16Act::quantize_per(&extreme_rows::<SHIFT>(&values[r..], 1, cols), SUPER_BLOCK)
+                Q16Act::quantize_per(
+                    &extreme_rows::<SHIFT>(&values[r..], 1, cols, SUPER_BLOCK),
+                    SUPER_BLOCK,
+                )
             })
             .collect();
         let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
@@ -715,7 +718,7 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             let act = Q16Act::<SHIFT>::quantize_per(
-                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols),
+                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols, SUPER_BLOCK),
                 SUPER_BLOCK,
             );
             let xs: Vec<Q16Row<'_, SHIFT>> =
@@ -725,7 +728,7 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             let act = Q16Act::<SHIFT>::quantize_per(
-                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols),
+                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols, SUPER_BLOCK),
                 SUPER_BLOCK,
             );
             let xs: Vec<Q16Row<'_, SHIFT>> =

@@ -382,6 +382,86 @@ mod tests {
         }
     }
 
+    /// The AVX2 products of the two groups `groups` with the rows `xs`
+    /// agree with the scalar code's to within float rounding (the scalar
+    /// code takes its float steps in another order), which a wrapped or
+    /// saturated integer sum would not.
+    fn check_near_scalar<const SHIFT: u32>(groups: &[u8], xs: &[Q16Row<'_, SHIFT>], what: &str) {
+        use crate::cpu::kernels::packed::WeightReads;
+        use crate::cpu::kernels::qkernel::tests::kernel_or_skip;
+        use crate::cpu::kernels::qkernel::QuantPath;
+        let path = QuantPath::Int16Activations;
+        let (Some(scalar), Some(avx2)) = (
+            kernel_or_skip(path, SimdLevel::Scalar),
+            kernel_or_skip(path, SimdLevel::Avx2),
+        ) else {
+            return;
+        };
+        let mut want = vec![[f32::NAN; GROUP_ROWS]; 2 * xs.len()];
+        scalar.packed_dot::<Q5Format<SHIFT>>(groups, xs, &mut want, WeightReads::FromCache);
+        let mut got = vec![[f32::NAN; GROUP_ROWS]; 2 * xs.len()];
+        avx2.packed_dot::<Q5Format<SHIFT>>(groups, xs, &mut got, WeightReads::FromCache);
+        for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+            assert!(
+                (g - w).abs() <= 1e-6 * w.abs(),
+                "{what}: AVX2 {g} against scalar {w}"
+            );
+        }
+    }
+
+    /// Q5_0 and Q5_1 weights at their extremes (every value 31, or every
+    /// value 0) against rows whose values (`values`, each in every
+    /// column, the split's largest magnitude once per block so that each
+    /// becomes that integer) put the planes at their extremes: every level
+    /// gives the AVX2 bits, and the AMX tiles of 16 such rows the AVX-512
+    /// bits, so no kernel's integer sums wrap or saturate there.
+    fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
+        use crate::cpu::kernels::packed::tests::extreme_rows;
+        for qt in TYPES {
+            let nb = 3;
+            let (rows, cols) = (2 * GROUP_ROWS, nb * BLOCK);
+            let header = if qt == QuantType::Q5_1 { 4 } else { 2 };
+            let mut w = vec![0u8; rows * nb * qt.block_bytes()];
+            for (i, b) in w.chunks_exact_mut(qt.block_bytes()).enumerate() {
+                let d = half::f16::from_f32(0.01).to_le_bytes();
+                b[..2].copy_from_slice(&d);
+                if header == 4 {
+                    b[2..4].copy_from_slice(&half::f16::from_f32(-0.02).to_le_bytes());
+                }
+                b[header..].fill(if i % 3 == 2 { 0x00 } else { 0xFF });
+            }
+            let m = QuantMatrix::new(qt, &w, rows, cols).unwrap();
+            let p = PackedQ5::pack(&m).unwrap();
+            let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
+                .map(|r| Q16Act::quantize(&extreme_rows::<SHIFT>(&values[r..], 1, cols, BLOCK)))
+                .collect();
+            let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
+            let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
+            let what = format!("extreme {qt} split at {SHIFT}");
+            check_group_products::<Q5Format<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
+            check_near_scalar(p.data.groups(0, 2), &xs, &what);
+            #[cfg(target_arch = "x86_64")]
+            {
+                let tile = crate::cpu::kernels::simd::amx::TILE_ROWS;
+                let act =
+                    Q16Act::<SHIFT>::quantize(&extreme_rows::<SHIFT>(values, tile, cols, BLOCK));
+                let xs: Vec<Q16Row<'_, SHIFT>> =
+                    (0..tile).map(|t| act.row().sub_row(t, cols)).collect();
+                let groups = p.data.groups(0, 2);
+                crate::cpu::kernels::packed::tests::check_tile_products::<Q5Format<SHIFT>>(
+                    groups, &xs, &what,
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn extreme_sums_equal_avx2() {
+        // `-32384 = 256·(-126) - 128`, and the wide split's largest value.
+        check_extreme_levels::<WIDE>(&[-32384.0, 32639.0, -32639.0]);
+        check_extreme_levels::<BYTE>(&[-127.0, 127.0]);
+    }
+
     /// Decode's row runs of packed Q5 groups (see
     /// `packed::tests::check_row_runs`), for 16-bit and 8-bit rows, at
     /// SmolLM2's width and an odd one.

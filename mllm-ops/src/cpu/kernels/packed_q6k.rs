@@ -566,7 +566,10 @@ mod tests {
         let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
         let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
             .map(|r| {
-                Q16Act::quantize_per(&extreme_rows::<SHIFT>(&values[r..], 1, cols), SUPER_BLOCK)
+                Q16Act::quantize_per(
+                    &extreme_rows::<SHIFT>(&values[r..], 1, cols, SUPER_BLOCK),
+                    SUPER_BLOCK,
+                )
             })
             .collect();
         let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
@@ -585,7 +588,7 @@ mod tests {
             use crate::cpu::kernels::packed::tests::check_tile_products;
             use crate::cpu::kernels::simd::amx::TILE_ROWS;
             let act = Q16Act::<SHIFT>::quantize_per(
-                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols),
+                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols, SUPER_BLOCK),
                 SUPER_BLOCK,
             );
             let rows: Vec<Q16Row<'_, SHIFT>> =

@@ -762,15 +762,21 @@ pub(crate) fn check_tile_products<F: PackedFormat>(groups: &[u8], xs: &[F::Input
 
 /// `rows` activation rows of `cols` values, row `r` all `values[r mod
 /// len]` but for the largest magnitude of the 16-bit split `SHIFT` once
-/// per super-block (the last column of each), so that rows quantized per
-/// super-block ([`Q16Act::quantize_per`]) hold each value as that integer:
-/// rows at the planes' extremes for the formats' extreme-value tests.
-pub(crate) fn extreme_rows<const SHIFT: u32>(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+/// per run of `per` values that share a scale (the last of each), so
+/// that rows quantized with that run ([`Q16Act::quantize_per`]) hold each
+/// value as that integer: rows at the planes' extremes for the formats'
+/// extreme-value tests.
+pub(crate) fn extreme_rows<const SHIFT: u32>(
+    values: &[f32],
+    rows: usize,
+    cols: usize,
+    per: usize,
+) -> Vec<f32> {
     let mut x: Vec<f32> = (0..rows)
         .flat_map(|r| vec![values[r % values.len()]; cols])
         .collect();
-    for last in x.chunks_exact_mut(crate::cpu::kernels::qact::SUPER_BLOCK) {
-        *last.last_mut().expect("a super-block") = crate::cpu::kernels::qact::q16_max(SHIFT);
+    for run in x.chunks_exact_mut(per) {
+        *run.last_mut().expect("a run of values") = crate::cpu::kernels::qact::q16_max(SHIFT);
     }
     x
 }
