@@ -382,33 +382,6 @@ mod tests {
         }
     }
 
-    /// The AVX2 products of the two groups `groups` with the rows `xs`
-    /// agree with the scalar code's to within float rounding (the scalar
-    /// code takes its float steps in another order), which a wrapped or
-    /// saturated integer sum would not.
-    fn check_near_scalar<const SHIFT: u32>(groups: &[u8], xs: &[Q16Row<'_, SHIFT>], what: &str) {
-        use crate::cpu::kernels::packed::WeightReads;
-        use crate::cpu::kernels::qkernel::tests::kernel_or_skip;
-        use crate::cpu::kernels::qkernel::QuantPath;
-        let path = QuantPath::Int16Activations;
-        let (Some(scalar), Some(avx2)) = (
-            kernel_or_skip(path, SimdLevel::Scalar),
-            kernel_or_skip(path, SimdLevel::Avx2),
-        ) else {
-            return;
-        };
-        let mut want = vec![[f32::NAN; GROUP_ROWS]; 2 * xs.len()];
-        scalar.packed_dot::<Q5Format<SHIFT>>(groups, xs, &mut want, WeightReads::FromCache);
-        let mut got = vec![[f32::NAN; GROUP_ROWS]; 2 * xs.len()];
-        avx2.packed_dot::<Q5Format<SHIFT>>(groups, xs, &mut got, WeightReads::FromCache);
-        for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
-            assert!(
-                (g - w).abs() <= 1e-6 * w.abs(),
-                "{what}: AVX2 {g} against scalar {w}"
-            );
-        }
-    }
-
     /// Q5_0 and Q5_1 weights at their extremes (every value 31, or every
     /// value 0) against rows whose values (`values`, each in every
     /// column, the split's largest magnitude once per block so that each
@@ -416,7 +389,7 @@ mod tests {
     /// gives the AVX2 bits, and the AMX tiles of 16 such rows the AVX-512
     /// bits, so no kernel's integer sums wrap or saturate there.
     fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
-        use crate::cpu::kernels::packed::tests::extreme_rows;
+        use crate::cpu::kernels::packed::tests::{check_near_scalar, extreme_rows};
         for qt in TYPES {
             let nb = 3;
             let (rows, cols) = (2 * GROUP_ROWS, nb * BLOCK);
@@ -439,7 +412,7 @@ mod tests {
             let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
             let what = format!("extreme {qt} split at {SHIFT}");
             check_group_products::<Q5Format<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
-            check_near_scalar(p.data.groups(0, 2), &xs, &what);
+            check_near_scalar::<Q5Format<SHIFT>>(p.data.groups(0, 2), &xs, &what);
             #[cfg(target_arch = "x86_64")]
             {
                 let tile = crate::cpu::kernels::simd::amx::TILE_ROWS;

@@ -572,6 +572,69 @@ mod tests {
         check_levels::<BYTE>(&mut rng);
     }
 
+    /// Q8_0 weights at their extremes (every value −128, or every value
+    /// 127) against rows whose values (`values`, each in every column,
+    /// the split's largest magnitude once per block so that each becomes
+    /// that integer) put the planes at their extremes: every level gives
+    /// the portable kernel's bits, and the AMX tiles of 16 such rows the
+    /// AVX-512 bits, so no kernel's integer sums wrap or saturate there.
+    fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
+        use crate::cpu::kernels::packed::tests::extreme_rows;
+        let (rows, nb) = (2 * GROUP_ROWS, 3);
+        let cols = nb * BLOCK;
+        let mut w = vec![0u8; rows * nb * q8_0::BLOCK_BYTES];
+        for (i, b) in w.chunks_exact_mut(q8_0::BLOCK_BYTES).enumerate() {
+            b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            b[2..].fill(if i % 3 == 2 { 0x7F } else { 0x80 });
+        }
+        let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, cols).unwrap();
+        let p = PackedQ8::pack(&m).unwrap();
+        let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
+            .map(|r| Q16Act::quantize(&extreme_rows::<SHIFT>(&values[r..], 1, cols, BLOCK)))
+            .collect();
+        let extras: Vec<(Vec<i32>, Vec<i16>)> =
+            acts.iter().map(|a| both_extras(&a.row())).collect();
+        let xs: Vec<Q8Input<'_, SHIFT>> = acts
+            .iter()
+            .zip(&extras)
+            .map(|(a, (s, v))| Q8Input {
+                x: a.row(),
+                hi_offsets: s,
+                values: v,
+            })
+            .collect();
+        let levels = [
+            SimdLevel::Scalar,
+            SimdLevel::Avx2,
+            SimdLevel::AvxVnni,
+            SimdLevel::Avx512,
+        ];
+        let what = format!("extreme q8_0 split at {SHIFT}");
+        check_group_products::<Q8Format<SHIFT>>(p.groups(0, 2), &xs, &levels, &what);
+        #[cfg(target_arch = "x86_64")]
+        {
+            let tile = crate::cpu::kernels::simd::amx::TILE_ROWS;
+            let act = Q16Act::<SHIFT>::quantize(&extreme_rows::<SHIFT>(values, tile, cols, BLOCK));
+            let rows: Vec<Q16Row<'_, SHIFT>> =
+                (0..tile).map(|t| act.row().sub_row(t, cols)).collect();
+            let extras: Vec<(Vec<i32>, Vec<i16>)> = rows.iter().map(both_extras).collect();
+            let xs = inputs(&rows, &extras);
+            crate::cpu::kernels::packed::tests::check_tile_products::<Q8Format<SHIFT>>(
+                p.groups(0, 2),
+                &xs,
+                &what,
+            );
+        }
+    }
+
+    #[test]
+    fn extreme_sums_equal_the_portable_bits() {
+        // The narrow split's `hi = −127, lo = 127`, `hi = 126, lo = 127`
+        // and its largest magnitudes (`lo = 0`).
+        check_extreme_levels::<NARROW>(&[-16129.0, 16255.0, -16256.0, 16256.0]);
+        check_extreme_levels::<BYTE>(&[-127.0, 127.0]);
+    }
+
     /// The rows `rows` with their extras `extras` (as [`both_extras`]
     /// gives them) as the kernels' inputs.
     #[cfg(target_arch = "x86_64")]

@@ -781,6 +781,80 @@ pub(crate) fn extreme_rows<const SHIFT: u32>(
     x
 }
 
+/// The AVX2 products of format `F` over one and two groups of `groups`
+/// with the rows `xs` agree with the scalar code's to within float rounding (the
+/// scalar code of some formats takes its float steps in another order),
+/// which a wrapped or saturated integer sum would not.
+pub(crate) fn check_near_scalar<F: PackedFormat>(groups: &[u8], xs: &[F::Input<'_>], what: &str) {
+    let path = QuantPath::Int16Activations;
+    let (Some(scalar), Some(avx2)) = (
+        kernel_or_skip(path, SimdLevel::Scalar),
+        kernel_or_skip(path, SimdLevel::Avx2),
+    ) else {
+        return;
+    };
+    let group_bytes = groups.len() / 2;
+    for n in 1..=2 {
+        let groups = &groups[..n * group_bytes];
+        let mut want = vec![[f32::NAN; GROUP_ROWS]; n * xs.len()];
+        scalar.packed_dot::<F>(groups, xs, &mut want, WeightReads::FromCache);
+        let mut got = vec![[f32::NAN; GROUP_ROWS]; n * xs.len()];
+        avx2.packed_dot::<F>(groups, xs, &mut got, WeightReads::FromCache);
+        for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+            let close = (g - w).abs() <= 1e-6 * w.abs();
+            assert!(close, "{what}, {n} groups: AVX2 {g} against scalar {w}");
+        }
+    }
+}
+
+/// Q4_0 and Q4_1 weights at their extremes (every value 15, or every
+/// value 0) against rows whose values (`values`, each in every column,
+/// the split's largest magnitude once per block so that each becomes that
+/// integer) put the planes at their extremes: every level gives the AVX2
+/// bits, the AVX2 products agree with the scalar code's, and the AMX tiles
+/// of 16 such rows give the AVX-512 bits, so no kernel's integer sums wrap
+/// or saturate there.
+fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
+    for qt in [QuantType::Q4_0, QuantType::Q4_1] {
+        let nb = 3;
+        let (rows, cols) = (2 * GROUP_ROWS, nb * BLOCK);
+        let header = if qt == QuantType::Q4_1 { 4 } else { 2 };
+        let mut w = vec![0u8; rows * nb * qt.block_bytes()];
+        for (i, b) in w.chunks_exact_mut(qt.block_bytes()).enumerate() {
+            b[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+            if header == 4 {
+                b[2..4].copy_from_slice(&f16::from_f32(-0.02).to_le_bytes());
+            }
+            b[header..].fill(if i % 3 == 2 { 0x00 } else { 0xFF });
+        }
+        let m = QuantMatrix::new(qt, &w, rows, cols).unwrap();
+        let p = PackedQ4::pack(&m).unwrap();
+        let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
+            .map(|r| Q16Act::quantize(&extreme_rows::<SHIFT>(&values[r..], 1, cols, BLOCK)))
+            .collect();
+        let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
+        let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
+        let what = format!("extreme {qt} split at {SHIFT}");
+        check_group_products::<Q4Format<SHIFT>>(p.groups(0, 2), &xs, &levels, &what);
+        check_near_scalar::<Q4Format<SHIFT>>(p.groups(0, 2), &xs, &what);
+        #[cfg(target_arch = "x86_64")]
+        {
+            let tile = crate::cpu::kernels::simd::amx::TILE_ROWS;
+            let act = Q16Act::<SHIFT>::quantize(&extreme_rows::<SHIFT>(values, tile, cols, BLOCK));
+            let rows: Vec<Q16Row<'_, SHIFT>> =
+                (0..tile).map(|t| act.row().sub_row(t, cols)).collect();
+            check_tile_products::<Q4Format<SHIFT>>(p.groups(0, 2), &rows, &what);
+        }
+    }
+}
+
+#[test]
+fn extreme_sums_equal_avx2() {
+    // `-32384 = 256·(-126) - 128`, and the wide split's largest value.
+    check_extreme_levels::<WIDE>(&[-32384.0, 32639.0, -32639.0]);
+    check_extreme_levels::<BYTE>(&[-127.0, 127.0]);
+}
+
 /// The two-group product of kernel `k` over `groups` (two packed
 /// groups) equals each group's own product, bit for bit, for one to
 /// all of the rows `xs`: a task split that leaves a group without its
