@@ -429,7 +429,7 @@ mod tests {
     }
 
     #[test]
-    fn extreme_sums_equal_avx2() {
+    fn extreme_sums_agree_at_every_level() {
         // `-32384 = 256·(-126) - 128`, and the wide split's largest value.
         check_extreme_levels::<WIDE>(&[-32384.0, 32639.0, -32639.0]);
         check_extreme_levels::<BYTE>(&[-127.0, 127.0]);

@@ -628,7 +628,7 @@ mod tests {
     }
 
     #[test]
-    fn extreme_sums_equal_the_portable_bits() {
+    fn extreme_sums_agree_at_every_level() {
         // The narrow split's `hi = −127, lo = 127`, `hi = 126, lo = 127`
         // and its largest magnitudes (`lo = 0`).
         check_extreme_levels::<NARROW>(&[-16129.0, 16255.0, -16256.0, 16256.0]);
