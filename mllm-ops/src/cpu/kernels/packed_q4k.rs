@@ -537,7 +537,7 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
         check_group_products, check_packed_linear_per, check_rows_alone, check_unpacked_rows,
-        extreme_rows, BoundLinear, PATHS,
+        extreme_acts, BoundLinear, PATHS, SCALAR_AND_X86_LEVELS,
     };
     #[cfg(target_arch = "x86_64")]
     use crate::cpu::kernels::packed::tests::{check_tile_products, check_tiles_take_rows};
@@ -697,43 +697,17 @@ mod tests {
         }
         let m = QuantMatrix::new(B::QT, &w, rows, cols).unwrap();
         let p = PackedKQuant::<B>::pack(&m).unwrap();
-        let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
-            .map(|r| {
-                Q16Act::quantize_per(
-                    &extreme_rows::<SHIFT>(&values[r..], 1, cols, SUPER_BLOCK),
-                    SUPER_BLOCK,
-                )
-            })
-            .collect();
+        let acts = extreme_acts::<SHIFT>(values, cols, SUPER_BLOCK);
         let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
-        let levels = [
-            SimdLevel::Scalar,
-            SimdLevel::Avx2,
-            SimdLevel::AvxVnni,
-            SimdLevel::Avx512,
-        ];
+        let levels = SCALAR_AND_X86_LEVELS;
         let what = format!("extreme {} split at {SHIFT}", B::QT);
         let groups = p.data.groups(0, 2);
         check_group_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &levels, &what);
         #[cfg(target_arch = "x86_64")]
         {
-            let act = Q16Act::<SHIFT>::quantize_per(
-                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols, SUPER_BLOCK),
-                SUPER_BLOCK,
-            );
-            let xs: Vec<Q16Row<'_, SHIFT>> =
-                (0..TILE_ROWS).map(|t| act.row().sub_row(t, cols)).collect();
-            check_tile_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &what);
-        }
-        #[cfg(target_arch = "x86_64")]
-        {
-            let act = Q16Act::<SHIFT>::quantize_per(
-                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols, SUPER_BLOCK),
-                SUPER_BLOCK,
-            );
-            let xs: Vec<Q16Row<'_, SHIFT>> =
-                (0..TILE_ROWS).map(|t| act.row().sub_row(t, cols)).collect();
-            check_tile_products::<KQuantFormat<B, SHIFT>>(groups, &xs, &what);
+            use crate::cpu::kernels::packed::tests::{extreme_tile, tile_rows};
+            let act = extreme_tile::<SHIFT>(values, cols, SUPER_BLOCK);
+            check_tile_products::<KQuantFormat<B, SHIFT>>(groups, &tile_rows(&act, cols), &what);
         }
     }
 

@@ -389,41 +389,26 @@ mod tests {
     /// gives the AVX2 bits, and the AMX tiles of 16 such rows the AVX-512
     /// bits, so no kernel's integer sums wrap or saturate there.
     fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
-        use crate::cpu::kernels::packed::tests::{check_near_scalar, extreme_rows};
+        use crate::cpu::kernels::packed::tests::{check_near_scalar, extreme_acts, extreme_blocks};
         for qt in TYPES {
             let nb = 3;
             let (rows, cols) = (2 * GROUP_ROWS, nb * BLOCK);
-            let header = if qt == QuantType::Q5_1 { 4 } else { 2 };
-            let mut w = vec![0u8; rows * nb * qt.block_bytes()];
-            for (i, b) in w.chunks_exact_mut(qt.block_bytes()).enumerate() {
-                let d = half::f16::from_f32(0.01).to_le_bytes();
-                b[..2].copy_from_slice(&d);
-                if header == 4 {
-                    b[2..4].copy_from_slice(&half::f16::from_f32(-0.02).to_le_bytes());
-                }
-                b[header..].fill(if i % 3 == 2 { 0x00 } else { 0xFF });
-            }
-            let m = QuantMatrix::new(qt, &w, rows, cols).unwrap();
-            let p = PackedQ5::pack(&m).unwrap();
-            let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
-                .map(|r| Q16Act::quantize(&extreme_rows::<SHIFT>(&values[r..], 1, cols, BLOCK)))
-                .collect();
+            let w = extreme_blocks(qt, rows * nb, [0xFF, 0x00]);
+            let p = PackedQ5::pack(&QuantMatrix::new(qt, &w, rows, cols).unwrap()).unwrap();
+            let acts = extreme_acts::<SHIFT>(values, cols, BLOCK);
             let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
             let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
             let what = format!("extreme {qt} split at {SHIFT}");
-            check_group_products::<Q5Format<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
-            check_near_scalar::<Q5Format<SHIFT>>(p.data.groups(0, 2), &xs, &what);
+            let groups = p.data.groups(0, 2);
+            check_group_products::<Q5Format<SHIFT>>(groups, &xs, &levels, &what);
+            check_near_scalar::<Q5Format<SHIFT>>(groups, &xs, &what);
             #[cfg(target_arch = "x86_64")]
             {
-                let tile = crate::cpu::kernels::simd::amx::TILE_ROWS;
-                let act =
-                    Q16Act::<SHIFT>::quantize(&extreme_rows::<SHIFT>(values, tile, cols, BLOCK));
-                let xs: Vec<Q16Row<'_, SHIFT>> =
-                    (0..tile).map(|t| act.row().sub_row(t, cols)).collect();
-                let groups = p.data.groups(0, 2);
-                crate::cpu::kernels::packed::tests::check_tile_products::<Q5Format<SHIFT>>(
-                    groups, &xs, &what,
-                );
+                use crate::cpu::kernels::packed::tests::{
+                    check_tile_products, extreme_tile, tile_rows,
+                };
+                let act = extreme_tile::<SHIFT>(values, cols, BLOCK);
+                check_tile_products::<Q5Format<SHIFT>>(groups, &tile_rows(&act, cols), &what);
             }
         }
     }

@@ -399,12 +399,11 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
         check_group_products, check_packed_linear_per, check_rows_alone, check_unpacked_rows,
-        extreme_rows, BoundLinear, PATHS,
+        extreme_acts, BoundLinear, PATHS, SCALAR_AND_X86_LEVELS,
     };
     use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
-    use crate::cpu::kernels::qkernel::SimdLevel;
     use crate::cpu::kernels::test_util::Rng;
 
     const QT: QuantType = QuantType::Q6K;
@@ -529,12 +528,7 @@ mod tests {
         let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
         let offsets = offsets_of(&rows);
         let xs = inputs(&rows, &offsets);
-        let levels = [
-            SimdLevel::Scalar,
-            SimdLevel::Avx2,
-            SimdLevel::AvxVnni,
-            SimdLevel::Avx512,
-        ];
+        let levels = SCALAR_AND_X86_LEVELS;
         let what = format!("q6_k split at {SHIFT}");
         check_group_products::<Q6KFormat<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
     }
@@ -564,35 +558,20 @@ mod tests {
             b[208..].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
         }
         let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
-        let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
-            .map(|r| {
-                Q16Act::quantize_per(
-                    &extreme_rows::<SHIFT>(&values[r..], 1, cols, SUPER_BLOCK),
-                    SUPER_BLOCK,
-                )
-            })
-            .collect();
+        let acts = extreme_acts::<SHIFT>(values, cols, SUPER_BLOCK);
         let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
         let offsets = offsets_of(&rows);
         let xs = inputs(&rows, &offsets);
-        let levels = [
-            SimdLevel::Scalar,
-            SimdLevel::Avx2,
-            SimdLevel::AvxVnni,
-            SimdLevel::Avx512,
-        ];
+        let levels = SCALAR_AND_X86_LEVELS;
         let what = format!("extreme q6_k split at {SHIFT}");
         check_group_products::<Q6KFormat<SHIFT>>(p.data.groups(0, 2), &xs, &levels, &what);
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::cpu::kernels::packed::tests::check_tile_products;
-            use crate::cpu::kernels::simd::amx::TILE_ROWS;
-            let act = Q16Act::<SHIFT>::quantize_per(
-                &extreme_rows::<SHIFT>(values, TILE_ROWS, cols, SUPER_BLOCK),
-                SUPER_BLOCK,
-            );
-            let rows: Vec<Q16Row<'_, SHIFT>> =
-                (0..TILE_ROWS).map(|t| act.row().sub_row(t, cols)).collect();
+            use crate::cpu::kernels::packed::tests::{
+                check_tile_products, extreme_tile, tile_rows,
+            };
+            let act = extreme_tile::<SHIFT>(values, cols, SUPER_BLOCK);
+            let rows = tile_rows(&act, cols);
             let offsets = offsets_of(&rows);
             let xs = inputs(&rows, &offsets);
             check_tile_products::<Q6KFormat<SHIFT>>(p.data.groups(0, 2), &xs, &what);

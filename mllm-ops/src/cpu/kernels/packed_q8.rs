@@ -371,7 +371,7 @@ mod tests {
     use super::*;
     use crate::cpu::kernels::packed::tests::{
         check_group_dots, check_group_products, check_packed_linear, check_rows_alone,
-        check_unpacked_rows, BoundLinear, PATHS,
+        check_unpacked_rows, BoundLinear, PATHS, SCALAR_AND_X86_LEVELS,
     };
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
@@ -530,23 +530,10 @@ mod tests {
         let acts: Vec<Q16Act<SHIFT>> = (0..Q8Format::<SHIFT>::PAIR_TILE_TOKENS)
             .map(|_| Q16Act::quantize(&rng.vec(nb * BLOCK, 3.0)))
             .collect();
-        let extras: Vec<(Vec<i32>, Vec<i16>)> =
-            acts.iter().map(|a| both_extras(&a.row())).collect();
-        let xs: Vec<Q8Input<'_, SHIFT>> = acts
-            .iter()
-            .zip(&extras)
-            .map(|(a, (s, v))| Q8Input {
-                x: a.row(),
-                hi_offsets: s,
-                values: v,
-            })
-            .collect();
-        let levels = [
-            SimdLevel::Scalar,
-            SimdLevel::Avx2,
-            SimdLevel::AvxVnni,
-            SimdLevel::Avx512,
-        ];
+        let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
+        let extras: Vec<(Vec<i32>, Vec<i16>)> = rows.iter().map(both_extras).collect();
+        let xs = inputs(&rows, &extras);
+        let levels = SCALAR_AND_X86_LEVELS;
         let what = format!("q8_0 split at {SHIFT}");
         check_group_products::<Q8Format<SHIFT>>(p.groups(0, 2), &xs, &levels, &what);
         #[cfg(target_arch = "x86_64")]
@@ -579,51 +566,28 @@ mod tests {
     /// the portable kernel's bits, and the AMX tiles of 16 such rows the
     /// AVX-512 bits, so no kernel's integer sums wrap or saturate there.
     fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
-        use crate::cpu::kernels::packed::tests::extreme_rows;
+        use crate::cpu::kernels::packed::tests::{extreme_acts, extreme_blocks};
         let (rows, nb) = (2 * GROUP_ROWS, 3);
         let cols = nb * BLOCK;
-        let mut w = vec![0u8; rows * nb * q8_0::BLOCK_BYTES];
-        for (i, b) in w.chunks_exact_mut(q8_0::BLOCK_BYTES).enumerate() {
-            b[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
-            b[2..].fill(if i % 3 == 2 { 0x7F } else { 0x80 });
-        }
+        let w = extreme_blocks(QuantType::Q8_0, rows * nb, [0x80, 0x7F]);
         let m = QuantMatrix::new(QuantType::Q8_0, &w, rows, cols).unwrap();
         let p = PackedQ8::pack(&m).unwrap();
-        let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
-            .map(|r| Q16Act::quantize(&extreme_rows::<SHIFT>(&values[r..], 1, cols, BLOCK)))
-            .collect();
-        let extras: Vec<(Vec<i32>, Vec<i16>)> =
-            acts.iter().map(|a| both_extras(&a.row())).collect();
-        let xs: Vec<Q8Input<'_, SHIFT>> = acts
-            .iter()
-            .zip(&extras)
-            .map(|(a, (s, v))| Q8Input {
-                x: a.row(),
-                hi_offsets: s,
-                values: v,
-            })
-            .collect();
-        let levels = [
-            SimdLevel::Scalar,
-            SimdLevel::Avx2,
-            SimdLevel::AvxVnni,
-            SimdLevel::Avx512,
-        ];
+        let acts = extreme_acts::<SHIFT>(values, cols, BLOCK);
+        let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
+        let extras: Vec<(Vec<i32>, Vec<i16>)> = rows.iter().map(both_extras).collect();
+        let xs = inputs(&rows, &extras);
+        let levels = SCALAR_AND_X86_LEVELS;
         let what = format!("extreme q8_0 split at {SHIFT}");
         check_group_products::<Q8Format<SHIFT>>(p.groups(0, 2), &xs, &levels, &what);
         #[cfg(target_arch = "x86_64")]
         {
-            let tile = crate::cpu::kernels::simd::amx::TILE_ROWS;
-            let act = Q16Act::<SHIFT>::quantize(&extreme_rows::<SHIFT>(values, tile, cols, BLOCK));
-            let rows: Vec<Q16Row<'_, SHIFT>> =
-                (0..tile).map(|t| act.row().sub_row(t, cols)).collect();
+            use crate::cpu::kernels::packed::tests::{
+                check_tile_products, extreme_tile, tile_rows,
+            };
+            let act = extreme_tile::<SHIFT>(values, cols, BLOCK);
+            let rows = tile_rows(&act, cols);
             let extras: Vec<(Vec<i32>, Vec<i16>)> = rows.iter().map(both_extras).collect();
-            let xs = inputs(&rows, &extras);
-            crate::cpu::kernels::packed::tests::check_tile_products::<Q8Format<SHIFT>>(
-                p.groups(0, 2),
-                &xs,
-                &what,
-            );
+            check_tile_products::<Q8Format<SHIFT>>(p.groups(0, 2), &inputs(&rows, &extras), &what);
         }
     }
 
@@ -637,7 +601,6 @@ mod tests {
 
     /// The rows `rows` with their extras `extras` (as [`both_extras`]
     /// gives them) as the kernels' inputs.
-    #[cfg(target_arch = "x86_64")]
     fn inputs<'a, const SHIFT: u32>(
         rows: &[Q16Row<'a, SHIFT>],
         extras: &'a [(Vec<i32>, Vec<i16>)],

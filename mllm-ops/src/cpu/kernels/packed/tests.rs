@@ -781,6 +781,69 @@ pub(crate) fn extreme_rows<const SHIFT: u32>(
     x
 }
 
+/// The scalar level and every x86-64 SIMD level of the integer kernels,
+/// for checks that take the scalar code's bits as theirs.
+pub(crate) const SCALAR_AND_X86_LEVELS: [SimdLevel; 4] = [
+    SimdLevel::Scalar,
+    SimdLevel::Avx2,
+    SimdLevel::AvxVnni,
+    SimdLevel::Avx512,
+];
+
+/// `n` blocks of type `qt` (one whose header is the f16 scale `d`, with
+/// the f16 offset `m` after it for Q4_1 and Q5_1) whose every other byte
+/// is `body[0]`, but `body[1]` in every third block: weights at their
+/// extremes (`d` 0.01, `m` −0.02).
+pub(crate) fn extreme_blocks(qt: QuantType, n: usize, body: [u8; 2]) -> Vec<u8> {
+    let header = match qt {
+        QuantType::Q4_1 | QuantType::Q5_1 => 4,
+        _ => 2,
+    };
+    let mut w = vec![0u8; n * qt.block_bytes()];
+    for (i, b) in w.chunks_exact_mut(qt.block_bytes()).enumerate() {
+        b[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
+        if header == 4 {
+            b[2..4].copy_from_slice(&f16::from_f32(-0.02).to_le_bytes());
+        }
+        b[header..].fill(body[usize::from(i % 3 == 2)]);
+    }
+    w
+}
+
+/// One activation row of `cols` values per value of `values` (see
+/// [`extreme_rows`]), each quantized in runs of `per` values.
+pub(crate) fn extreme_acts<const SHIFT: u32>(
+    values: &[f32],
+    cols: usize,
+    per: usize,
+) -> Vec<Q16Act<SHIFT>> {
+    (0..values.len())
+        .map(|r| Q16Act::quantize_per(&extreme_rows::<SHIFT>(&values[r..], 1, cols, per), per))
+        .collect()
+}
+
+/// A tile of 16 activation rows of `cols` values in one buffer (see
+/// [`extreme_rows`]), quantized in runs of `per` values.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn extreme_tile<const SHIFT: u32>(
+    values: &[f32],
+    cols: usize,
+    per: usize,
+) -> Q16Act<SHIFT> {
+    let rows = crate::cpu::kernels::simd::amx::TILE_ROWS;
+    Q16Act::quantize_per(&extreme_rows::<SHIFT>(values, rows, cols, per), per)
+}
+
+/// The 16 rows of `act` (as [`extreme_tile`] makes), `cols` values each.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn tile_rows<'a, const SHIFT: u32>(
+    act: &'a Q16Act<SHIFT>,
+    cols: usize,
+) -> Vec<Q16Row<'a, SHIFT>> {
+    let rows = crate::cpu::kernels::simd::amx::TILE_ROWS;
+    (0..rows).map(|t| act.row().sub_row(t, cols)).collect()
+}
+
 /// The AVX2 products of format `F` over one and two groups of `groups`
 /// with the rows `xs` agree with the scalar code's to within float rounding (the
 /// scalar code of some formats takes its float steps in another order),
@@ -818,20 +881,10 @@ fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
     for qt in [QuantType::Q4_0, QuantType::Q4_1] {
         let nb = 3;
         let (rows, cols) = (2 * GROUP_ROWS, nb * BLOCK);
-        let header = if qt == QuantType::Q4_1 { 4 } else { 2 };
-        let mut w = vec![0u8; rows * nb * qt.block_bytes()];
-        for (i, b) in w.chunks_exact_mut(qt.block_bytes()).enumerate() {
-            b[..2].copy_from_slice(&f16::from_f32(0.01).to_le_bytes());
-            if header == 4 {
-                b[2..4].copy_from_slice(&f16::from_f32(-0.02).to_le_bytes());
-            }
-            b[header..].fill(if i % 3 == 2 { 0x00 } else { 0xFF });
-        }
+        let w = extreme_blocks(qt, rows * nb, [0xFF, 0x00]);
         let m = QuantMatrix::new(qt, &w, rows, cols).unwrap();
         let p = PackedQ4::pack(&m).unwrap();
-        let acts: Vec<Q16Act<SHIFT>> = (0..values.len())
-            .map(|r| Q16Act::quantize(&extreme_rows::<SHIFT>(&values[r..], 1, cols, BLOCK)))
-            .collect();
+        let acts = extreme_acts::<SHIFT>(values, cols, BLOCK);
         let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();
         let levels = [SimdLevel::Avx2, SimdLevel::AvxVnni, SimdLevel::Avx512];
         let what = format!("extreme {qt} split at {SHIFT}");
@@ -839,11 +892,8 @@ fn check_extreme_levels<const SHIFT: u32>(values: &[f32]) {
         check_near_scalar::<Q4Format<SHIFT>>(p.groups(0, 2), &xs, &what);
         #[cfg(target_arch = "x86_64")]
         {
-            let tile = crate::cpu::kernels::simd::amx::TILE_ROWS;
-            let act = Q16Act::<SHIFT>::quantize(&extreme_rows::<SHIFT>(values, tile, cols, BLOCK));
-            let rows: Vec<Q16Row<'_, SHIFT>> =
-                (0..tile).map(|t| act.row().sub_row(t, cols)).collect();
-            check_tile_products::<Q4Format<SHIFT>>(p.groups(0, 2), &rows, &what);
+            let act = extreme_tile::<SHIFT>(values, cols, BLOCK);
+            check_tile_products::<Q4Format<SHIFT>>(p.groups(0, 2), &tile_rows(&act, cols), &what);
         }
     }
 }
