@@ -790,10 +790,10 @@ pub(crate) const SCALAR_AND_X86_LEVELS: [SimdLevel; 4] = [
     SimdLevel::Avx512,
 ];
 
-/// `n` blocks of type `qt` (one whose header is the f16 scale `d`, with
-/// the f16 offset `m` after it for Q4_1 and Q5_1) whose every other byte
-/// is `body[0]`, but `body[1]` in every third block: weights at their
-/// extremes (`d` 0.01, `m` −0.02).
+/// `n` blocks of type `qt` (Q4_0/Q4_1, Q5_0/Q5_1 or Q8_0: a header of
+/// the f16 scale `d`, and the f16 offset `m` for Q4_1 and Q5_1) whose
+/// bytes after the header are all `body[0]`, or all `body[1]` in every
+/// third block: weights at their extremes (`d` 0.01, `m` −0.02).
 pub(crate) fn extreme_blocks(qt: QuantType, n: usize, body: [u8; 2]) -> Vec<u8> {
     let header = match qt {
         QuantType::Q4_1 | QuantType::Q5_1 => 4,
@@ -845,9 +845,9 @@ pub(crate) fn tile_rows<'a, const SHIFT: u32>(
 }
 
 /// The AVX2 products of format `F` over one and two groups of `groups`
-/// with the rows `xs` agree with the scalar code's to within float rounding (the
-/// scalar code of some formats takes its float steps in another order),
-/// which a wrapped or saturated integer sum would not.
+/// with the rows `xs` agree with the scalar code's to within float
+/// rounding (the scalar code of some formats takes its float steps in
+/// another order), which a wrapped or saturated integer sum would not.
 pub(crate) fn check_near_scalar<F: PackedFormat>(groups: &[u8], xs: &[F::Input<'_>], what: &str) {
     let path = QuantPath::Int16Activations;
     let (Some(scalar), Some(avx2)) = (
@@ -870,8 +870,8 @@ pub(crate) fn check_near_scalar<F: PackedFormat>(groups: &[u8], xs: &[F::Input<'
     }
 }
 
-/// Q4_0 and Q4_1 weights at their extremes (every value 15, or every
-/// value 0) against rows whose values (`values`, each in every column,
+/// Q4_0 and Q4_1 weights at their extremes (every nibble 15, or every
+/// nibble 0) against rows whose values (`values`, each in every column,
 /// the split's largest magnitude once per block so that each becomes that
 /// integer) put the planes at their extremes: every level gives the AVX2
 /// bits, the AVX2 products agree with the scalar code's, and the AMX tiles
