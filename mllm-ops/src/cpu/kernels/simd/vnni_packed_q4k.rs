@@ -184,10 +184,34 @@ pub(crate) fn add_scaled_sums<const T: usize, const SHIFT: u32>(
 /// a `sc` below 2^15 (a zero-extended 6-bit scale): one `vpdpwssd`, whose
 /// products of the lanes' high 16 bits are `part`'s sign times `sc`'s
 /// zero high half. Where a `vpmulld` and an add took three instructions.
+///
+/// For rows split at `SHIFT` = `BYTE` (8-bit rows) the instruction is
+/// written out: the compiler otherwise splits every other one of a row's
+/// two into `vpmaddwd` and `vpaddd` (a shorter chain through the row's
+/// sums, which do not set the pace here: one instruction more per row and
+/// sub-block). For 16-bit rows the written-out form made the compiler keep
+/// the loop over the rows rolled, with their sums in memory, and run at
+/// 0.8x; they keep the intrinsic.
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
-fn add_scaled(sum: __m512i, part: __m512i, sc: __m512i) -> __m512i {
-    _mm512_dpwssd_epi32(sum, part, sc)
+fn add_scaled<const SHIFT: u32>(sum: __m512i, part: __m512i, sc: __m512i) -> __m512i {
+    if SHIFT != BYTE {
+        return _mm512_dpwssd_epi32(sum, part, sc);
+    }
+    let mut sum = sum;
+    // SAFETY: the instruction reads and writes registers only; the
+    // enclosing function requires AVX-512F and AVX-512 VNNI, which
+    // `vpdpwssd` on 512-bit registers needs.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {sum}, {part}, {sc}",
+            sum = inout(zmm_reg) sum,
+            part = in(zmm_reg) part,
+            sc = in(zmm_reg) sc,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    sum
 }
 
 /// The packed Q4_K `$scaled_sums` of `q4k_pair_tile`: the sums of two
@@ -222,7 +246,7 @@ fn pair_scaled_sums<const T: usize, const SHIFT: u32>(
             let zero = _mm512_setzero_si512();
             let low = dpbusd_words::<T, 0>(zero, w_lo, x, false);
             let high = dpbusd_words::<T, 16>(zero, w_hi, x, false);
-            add_scaled(add_scaled(sum, low, sc), high, sc)
+            add_scaled::<SHIFT>(add_scaled::<SHIFT>(sum, low, sc), high, sc)
         };
         for t in 0..T {
             sums_hi[t] = scaled_plane(sums_hi[t], x.his[t]);
@@ -240,7 +264,8 @@ fn pair_scaled_sums<const T: usize, const SHIFT: u32>(
         let zero = _mm512_setzero_si512();
         let low = dpbusd_words::<T, 0>(zero, w_lo, x, true);
         let high16 = dpbusd_words::<T, 16>(zero, w_hi16, x, true);
-        add_scaled(add_scaled(sum, low, sc), _mm512_srai_epi32::<4>(high16), sc)
+        let high = _mm512_srai_epi32::<4>(high16);
+        add_scaled::<SHIFT>(add_scaled::<SHIFT>(sum, low, sc), high, sc)
     };
     sums_hi[0] = plane(sums_hi[0], x.his[0]);
     if BlockPlanes::<T, SHIFT>::HAS_LO {
