@@ -185,17 +185,17 @@ pub(crate) fn add_scaled_sums<const T: usize, const SHIFT: u32>(
 /// products of the lanes' high 16 bits are `part`'s sign times `sc`'s
 /// zero high half. Where a `vpmulld` and an add took three instructions.
 ///
-/// For rows split at `SHIFT` = `BYTE` (8-bit rows) the instruction is
-/// written out: the compiler otherwise splits every other one of a row's
-/// two into `vpmaddwd` and `vpaddd` (a shorter chain through the row's
-/// sums, which do not set the pace here: one instruction more per row and
-/// sub-block). For 16-bit rows the written-out form made the compiler keep
-/// the loop over the rows rolled, with their sums in memory, and run at
-/// 0.8x; they keep the intrinsic.
+/// `written_out` puts the instruction in as it is. Through the intrinsic,
+/// the compiler splits one of each row's two into `vpmaddwd` and `vpaddd`
+/// (a shorter chain through the row's sums, which do not set the pace
+/// here): one instruction more per row, plane and sub-block. With both of
+/// a 16-bit row's written out, though, it kept the loop over the rows
+/// rolled with their sums in memory (0.8x); with the second alone written
+/// out it splits neither.
 #[target_feature(enable = "avx512f,avx512vnni")]
 #[inline]
-fn add_scaled<const SHIFT: u32>(sum: __m512i, part: __m512i, sc: __m512i) -> __m512i {
-    if SHIFT != BYTE {
+fn add_scaled(sum: __m512i, part: __m512i, sc: __m512i, written_out: bool) -> __m512i {
+    if !written_out {
         return _mm512_dpwssd_epi32(sum, part, sc);
     }
     let mut sum = sum;
@@ -246,7 +246,8 @@ fn pair_scaled_sums<const T: usize, const SHIFT: u32>(
             let zero = _mm512_setzero_si512();
             let low = dpbusd_words::<T, 0>(zero, w_lo, x, false);
             let high = dpbusd_words::<T, 16>(zero, w_hi, x, false);
-            add_scaled::<SHIFT>(add_scaled::<SHIFT>(sum, low, sc), high, sc)
+            let sum = add_scaled(sum, low, sc, SHIFT == BYTE);
+            add_scaled(sum, high, sc, true)
         };
         for t in 0..T {
             sums_hi[t] = scaled_plane(sums_hi[t], x.his[t]);
@@ -265,7 +266,7 @@ fn pair_scaled_sums<const T: usize, const SHIFT: u32>(
         let low = dpbusd_words::<T, 0>(zero, w_lo, x, true);
         let high16 = dpbusd_words::<T, 16>(zero, w_hi16, x, true);
         let high = _mm512_srai_epi32::<4>(high16);
-        add_scaled::<SHIFT>(add_scaled::<SHIFT>(sum, low, sc), high, sc)
+        add_scaled(add_scaled(sum, low, sc, false), high, sc, false)
     };
     sums_hi[0] = plane(sums_hi[0], x.his[0]);
     if BlockPlanes::<T, SHIFT>::HAS_LO {
