@@ -45,7 +45,7 @@ use rayon::ThreadPool;
 use super::packed::WeightReads;
 use super::packed::{
     nibble_block_sum, pack_blocks, wide_packed_linear, PackedData, PackedFormat, SourceRows,
-    GROUP_ROWS,
+    GROUP_ROWS, TILE_TOKENS, WIDE_TILE_TOKENS,
 };
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, SUPER_BLOCK, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
@@ -357,6 +357,15 @@ impl<B: SubBlockBits, const SHIFT: u32> PackedFormat for KQuantFormat<B, SHIFT> 
     type Input<'a> = Q16Row<'a, SHIFT>;
     const BLOCK_BYTES: usize = B::SUPER_BYTES / SUB_BLOCKS;
     const PER_SCALE: usize = SUPER_BLOCK;
+    /// Eight 8-bit rows per AVX-512 pair call, which spread each
+    /// sub-block's nibble unpacking over twice the rows (the 1.1B
+    /// Q4_K_M's and Q5_K_M's 8-bit prefill at that level rose 4 % and
+    /// 10 %); 16-bit rows, whose sums take twice the registers, keep four.
+    const PAIR_TILE_TOKENS: usize = if SHIFT == BYTE {
+        WIDE_TILE_TOKENS
+    } else {
+        TILE_TOKENS
+    };
 
     fn blocks(x: &Q16Row<'_, SHIFT>) -> usize {
         x.d.len()
@@ -541,7 +550,6 @@ mod tests {
     };
     #[cfg(target_arch = "x86_64")]
     use crate::cpu::kernels::packed::tests::{check_tile_products, check_tiles_take_rows};
-    use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::packed_q5k::FiveBits;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
@@ -658,13 +666,14 @@ mod tests {
     }
 
     /// The AVX-VNNI and AVX-512 VNNI group products of rows split at
-    /// `SHIFT` equal the AVX2 ones bit for bit, for one group (256-bit) and two (512-bit) and
-    /// one to four rows.
+    /// `SHIFT` equal the AVX2 ones bit for bit, for one group (256-bit) and
+    /// two (512-bit) and one row to the AVX-512 pair kernel's tile (eight
+    /// 8-bit rows, four 16-bit ones).
     fn check_levels<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
         let (rows, supers) = (2 * GROUP_ROWS, 2);
         let cols = supers * B::QT.block_len();
         let (_, p) = random_packed::<B>(rng, rows, supers);
-        let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
+        let acts: Vec<Q16Act<SHIFT>> = (0..KQuantFormat::<B, SHIFT>::PAIR_TILE_TOKENS)
             .map(|_| Q16Act::quantize_per(&rng.vec(cols, 3.0), SUPER_BLOCK))
             .collect();
         let xs: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();

@@ -48,4 +48,4 @@ fn pair_scaled_sums<const T: usize, const SHIFT: u32>(
 
 super::vnni_packed_q4k::q4k_pair_tile!(crate::cpu::kernels::packed_q5k::FiveBits, pair_scaled_sums);
 
-super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>);
+super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q16Row<'_, SHIFT>, wide);
