@@ -250,7 +250,9 @@ fn pair_scaled_sums<const T: usize, const SHIFT: u32>(
             add_scaled(sum, high, sc, true)
         };
         // Row by row, written out: as a loop, eight rows' products were
-        // left rolled with the rows' sums in memory (0.83x).
+        // left rolled with the rows' sums in memory (0.83x). The list
+        // below names every row of the widest tile.
+        const { assert!(T <= 8, "more rows than `rows!` names") };
         macro_rules! rows {
             ($($t:literal)*) => {$(
                 if $t < T {
