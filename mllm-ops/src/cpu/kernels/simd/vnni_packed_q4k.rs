@@ -92,8 +92,8 @@ pub(crate) fn pair_neg_dmin(sa: &[u8], sb: &[u8]) -> __m512 {
 /// `$bits` (as for `q4k_tile`), where `$scaled_sums(a, b, planes, sc,
 /// sums_hi, sums_lo)` adds each row's block sums of a sub-block of the
 /// two groups, times the sub-block's scales `sc` (one per lane), to the
-/// row's `sums_hi` and `sums_lo` (as [`pair_scaled_sums`] or
-/// [`add_scaled_sums`]). Lane by lane the integer and float steps of
+/// row's `sums_hi` and `sums_lo` (as [`pair_scaled_sums`] here, or
+/// `vnni_packed_q5k`'s). Lane by lane the integer and float steps of
 /// `q4k_tile`, so the same bits; the packed Q4_K and Q5_K kernels share
 /// it.
 macro_rules! q4k_pair_tile {
@@ -162,24 +162,6 @@ macro_rules! q4k_pair_tile {
 }
 
 pub(crate) use q4k_pair_tile;
-
-/// Each row's sums `(sum_hi, sum_lo)` of one sub-block times its scales
-/// `sc`, added to its `sums_hi` and `sums_lo` (the low plane's only for
-/// 16-bit rows): one `vpmulld` and one add each.
-#[target_feature(enable = "avx512f")]
-#[inline]
-pub(crate) fn add_scaled_sums<const T: usize, const SHIFT: u32>(
-    (sum_hi, sum_lo): ([__m512i; T], [__m512i; T]),
-    sc: __m512i,
-    (sums_hi, sums_lo): (&mut [__m512i; T], &mut [__m512i; T]),
-) {
-    for t in 0..T {
-        sums_hi[t] = _mm512_add_epi32(sums_hi[t], _mm512_mullo_epi32(sum_hi[t], sc));
-        if SHIFT != BYTE {
-            sums_lo[t] = _mm512_add_epi32(sums_lo[t], _mm512_mullo_epi32(sum_lo[t], sc));
-        }
-    }
-}
 
 /// `sum + sc·part` lane by lane, exact, for a `part` in `i16`'s range and
 /// a `sc` below 2^15 (a zero-extended 6-bit scale): one `vpdpwssd`, whose
