@@ -94,11 +94,11 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
         super::prefetch::block_into_l1(ka, PACKED_BLOCK_BYTES);
         super::prefetch::block_into_l1(kb, PACKED_BLOCK_BYTES);
         let sums = pair_block_sums(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..], planes.block(i));
+        let x = planes.scales(i);
         for ((acc, sums), blk) in acc.iter_mut().zip(sums).zip([ka, kb]) {
             let scales = block_scales(blk);
             for t in 0..T {
-                let x = (xs[t].d[i], xs[t].s[i]);
-                acc[t] = add_block_sum(acc[t], scales, sums[t], x);
+                acc[t] = add_block_sum(acc[t], scales, sums[t], x[t]);
             }
         }
     }

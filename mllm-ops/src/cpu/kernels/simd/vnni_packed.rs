@@ -261,9 +261,9 @@ macro_rules! scaled_block_pair_tile {
                     $pair_sums(&ka[NIBBLES_AT..], &kb[NIBBLES_AT..], planes.block(i));
                 let d = f16x16(&ka[..16], &kb[..16]);
                 let m = f16x16(&ka[16..32], &kb[16..32]);
+                let x = planes.scales(i);
                 for t in 0..T {
-                    let x = (xs[t].d[i], xs[t].s[i]);
-                    acc[t] = pair_add_block::<SHIFT>(acc[t], (d, m), sum_hi[t], sum_lo[t], x);
+                    acc[t] = pair_add_block::<SHIFT>(acc[t], (d, m), sum_hi[t], sum_lo[t], x[t]);
                 }
             }
             acc
