@@ -220,6 +220,52 @@ pub(crate) struct Q6KInput<'a, const SHIFT: u32> {
     pub half_offsets: &'a [[i32; 2]],
 }
 
+/// The half offsets of `T` rows (see [`Q6KInput::half_offsets`]) block by
+/// block, every row cut to the same `nb` blocks once, so that a tile reads
+/// block `i` of all rows after one bounds check (as `RowPlanes` does).
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct RowHalfOffsets<'a, const T: usize> {
+    rows: [&'a [[[i32; 2]; 2]]; T],
+    nb: usize,
+}
+
+/// Where [`RowHalfOffsets::block`] starts its rows' offsets.
+#[cfg(target_arch = "x86_64")]
+static NO_OFFSETS: [[i32; 2]; 2] = [[0; 2]; 2];
+
+#[cfg(target_arch = "x86_64")]
+impl<'a, const T: usize> RowHalfOffsets<'a, T> {
+    /// The first `nb` blocks' offsets of the rows `xs`.
+    ///
+    /// # Panics
+    ///
+    /// If a row has offsets for fewer than `nb` blocks.
+    #[inline]
+    pub(crate) fn new<const SHIFT: u32>(xs: &[Q6KInput<'a, SHIFT>; T], nb: usize) -> Self {
+        RowHalfOffsets {
+            rows: xs.map(|x| &x.half_offsets.as_chunks::<2>().0[..nb]),
+            nb,
+        }
+    }
+
+    /// Block `i`'s two halves' offsets of every row.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is not below the `nb` the offsets were made with.
+    #[inline]
+    pub(crate) fn block(&self, i: usize) -> [&'a [[i32; 2]; 2]; T] {
+        assert!(i < self.nb, "a block past the offsets");
+        let mut out = [&NO_OFFSETS; T];
+        for (o, row) in out.iter_mut().zip(self.rows) {
+            // SAFETY: every row holds `nb` blocks' offsets (cut in `new`)
+            // and `i < nb` (asserted above).
+            *o = unsafe { row.get_unchecked(i) };
+        }
+        out
+    }
+}
+
 /// `[−32·Σ hi, −32·Σ lo]` of each 16 values of the planes `hi` and `lo`,
 /// into `out`.
 fn half_offsets_into(hi: &[i8], lo: &[i8], out: &mut [[i32; 2]]) {

@@ -37,12 +37,15 @@ macro_rules! q6k_tile {
             xs: &[Q6KInput<'_, SHIFT>],
             reads: $crate::cpu::kernels::packed::WeightReads,
         ) -> [__m256; T] {
-            use $crate::cpu::kernels::packed_q6k::{BITS_AT, BLOCKS, BLOCK_BITS, SUPER_BYTES};
+            use $crate::cpu::kernels::packed_q6k::{
+                RowHalfOffsets, BITS_AT, BLOCKS, BLOCK_BITS, SUPER_BYTES,
+            };
             use $crate::cpu::kernels::simd::avx2_packed::{f16x8, ByteConsts, RowPlanes};
             use $crate::cpu::kernels::simd::avx2_packed_q6k::{add_super, half_values, i8x8};
             let xs: [Q6KInput<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
             let nb = xs[0].x.d.len();
             let planes = RowPlanes::new(xs.map(|x| x.x), nb, ByteConsts::new());
+            let offsets = RowHalfOffsets::new(&xs, nb);
             let mut acc = [_mm256_setzero_ps(); T];
             let supers = group[..nb / BLOCKS * SUPER_BYTES]
                 .as_chunks::<SUPER_BYTES>()
@@ -56,6 +59,7 @@ macro_rules! q6k_tile {
                     let block_bytes = SUPER_BYTES / BLOCKS;
                     ahead.next(block_bytes);
                     let block = planes.block(i);
+                    let block_offsets = offsets.block(i);
                     let bits = &sb[BITS_AT + BLOCK_BITS * j..][..BLOCK_BITS];
                     $crate::cpu::kernels::simd::prefetch::block_into_l1(bits, BLOCK_BITS);
                     // One half at a time: its four registers of values, its
@@ -68,14 +72,14 @@ macro_rules! q6k_tile {
                         0,
                         $plane_sums,
                         T,
-                        (bits, sb, i, block, xs),
+                        (bits, sb, i, block, block_offsets),
                         (sums_hi, sums_lo)
                     );
                     $crate::cpu::kernels::simd::avx2_packed_q6k::q6k_half!(
                         1,
                         $plane_sums,
                         T,
-                        (bits, sb, i, block, xs),
+                        (bits, sb, i, block, block_offsets),
                         (sums_hi, sums_lo)
                     );
                 }
@@ -94,18 +98,19 @@ pub(crate) use q6k_tile;
 
 /// Half `$h` (0: the first 16 columns, 1: the last 16) of block `$i` in
 /// `q6k_tile`: its values from the block's `$bits`, its scale from the
-/// super-block `$sb`, and for each of the `$rows` rows `$xs` the half's
-/// sums `Σ (q − 32)·hi` and `Σ (q − 32)·lo` (`$plane_sums` from the
-/// row's half offsets) times the scale, added to `$hi` and `$lo`.
+/// super-block `$sb`, and for each of the `$rows` rows the half's sums
+/// `Σ (q − 32)·hi` and `Σ (q − 32)·lo` (`$plane_sums` from the row's half
+/// offsets in `$offsets`, the block's of every row) times the scale,
+/// added to `$hi` and `$lo`.
 macro_rules! q6k_half {
     ($h:literal, $plane_sums:path, $rows:ident,
-     ($bits:ident, $sb:ident, $i:ident, $block:ident, $xs:ident),
+     ($bits:ident, $sb:ident, $i:ident, $block:ident, $offsets:ident),
      ($hi:ident, $lo:ident)) => {{
         use $crate::cpu::kernels::packed_q6k::{BLOCKS, SCALES_AT};
         let w = half_values::<$h>($bits);
         let sc = i8x8(&$sb[SCALES_AT + GROUP_ROWS * (2 * ($i % BLOCKS) + $h)..]);
         for t in 0..$rows {
-            let [off_hi, off_lo] = $xs[t].half_offsets[2 * $i + $h];
+            let [off_hi, off_lo] = $offsets[t][$h];
             let (sum_hi, sum_lo) = $plane_sums(&w, $block, t, 16 * $h);
             let sum_hi = _mm256_add_epi32(sum_hi, _mm256_set1_epi32(off_hi));
             $hi[t] = _mm256_add_epi32($hi[t], _mm256_mullo_epi32(sum_hi, sc));

@@ -20,7 +20,7 @@ use super::avx2_packed::{BlockPlanes, ByteConsts, RowPlanes};
 use super::vnni_packed::{dpbusd_word, f16x16, join, store_pair};
 use crate::cpu::kernels::packed::{WeightReads, GROUP_ROWS, TILE_TOKENS};
 use crate::cpu::kernels::packed_q6k::{
-    Q6KInput, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
+    Q6KInput, RowHalfOffsets, BITS_AT, BLOCKS, BLOCK_BITS, NIBBLE_BYTES, SCALES_AT, SUPER_BYTES,
 };
 
 /// The `vpternlog` truth table of `a | (b & c)`.
@@ -152,6 +152,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     let xs: [Q6KInput<'_, SHIFT>; T] = std::array::from_fn(|t| xs[t]);
     let nb = xs[0].x.d.len();
     let planes = RowPlanes::new(xs.map(|x| x.x), nb, ByteConsts::new());
+    let offsets = RowHalfOffsets::new(&xs, nb);
     let mut acc = [_mm512_setzero_ps(); T];
     let len = nb / BLOCKS * SUPER_BYTES;
     let supers_a = a[..len].as_chunks::<SUPER_BYTES>().0;
@@ -166,6 +167,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
         for j in 0..BLOCKS {
             let i = s * BLOCKS + j;
             let block = planes.block(i);
+            let block_offsets = offsets.block(i);
             let block_bytes = SUPER_BYTES / BLOCKS;
             ahead.next(block_bytes);
             let at = BITS_AT + BLOCK_BITS * j;
@@ -183,7 +185,7 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
                 for (half, (w, sc)) in w.iter().zip(scales).enumerate() {
                     // Each half's sums start at its offsets `−32·Σ hi` and
                     // `−32·Σ lo`, which turn `Σ q·x` into `Σ (q − 32)·x`.
-                    let [off_hi, off_lo] = xs[t].half_offsets[2 * i + half];
+                    let [off_hi, off_lo] = block_offsets[t][half];
                     let mut sum_hi = _mm512_set1_epi32(off_hi);
                     let mut sum_lo = _mm512_set1_epi32(off_lo);
                     for (c, &w) in w.iter().enumerate() {
