@@ -8,7 +8,9 @@
 use std::arch::x86_64::*;
 
 use super::avx2::hsum;
-use crate::cpu::kernels::qact::{q16_scale, BlockScales, Int8Type, Q16Row, Q8Row, BLOCK, WIDE};
+use crate::cpu::kernels::qact::{
+    q16_max, q16_scale, BlockScales, Int8Type, Q16Row, Q8Row, BLOCK, WIDE,
+};
 use crate::quant::{q4_0, q4_1, q8_0};
 
 /// The first 32 bytes of `b`.
@@ -326,7 +328,8 @@ pub(crate) fn dot_i16_rows(it: Int8Type, w: [&[u8]; ROWS], x: Q16Row<'_>) -> [f3
 /// Quantizes `x` into 16-bit values stored as two planes split at `SHIFT`
 /// bits, one scale per `per_scale` values (a multiple of 32 that divides
 /// the length of `x`), exactly as the scalar `qact::quantize_q16_into`
-/// does.
+/// does. With one scale per block, the blocks go eight at a time (see
+/// [`quantize_run`]) and the last ones one by one.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn quantize_row_q16<const SHIFT: u32>(
     x: &[f32],
@@ -335,60 +338,194 @@ pub(crate) fn quantize_row_q16<const SHIFT: u32>(
     mut scales: BlockScales<'_>,
     per_scale: usize,
 ) {
-    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    let pack = |v: [__m256i; 4]| {
-        let p = _mm256_packs_epi16(
-            _mm256_packs_epi32(v[0], v[1]),
-            _mm256_packs_epi32(v[2], v[3]),
-        );
-        _mm256_permutevar8x32_epi32(p, order)
-    };
-    let store = |dst: &mut [i8], v: __m256i| {
-        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut dst[..BLOCK]);
-        // SAFETY: `dst` holds 32 bytes (sliced above) and `storeu` has no
-        // alignment requirement.
-        unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) };
-    };
-    let load = |xb: &[f32]| -> [__m256; 4] {
-        std::array::from_fn(|j| {
-            let p = &xb[j * 8..j * 8 + 8];
-            // SAFETY: `p` holds 8 floats and `loadu` has no alignment
-            // requirement.
-            unsafe { _mm256_loadu_ps(p.as_ptr()) }
-        })
-    };
-    // `hi = (q + round) >> SHIFT`, `lo = q − (hi << SHIFT)`.
-    let shift = _mm_cvtsi32_si128(SHIFT as i32);
-    let round = _mm256_set1_epi32(if SHIFT == WIDE { 128 } else { 0 });
+    let (mut x, mut first) = (x, 0);
+    if per_scale == BLOCK {
+        let (runs, rest) = x.as_chunks::<RUN_VALUES>();
+        for (r, run) in runs.iter().enumerate() {
+            quantize_run::<SHIFT>(run, hi, lo, &mut scales, r * RUN_BLOCKS);
+        }
+        (x, first) = (rest, runs.len() * RUN_BLOCKS);
+    }
     for (c, xc) in x.chunks_exact(per_scale).enumerate() {
         let amax = xc
             .chunks_exact(BLOCK)
-            .fold(0.0f32, |m, xb| m.max(block_amax(load(xb))));
+            .fold(0.0f32, |m, xb| m.max(block_amax(load_block(xb))));
         let (dv, id) = q16_scale::<SHIFT>(amax);
         let id = _mm256_set1_ps(id);
         for (i, xb) in xc.chunks_exact(BLOCK).enumerate() {
-            let b = c * per_scale / BLOCK + i;
-            let q = load(xb).map(|v| {
-                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                    _mm256_mul_ps(v, id),
-                );
-                _mm256_cvtps_epi32(r)
-            });
-            let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let b = first + c * per_scale / BLOCK + i;
+            let q = quantize_block(load_block(xb), id);
+            let sum = add4(q);
             let sum = _mm_add_epi32(
                 _mm256_castsi256_si128(sum),
                 _mm256_extracti128_si256(sum, 1),
             );
             let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
             let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
-            let h = q.map(|q| _mm256_sra_epi32(_mm256_add_epi32(q, round), shift));
-            let l: [__m256i; 4] =
-                std::array::from_fn(|j| _mm256_sub_epi32(q[j], _mm256_sll_epi32(h[j], shift)));
-            store(&mut hi[b * BLOCK..], pack(h));
-            store(&mut lo[b * BLOCK..], pack(l));
+            store_planes::<SHIFT>(q, &mut hi[b * BLOCK..], &mut lo[b * BLOCK..]);
             scales.set(b, dv, _mm_cvtsi128_si32(sum));
         }
     }
+}
+
+/// Blocks that [`quantize_run`] quantizes at once: one per lane.
+const RUN_BLOCKS: usize = 8;
+
+/// Values of a [`quantize_run`].
+const RUN_VALUES: usize = RUN_BLOCKS * BLOCK;
+
+/// `quantize_row_q16` with one scale per block, for the eight blocks of
+/// `run` (the row's blocks `first..first + 8`): each block's largest
+/// magnitude and sum end in one lane of a vector by a transposing
+/// reduction of all eight blocks' vectors, and the scales come from one
+/// division of eight lanes (the same correctly rounded divisions as
+/// `q16_scale`'s, so the same bits), not one reduction and one scalar
+/// division per block.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn quantize_run<const SHIFT: u32>(
+    run: &[f32; RUN_VALUES],
+    hi: &mut [i8],
+    lo: &mut [i8],
+    scales: &mut BlockScales<'_>,
+    first: usize,
+) {
+    let blocks = run.as_chunks::<BLOCK>().0;
+    let sign = _mm256_set1_ps(-0.0);
+    let amax = transpose_reduce(
+        std::array::from_fn(|j| {
+            let m = load_block(&blocks[j]).map(|v| _mm256_andnot_ps(sign, v));
+            let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+            _mm256_castps_si256(m)
+        }),
+        |a, b| {
+            let m = _mm256_max_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b));
+            _mm256_castps_si256(m)
+        },
+    );
+    let d = _mm256_div_ps(_mm256_castsi256_ps(amax), _mm256_set1_ps(q16_max(SHIFT)));
+    let nonzero = _mm256_cmp_ps::<_CMP_NEQ_UQ>(d, _mm256_setzero_ps());
+    let id = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(1.0), d), nonzero);
+    let mut ids = [0.0f32; RUN_BLOCKS];
+    store_lanes(&mut ids, _mm256_castps_si256(id));
+    let sums = transpose_reduce(
+        std::array::from_fn(|j| {
+            let b = first + j;
+            let id = _mm256_set1_ps(ids[j]);
+            let q = quantize_block(load_block(&blocks[j]), id);
+            store_planes::<SHIFT>(q, &mut hi[b * BLOCK..], &mut lo[b * BLOCK..]);
+            add4(q)
+        }),
+        |a, b| _mm256_add_epi32(a, b),
+    );
+    let s = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sums));
+    store_lanes(&mut scales.d[first..], _mm256_castps_si256(d));
+    store_lanes(&mut scales.s[first..], _mm256_castps_si256(s));
+    store_lanes(&mut scales.sums[first..], sums);
+}
+
+/// Lane `j` of the result is `op` over the eight lanes of `v[j]` (`op`
+/// associative and commutative on 32-bit lanes): three rounds of pairing
+/// vectors, each round halving their number and the lanes each still
+/// spans.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn transpose_reduce(v: [__m256i; 8], op: impl Fn(__m256i, __m256i) -> __m256i) -> __m256i {
+    // Within 128-bit lanes: `a`'s partial results to even 32-bit places,
+    // `b`'s to odd ones.
+    let v: [__m256i; 4] = std::array::from_fn(|k| {
+        let (a, b) = (v[2 * k], v[2 * k + 1]);
+        op(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
+    });
+    // Within 128-bit lanes: one 32-bit place per vector of four.
+    let v: [__m256i; 2] = std::array::from_fn(|k| {
+        let (a, b) = (v[2 * k], v[2 * k + 1]);
+        op(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b))
+    });
+    // Across the two 128-bit lanes.
+    op(
+        _mm256_permute2x128_si256::<0x20>(v[0], v[1]),
+        _mm256_permute2x128_si256::<0x31>(v[0], v[1]),
+    )
+}
+
+/// The 32 values of a block, as four vectors.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn load_block(xb: &[f32]) -> [__m256; 4] {
+    std::array::from_fn(|j| {
+        let p = &xb[j * 8..j * 8 + 8];
+        // SAFETY: `p` holds 8 floats and `loadu` has no alignment
+        // requirement.
+        unsafe { _mm256_loadu_ps(p.as_ptr()) }
+    })
+}
+
+/// A block's values times `id`, rounded to the nearest integer.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn quantize_block(v: [__m256; 4], id: __m256) -> [__m256i; 4] {
+    v.map(|v| {
+        let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(v, id),
+        );
+        _mm256_cvtps_epi32(r)
+    })
+}
+
+/// The lane sums of four vectors.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn add4(q: [__m256i; 4]) -> __m256i {
+    _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]))
+}
+
+/// Splits a block's 32 quantized values into its planes (`hi = (q +
+/// round) >> SHIFT`, `lo = q − (hi << SHIFT)`), stored at the start of
+/// `hi` and `lo`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn store_planes<const SHIFT: u32>(q: [__m256i; 4], hi: &mut [i8], lo: &mut [i8]) {
+    let shift = _mm_cvtsi32_si128(SHIFT as i32);
+    let round = _mm256_set1_epi32(if SHIFT == WIDE { 128 } else { 0 });
+    let h = q.map(|q| _mm256_sra_epi32(_mm256_add_epi32(q, round), shift));
+    let l: [__m256i; 4] =
+        std::array::from_fn(|j| _mm256_sub_epi32(q[j], _mm256_sll_epi32(h[j], shift)));
+    store_bytes(hi, pack_bytes(h));
+    store_bytes(lo, pack_bytes(l));
+}
+
+/// The 32 values of `v` saturated to bytes, in order.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn pack_bytes(v: [__m256i; 4]) -> __m256i {
+    let p = _mm256_packs_epi16(
+        _mm256_packs_epi32(v[0], v[1]),
+        _mm256_packs_epi32(v[2], v[3]),
+    );
+    _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// Stores 32 bytes at the start of `dst`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn store_bytes(dst: &mut [i8], v: __m256i) {
+    let dst = &mut dst[..BLOCK];
+    // SAFETY: `dst` holds 32 bytes (sliced above) and `storeu` has no
+    // alignment requirement.
+    unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) };
+}
+
+/// Stores the eight 32-bit lanes of `v` at the start of `out`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn store_lanes<T: Copy>(out: &mut [T], v: __m256i) {
+    const { assert!(std::mem::size_of::<T>() == 4, "32-bit lanes") };
+    let out = &mut out[..RUN_BLOCKS];
+    // SAFETY: `out` holds eight values of 4 bytes each (sliced above,
+    // their size checked at compile time) and `storeu` has no alignment
+    // requirement.
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) };
 }
 
 /// The largest magnitude of the 32 values `v`.
