@@ -39,8 +39,6 @@ pub(crate) fn quantize_row_q16<const SHIFT: u32>(
     mut scales: BlockScales<'_>,
     per_scale: usize,
 ) {
-    // `hi = (q + round) >> SHIFT`, `lo = q − (hi << SHIFT)`.
-    let round = _mm512_set1_epi32(if SHIFT == WIDE { 128 } else { 0 });
     let (mut x, mut first) = (x, 0);
     if per_scale == BLOCK {
         let (runs, rest) = x.as_chunks::<RUN_VALUES>();
@@ -55,21 +53,38 @@ pub(crate) fn quantize_row_q16<const SHIFT: u32>(
         });
         let (dv, id) = q16_scale::<SHIFT>(_mm512_reduce_max_ps(amax));
         let id = _mm512_set1_ps(id);
-        for (i, xb) in xc.chunks_exact(BLOCK).enumerate() {
+        for (i, xb) in xc.as_chunks::<BLOCK>().0.iter().enumerate() {
             let b = first + c * per_scale / BLOCK + i;
-            let q: [__m512i; 2] = std::array::from_fn(|j| {
-                let v = _mm512_mul_ps(load(&xb[LANES * j..]), id);
-                _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
-            });
+            let q = quantize_block(xb, id);
+            store_planes::<SHIFT>(q, &mut hi[b * BLOCK..], &mut lo[b * BLOCK..]);
             let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
-            let h = q.map(|q| _mm512_srai_epi32::<SHIFT>(_mm512_add_epi32(q, round)));
-            let l: [__m512i; 2] =
-                std::array::from_fn(|j| _mm512_sub_epi32(q[j], _mm512_slli_epi32::<SHIFT>(h[j])));
-            store_bytes(&mut hi[b * BLOCK..], h);
-            store_bytes(&mut lo[b * BLOCK..], l);
             scales.set(b, dv, sum);
         }
     }
+}
+
+/// A block's 32 values (`xb`) times `id`, rounded to the nearest integer.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn quantize_block(xb: &[f32; BLOCK], id: __m512) -> [__m512i; 2] {
+    std::array::from_fn(|j| {
+        let v = _mm512_mul_ps(load(&xb[LANES * j..]), id);
+        _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
+    })
+}
+
+/// Splits a block's 32 quantized values into its planes (`hi = (q +
+/// round) >> SHIFT`, `lo = q − (hi << SHIFT)`), stored at the start of
+/// `hi` and `lo`.
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+fn store_planes<const SHIFT: u32>(q: [__m512i; 2], hi: &mut [i8], lo: &mut [i8]) {
+    let round = _mm512_set1_epi32(if SHIFT == WIDE { 128 } else { 0 });
+    let h = q.map(|q| _mm512_srai_epi32::<SHIFT>(_mm512_add_epi32(q, round)));
+    let l: [__m512i; 2] =
+        std::array::from_fn(|i| _mm512_sub_epi32(q[i], _mm512_slli_epi32::<SHIFT>(h[i])));
+    store_bytes(hi, h);
+    store_bytes(lo, l);
 }
 
 /// Blocks that [`quantize_run`] quantizes at once: one per lane.
@@ -113,20 +128,11 @@ fn quantize_run<const SHIFT: u32>(
     let mut ids = [0.0f32; RUN_BLOCKS];
     let id = _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0), d);
     store_lanes(&mut ids, _mm512_castps_si512(id));
-    let round = _mm512_set1_epi32(if SHIFT == WIDE { 128 } else { 0 });
     let sums = transpose_reduce(
         std::array::from_fn(|j| {
-            let (block, b) = (&blocks[j], first + j);
-            let id = _mm512_set1_ps(ids[j]);
-            let q: [__m512i; 2] = std::array::from_fn(|h| {
-                let v = _mm512_mul_ps(load(&block[LANES * h..]), id);
-                _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
-            });
-            let h = q.map(|q| _mm512_srai_epi32::<SHIFT>(_mm512_add_epi32(q, round)));
-            let l: [__m512i; 2] =
-                std::array::from_fn(|i| _mm512_sub_epi32(q[i], _mm512_slli_epi32::<SHIFT>(h[i])));
-            store_bytes(&mut hi[b * BLOCK..], h);
-            store_bytes(&mut lo[b * BLOCK..], l);
+            let b = first + j;
+            let q = quantize_block(&blocks[j], _mm512_set1_ps(ids[j]));
+            store_planes::<SHIFT>(q, &mut hi[b * BLOCK..], &mut lo[b * BLOCK..]);
             _mm512_add_epi32(q[0], q[1])
         }),
         |a, b| _mm512_add_epi32(a, b),
