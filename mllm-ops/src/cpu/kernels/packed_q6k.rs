@@ -45,7 +45,7 @@ use rayon::ThreadPool;
 
 use super::packed::{
     by_row_blocks, fill_by_rows, pack_blocks, packed_group_outputs, quantize_rows, PackedData,
-    PackedFormat, SourceRows, GROUP_ROWS,
+    PackedFormat, SourceRows, GROUP_ROWS, TILE_TOKENS, WIDE_TILE_TOKENS,
 };
 use super::qact::{ActivationScratch, Q16Row, BLOCK, BYTE, SUPER_BLOCK, WIDE};
 use super::qkernel::{QuantKernel, QuantPath};
@@ -301,6 +301,14 @@ impl<const SHIFT: u32> PackedFormat for Q6KFormat<SHIFT> {
     type Input<'a> = Q6KInput<'a, SHIFT>;
     const BLOCK_BYTES: usize = SUPER_BYTES / BLOCKS;
     const PER_SCALE: usize = SUPER_BLOCK;
+    /// Eight 8-bit rows per AVX-512 pair call, which spread each block's
+    /// unpacking of the 6-bit values over twice the rows; 16-bit rows,
+    /// whose sums take twice the registers, keep four.
+    const PAIR_TILE_TOKENS: usize = if SHIFT == BYTE {
+        WIDE_TILE_TOKENS
+    } else {
+        TILE_TOKENS
+    };
 
     fn blocks(x: &Q6KInput<'_, SHIFT>) -> usize {
         x.x.d.len()
@@ -447,7 +455,6 @@ mod tests {
         check_group_products, check_packed_linear_per, check_rows_alone, check_unpacked_rows,
         extreme_acts, BoundLinear, PATHS, SCALAR_AND_X86_LEVELS,
     };
-    use crate::cpu::kernels::packed::TILE_TOKENS;
     use crate::cpu::kernels::qact::Q16Act;
     use crate::cpu::kernels::qkernel::tests::random_blocks;
     use crate::cpu::kernels::test_util::Rng;
@@ -561,14 +568,15 @@ mod tests {
     }
 
     /// The group products of one and of two groups (the 512-bit pair) for
-    /// one to four rows split at `SHIFT` equal the portable kernel's bits
-    /// at every level.
+    /// one row to the AVX-512 pair kernel's tile (eight 8-bit rows, four
+    /// 16-bit ones) split at `SHIFT` equal the portable kernel's bits at
+    /// every level.
     fn check_levels<const SHIFT: u32>(rng: &mut Rng) {
         let (rows, supers) = (2 * GROUP_ROWS, 2);
         let cols = supers * q6_k::BLOCK_LEN;
         let w = random_blocks(rng, QT, rows * supers);
         let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
-        let acts: Vec<Q16Act<SHIFT>> = (0..TILE_TOKENS)
+        let acts: Vec<Q16Act<SHIFT>> = (0..Q6KFormat::<SHIFT>::PAIR_TILE_TOKENS)
             .map(|_| Q16Act::quantize_per(&rng.vec(cols, 3.0), SUPER_BLOCK))
             .collect();
         let rows: Vec<Q16Row<'_, SHIFT>> = acts.iter().map(|a| a.row()).collect();

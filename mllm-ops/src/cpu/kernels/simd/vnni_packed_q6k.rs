@@ -180,27 +180,33 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
                 i8x16(&sa[at..], &sb[at..])
             };
             let scales = [scale(2 * j), scale(2 * j + 1)];
-            super::per_row!(T, |t| {
-                let (h, l) = (block.his[t], block.los[t]);
-                for (half, (w, sc)) in w.iter().zip(scales).enumerate() {
-                    // Each half's sums start at its offsets `−32·Σ hi` and
-                    // `−32·Σ lo`, which turn `Σ q·x` into `Σ (q − 32)·x`.
-                    let [off_hi, off_lo] = block_offsets[t][half];
-                    let mut sum_hi = _mm512_set1_epi32(off_hi);
-                    let mut sum_lo = _mm512_set1_epi32(off_lo);
-                    for (c, &w) in w.iter().enumerate() {
-                        let at = 16 * half + 4 * c;
-                        sum_hi = dpbusd_word::<T>(sum_hi, w, h, at);
+            const { assert!(T <= 8, "more rows than `per_row!` names") };
+            super::per_row!(
+                T,
+                |t| {
+                    let (h, l) = (block.his[t], block.los[t]);
+                    for (half, (w, sc)) in w.iter().zip(scales).enumerate() {
+                        // Each half's sums start at its offsets `−32·Σ hi` and
+                        // `−32·Σ lo`, which turn `Σ q·x` into `Σ (q − 32)·x`.
+                        let [off_hi, off_lo] = block_offsets[t][half];
+                        let mut sum_hi = _mm512_set1_epi32(off_hi);
+                        let mut sum_lo = _mm512_set1_epi32(off_lo);
+                        for (c, &w) in w.iter().enumerate() {
+                            let at = 16 * half + 4 * c;
+                            sum_hi = dpbusd_word::<T>(sum_hi, w, h, at);
+                            if BlockPlanes::<T, SHIFT>::HAS_LO {
+                                sum_lo = dpbusd_word::<T>(sum_lo, w, l, at);
+                            }
+                        }
+                        sums_hi[t] = _mm512_add_epi32(sums_hi[t], _mm512_mullo_epi32(sum_hi, sc));
                         if BlockPlanes::<T, SHIFT>::HAS_LO {
-                            sum_lo = dpbusd_word::<T>(sum_lo, w, l, at);
+                            sums_lo[t] =
+                                _mm512_add_epi32(sums_lo[t], _mm512_mullo_epi32(sum_lo, sc));
                         }
                     }
-                    sums_hi[t] = _mm512_add_epi32(sums_hi[t], _mm512_mullo_epi32(sum_hi, sc));
-                    if BlockPlanes::<T, SHIFT>::HAS_LO {
-                        sums_lo[t] = _mm512_add_epi32(sums_lo[t], _mm512_mullo_epi32(sum_lo, sc));
-                    }
-                }
-            });
+                },
+                [0, 1, 2, 3, 4, 5, 6, 7]
+            );
         }
         let d = f16x16(&sa[..16], &sb[..16]);
         for t in 0..T {
@@ -211,4 +217,4 @@ fn pair_tile<const T: usize, const SHIFT: u32>(
     acc
 }
 
-super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q6KInput<'_, SHIFT>);
+super::vnni_packed::packed_pair_dot!([const SHIFT: u32], Q6KInput<'_, SHIFT>, wide);
