@@ -765,7 +765,8 @@ mod tests {
     /// The AMX tile products of 16 rows split at `SHIFT` (see
     /// `check_tile_products`), and the tile kernel's many tiles of rows at
     /// once and the rows after the last whole tile (one, two and eight
-    /// tiles, with and without rows after them; see
+    /// tiles, with and without rows after them; 13 rows after one tile
+    /// take the AVX-512 pair kernel twice with 8-bit rows; see
     /// `check_tiles_take_rows`).
     #[cfg(target_arch = "x86_64")]
     fn check_tiles<B: SubBlockBits, const SHIFT: u32>(rng: &mut Rng) {
@@ -773,7 +774,7 @@ mod tests {
         let (rows, cols) = (groups_n * GROUP_ROWS, supers * B::QT.block_len());
         let (_, p) = random_packed::<B>(rng, rows, supers);
         let what = format!("{} split at {SHIFT}", B::QT);
-        for n in [TILE_ROWS, 21, 48, 8 * TILE_ROWS] {
+        for n in [TILE_ROWS, 21, 29, 48, 8 * TILE_ROWS] {
             let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(n * cols, 3.0), SUPER_BLOCK);
             let xs: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
             if n == TILE_ROWS {

@@ -641,8 +641,9 @@ mod tests {
 
     /// The AMX tile products of 16 rows split at `SHIFT` (see
     /// `check_tile_products`), and of many tiles of rows and the rows
-    /// after them: each row's outputs of four groups equal the AVX-512
-    /// products of the row alone, bit for bit.
+    /// after them (13 rows after one tile take the AVX-512 pair kernel
+    /// twice with 8-bit rows): each row's outputs of four groups equal the
+    /// AVX-512 products of the row alone, bit for bit.
     #[cfg(target_arch = "x86_64")]
     fn check_tiles<const SHIFT: u32>(rng: &mut Rng) {
         use crate::cpu::kernels::packed::tests::{check_tile_products, check_tiles_take_rows};
@@ -652,7 +653,7 @@ mod tests {
         let w = random_blocks(rng, QT, rows * supers);
         let p = PackedQ6K::pack(&QuantMatrix::new(QT, &w, rows, cols).unwrap()).unwrap();
         let what = format!("q6_k split at {SHIFT}");
-        for n in [TILE_ROWS, 21, 48, 8 * TILE_ROWS] {
+        for n in [TILE_ROWS, 21, 29, 48, 8 * TILE_ROWS] {
             let act = Q16Act::<SHIFT>::quantize_per(&rng.vec(n * cols, 3.0), SUPER_BLOCK);
             let xs: Vec<Q16Row<'_, SHIFT>> = (0..n).map(|t| act.row().sub_row(t, cols)).collect();
             let offsets = offsets_of(&xs);
