@@ -1,6 +1,7 @@
 //! AVX-512 VNNI product of a packed Q6_K row group (see `packed_q6k`) with
 //! one to four 16-bit activation rows, on 256-bit vectors (AVX-512VL), and
-//! of two consecutive groups at once on 512-bit vectors (`pair_dot`).
+//! of two consecutive groups at once on 512-bit vectors (`pair_dot`, up to
+//! four 16-bit rows or eight 8-bit ones, see `PackedFormat::PAIR_TILE_TOKENS`).
 //!
 //! The 6-bit values are rebuilt as in `avx2_packed_q6k`; `dpbusd` (unsigned
 //! values times signed activation bytes, summed into 32-bit lanes) gives
