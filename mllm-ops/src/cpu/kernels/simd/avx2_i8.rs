@@ -191,47 +191,15 @@ pub(crate) fn dot_i8_rows(it: Int8Type, w: [&[u8]; ROWS], x: Q8Row<'_>) -> [f32;
 /// scalar `Q8Act::quantize` does (round half to even, same scale formula).
 #[target_feature(enable = "avx2,fma")]
 pub(crate) fn quantize_row(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
-    let sign = _mm256_set1_ps(-0.0);
-    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     let blocks = x.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK));
     for ((xb, qb), (d, s)) in blocks.zip(d.iter_mut().zip(s.iter_mut())) {
-        let v: [__m256; 4] = std::array::from_fn(|j| {
-            let p = &xb[j * 8..j * 8 + 8];
-            // SAFETY: `p` holds 8 floats and `loadu` has no alignment
-            // requirement.
-            unsafe { _mm256_loadu_ps(p.as_ptr()) }
-        });
-        let m = v.map(|v| _mm256_andnot_ps(sign, v));
-        let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
-        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-        let dv = amax / 127.0;
+        let v = load_block(xb);
+        let dv = block_amax(v) / 127.0;
         let id = _mm256_set1_ps(if dv == 0.0 { 0.0 } else { 1.0 / dv });
-        let i = v.map(|v| {
-            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm256_mul_ps(v, id),
-            );
-            _mm256_cvtps_epi32(r)
-        });
-        let sum = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
-        let sum = _mm_add_epi32(
-            _mm256_castsi256_si128(sum),
-            _mm256_extracti128_si256(sum, 1),
-        );
-        let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
-        let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
-        let packed = _mm256_packs_epi16(
-            _mm256_packs_epi32(i[0], i[1]),
-            _mm256_packs_epi32(i[2], i[3]),
-        );
-        let packed = _mm256_permutevar8x32_epi32(packed, order);
-        let qb: &mut [u8] = bytemuck::cast_slice_mut(qb);
-        // SAFETY: `qb` holds 32 bytes (one block) and `storeu` has no
-        // alignment requirement.
-        unsafe { _mm256_storeu_si256(qb.as_mut_ptr().cast(), packed) };
+        let i = quantize_block(v, id);
+        store_bytes(qb, pack_bytes(i));
         *d = dv;
-        *s = dv * _mm_cvtsi128_si32(sum) as f32;
+        *s = dv * hsum_i32(add4(i)) as f32;
     }
 }
 
@@ -355,15 +323,8 @@ pub(crate) fn quantize_row_q16<const SHIFT: u32>(
         for (i, xb) in xc.chunks_exact(BLOCK).enumerate() {
             let b = first + c * per_scale / BLOCK + i;
             let q = quantize_block(load_block(xb), id);
-            let sum = add4(q);
-            let sum = _mm_add_epi32(
-                _mm256_castsi256_si128(sum),
-                _mm256_extracti128_si256(sum, 1),
-            );
-            let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
-            let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
             store_planes::<SHIFT>(q, &mut hi[b * BLOCK..], &mut lo[b * BLOCK..]);
-            scales.set(b, dv, _mm_cvtsi128_si32(sum));
+            scales.set(b, dv, hsum_i32(add4(q)));
         }
     }
 }
@@ -391,13 +352,8 @@ fn quantize_run<const SHIFT: u32>(
     first: usize,
 ) {
     let blocks = run.as_chunks::<BLOCK>().0;
-    let sign = _mm256_set1_ps(-0.0);
     let amax = transpose_reduce(
-        std::array::from_fn(|j| {
-            let m = load_block(&blocks[j]).map(|v| _mm256_andnot_ps(sign, v));
-            let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
-            _mm256_castps_si256(m)
-        }),
+        std::array::from_fn(|j| _mm256_castps_si256(lane_amax(load_block(&blocks[j])))),
         |a, b| {
             let m = _mm256_max_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b));
             _mm256_castps_si256(m)
@@ -480,6 +436,16 @@ fn add4(q: [__m256i; 4]) -> __m256i {
     _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]))
 }
 
+/// The sum of the eight 32-bit lanes of `v`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn hsum_i32(v: __m256i) -> i32 {
+    let sum = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b01_00_11_10>(sum));
+    let sum = _mm_add_epi32(sum, _mm_shuffle_epi32::<0b10_11_00_01>(sum));
+    _mm_cvtsi128_si32(sum)
+}
+
 /// Splits a block's 32 quantized values into its planes (`hi = (q +
 /// round) >> SHIFT`, `lo = q − (hi << SHIFT)`), stored at the start of
 /// `hi` and `lo`.
@@ -528,13 +494,20 @@ fn store_lanes<T: Copy>(out: &mut [T], v: __m256i) {
     unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) };
 }
 
+/// Lane by lane, the largest magnitude of the four vectors `v`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn lane_amax(v: [__m256; 4]) -> __m256 {
+    let sign = _mm256_set1_ps(-0.0);
+    let m = v.map(|v| _mm256_andnot_ps(sign, v));
+    _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]))
+}
+
 /// The largest magnitude of the 32 values `v`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 fn block_amax(v: [__m256; 4]) -> f32 {
-    let sign = _mm256_set1_ps(-0.0);
-    let m = v.map(|v| _mm256_andnot_ps(sign, v));
-    let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+    let m = lane_amax(v);
     let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
